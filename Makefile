@@ -1,0 +1,50 @@
+# octosup: `make run` runs the daemon on the example manifest, `make test`
+# passes the tests. Everything else here serves those two.
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+RUNDIR    := $(CURDIR)/.run
+PKGS      := ./...
+EXAMPLES  := $(notdir $(wildcard examples/*))
+export CGO_ENABLED := 1
+
+.PHONY: all build examples run test lint fuzz bench chaos install clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/octosupd ./cmd/octosupctl
+	$(MAKE) --no-print-directory examples
+
+examples:
+	@mkdir -p $(BIN)/examples
+	$(GO) build -o $(BIN)/examples/ $(addprefix ./examples/,$(EXAMPLES))
+
+# The shipped manifest names the demo apps under /usr/lib/octosup/examples;
+# a checkout runs them from bin/examples instead.
+$(RUNDIR)/native-apps.json: configs/native-apps.example.json
+	@mkdir -p $(RUNDIR)
+	sed 's#/usr/lib/octosup/examples#$(BIN)/examples#g' $< > $@
+
+run: build $(RUNDIR)/native-apps.json
+	$(BIN)/octosupd run --config $(RUNDIR)/native-apps.json
+
+test: build
+	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	@if command -v systemd-analyze >/dev/null; then \
+		out=$$(systemd-analyze verify --user systemd/octosupd.socket systemd/octosupd.service 2>&1); \
+		if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
+	else echo "systemd-analyze not found: units not verified"; fi
+
+install: build
+	install -d $(HOME)/.local/bin $(HOME)/.config/systemd/user
+	install -m 0755 $(BIN)/octosupd $(BIN)/octosupctl $(HOME)/.local/bin/
+	install -m 0644 systemd/octosupd.service systemd/octosupd.socket $(HOME)/.config/systemd/user/
+
+clean:
+	rm -rf $(BIN) $(RUNDIR)
