@@ -39,3 +39,27 @@ func (e Exit) String() string {
 
 // Clean reports whether the process exited with status 0.
 func (e Exit) Clean() bool { return e.Signal == "" && e.Code == 0 }
+
+// checkMove reports whether from → to is a legal move; anything else is
+// a bug in the supervisor. A crashed app goes from running to stopped (or
+// to failed when its restart policy gives up); stopped to stopped is an
+// update of Reason (a scheduled restart, or its cancellation).
+func checkMove(from, to State) error {
+	ok := false
+	switch from {
+	case Starting:
+		ok = to == Running || to == Failed
+	case Running:
+		ok = to == Stopping || to == Stopped || to == Failed
+	case Stopping:
+		ok = to == Stopped
+	case Stopped:
+		ok = to == Starting || to == Stopped || to == Failed
+	case Failed:
+		ok = to == Starting
+	}
+	if !ok {
+		return fmt.Errorf("illegal state change %s → %s (a supervisor bug)", from, to)
+	}
+	return nil
+}

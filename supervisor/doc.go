@@ -1,0 +1,65 @@
+// Package supervisor runs the native apps of a manifest and keeps each one
+// in an explicit state (SPEC §6): starting, running, stopping, stopped
+// (with the last exit: code or signal, and time) or failed (with the
+// reason it could not start).
+//
+// # Use
+//
+//	sup, err := supervisor.New(supervisor.Config{
+//		Launcher: jail.NewLauncher(jailCfg), Links: peers, Dirs: dirs,
+//		BaseEnv: os.Environ(), Log: log,
+//	})
+//	go sup.Run(ctx)                 // returns once ctx is done and every app is stopped
+//	err = sup.Apply(ctx, manifest)  // first load, and every reload
+//	st, err := sup.Restart(ctx, "notes")
+//	sub := sup.Subscribe(256)       // state and log events; dropped if it falls behind
+//
+// Apply makes a validated manifest the set of apps: added apps start when
+// they are autostart, removed ones stop and vanish, and a changed entry
+// takes effect at its app's next start. It returns once those starts and
+// stops are done, which needs Run: start Run first. Start, Stop and
+// Restart return once the app has reached its state; a start that fails
+// returns an error wrapping ErrStartFailed along with the failed status.
+// Status and Logs only copy what is kept in memory. Owner maps a pid (a
+// control-socket peer, say) to the app whose process tree it is in.
+//
+// Each app has one goroutine that alone starts, signals and reaps its
+// processes and moves its state, through one function that refuses
+// illegal moves; commands, exits and timers reach it over channels.
+//
+// # Processes
+//
+// Every app process is forked by the Launcher (the jail) from one goroutine
+// locked to its OS thread for the life of Run: the kernel ties
+// PR_SET_PDEATHSIG to the forking thread, and a thread Go retires would
+// otherwise kill the apps it forked. Each process is in its own process
+// group, gets a hub socketpair as fd 3 (handed to the LinkHandler once the
+// process runs) and a pipe per output stream, read line by line (at most 4
+// KiB a line) into a bounded per-app ring and the daemon's log.
+//
+// A process's death is noticed at once without a thread per child: its
+// pidfd is non-blocking and parked in Go's netpoller. The app's runner
+// goroutine is the one place that waits (waitid on the pidfd). Before it
+// reaps the leader it SIGKILLs the leader's process group: what remains of
+// an app once its main process is gone (helpers it forked) dies with it,
+// like systemd's KillMode=control-group, and the kill cannot hit a reused
+// pid because the unreaped leader still holds the group id. A descendant
+// that calls setsid leaves the group and is not stopped (no cgroup yet:
+// AppStatus.Stopper is always "process-group").
+//
+// Stop sends SIGTERM to the group and SIGKILL after Config.StopGrace.
+//
+// # Restart policy
+//
+// restart "on-request" (the default): a process that ends on its own
+// leaves its app stopped, with the exit recorded, until Start or Restart.
+//
+// restart "on-failure": a process that ends with a non-zero status or by a
+// signal is restarted after a delay of 100ms, doubled after each further
+// failure up to 30s; a process that ran for 10s or more starts the delays
+// again from 100ms. Like systemd's default start limit, an app that would
+// be started a sixth time within 10s (5 starts in 10s) is given up on and
+// becomes failed with reason "start limit hit". A clean exit (status 0)
+// leaves the app stopped. A Start or Restart by request resets the
+// history.
+package supervisor

@@ -1,0 +1,169 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestRing(t *testing.T) {
+	for _, tc := range []struct {
+		cap, add, n int
+		want        []string
+	}{
+		{cap: 3, add: 0, n: 0, want: []string{}},
+		{cap: 3, add: 2, n: 0, want: []string{"0", "1"}},
+		{cap: 3, add: 2, n: 5, want: []string{"0", "1"}},
+		{cap: 3, add: 3, n: 2, want: []string{"1", "2"}},
+		{cap: 3, add: 7, n: 0, want: []string{"4", "5", "6"}},
+		{cap: 3, add: 7, n: 1, want: []string{"6"}},
+		{cap: 1, add: 4, n: 0, want: []string{"3"}},
+	} {
+		t.Run(fmt.Sprintf("cap%d_add%d_n%d", tc.cap, tc.add, tc.n), func(t *testing.T) {
+			r := newRing(tc.cap)
+			for i := range tc.add {
+				r.add(LogLine{Text: fmt.Sprint(i)})
+			}
+			got := []string{}
+			for _, l := range r.last(tc.n) {
+				got = append(got, l.Text)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("last(%d) = %q, want %q", tc.n, got, tc.want)
+			}
+		})
+	}
+}
+
+// chunks hands a reader its input in pieces, like a pipe.
+type chunks struct{ parts []string }
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(c.parts) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.parts[0])
+	c.parts[0] = c.parts[0][n:]
+	if c.parts[0] == "" {
+		c.parts = c.parts[1:]
+	}
+	return n, nil
+}
+
+func (c *chunks) Close() error { return nil }
+
+func TestReadLines(t *testing.T) {
+	long := strings.Repeat("y", maxLineBytes)
+	for _, tc := range []struct {
+		name  string
+		parts []string
+		want  []string
+	}{
+		{"lines", []string{"a\nb\n"}, []string{"a", "b"}},
+		{"split across reads", []string{"he", "llo\nwor", "ld\n"}, []string{"hello", "world"}},
+		{"no final newline", []string{"a\nlast"}, []string{"a", "last"}},
+		{"crlf and empty lines", []string{"a\r\n\n"}, []string{"a", ""}},
+		{"invalid utf-8", []string{"a\xffb\n"}, []string{"a\uFFFDb"}},
+		{"over the cap", []string{long + "zzz\nnext\n"}, []string{long + truncatedMark, "next"}},
+		{"over the cap, no newline", []string{long, "zzz"}, []string{long + truncatedMark}},
+		{"empty", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			readLines(&chunks{parts: slices.Clone(tc.parts)}, func(s string) { got = append(got, s) })
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzReadLines(f *testing.F) {
+	f.Add([]byte("a\nb\r\n"), 3)
+	f.Add([]byte(strings.Repeat("x", 5000)+"\n"), 100)
+	f.Fuzz(func(t *testing.T, in []byte, split int) {
+		if split <= 0 {
+			split = 1
+		}
+		var parts []string
+		for s := string(in); s != ""; {
+			n := min(split, len(s))
+			parts = append(parts, s[:n])
+			s = s[n:]
+		}
+		readLines(&chunks{parts: parts}, func(s string) {
+			if !utf8.ValidString(s) || strings.ContainsRune(s, '\n') || len(s) > 3*maxLineBytes+len(truncatedMark) {
+				t.Fatalf("bad line %q", s)
+			}
+		})
+	})
+}
+
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    procStat
+		wantErr bool
+	}{
+		{in: "1234 (sleep) S 1200 1234 1200 0 -1 4194560", want: procStat{ppid: 1200, pgid: 1234}},
+		{in: "77 (a) b) c) R 5 6 7", want: procStat{ppid: 5, pgid: 6}},
+		{in: "77 (with space) Z 0 0", want: procStat{ppid: 0, pgid: 0}},
+		{in: "77 (x) S", wantErr: true},
+		{in: "77 x S 1 2", wantErr: true},
+		{in: "77 (x) S -1 2", wantErr: true},
+		{in: "77 (x) S 1 pg", wantErr: true},
+		{in: "", wantErr: true},
+	} {
+		got, err := parseStat([]byte(tc.in))
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("parseStat(%q) = %+v, %v", tc.in, got, err)
+		}
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("1234 (sleep) S 1200 1234 1200 0 -1 4194560"))
+	f.Add([]byte("1 ()) S 0 0"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		st, err := parseStat(in)
+		if err == nil && (st.ppid < 0 || st.pgid < 0) {
+			t.Fatalf("parseStat(%q) = %+v", in, st)
+		}
+	})
+}
+
+func TestSubscribers(t *testing.T) {
+	var h subscribers
+	drops := 0
+	h.onDrop = func() { drops++ }
+	slow, fast := h.subscribe(1), h.subscribe(10)
+	closed := h.subscribe(1)
+	closed.Close()
+	closed.Close()
+	for i := range 3 {
+		h.publish(Event{Kind: "log", Log: &LogLine{Text: fmt.Sprint(i)}})
+	}
+	if !errors.Is(slow.Err(), ErrSlowSubscriber) || drops != 1 {
+		t.Errorf("slow: %v, %d drops", slow.Err(), drops)
+	}
+	if closed.Err() != nil {
+		t.Errorf("closed by its owner: %v", closed.Err())
+	}
+	if len(fast.Events()) != 3 || fast.Err() != nil {
+		t.Errorf("fast: %d queued, %v", len(fast.Events()), fast.Err())
+	}
+	h.closeAll(ErrShutdown)
+	<-fast.Done()
+	if !errors.Is(fast.Err(), ErrShutdown) {
+		t.Errorf("fast after shutdown: %v", fast.Err())
+	}
+	late := h.subscribe(1)
+	<-late.Done()
+	if !errors.Is(late.Err(), ErrShutdown) {
+		t.Errorf("subscribed after shutdown: %v", late.Err())
+	}
+}

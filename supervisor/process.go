@@ -1,0 +1,243 @@
+package supervisor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"octosup/jail"
+)
+
+// spawnRequest asks the spawner thread to start one process.
+type spawnRequest struct {
+	req   jail.Request
+	reply chan spawnResult // buffered 1
+}
+
+type spawnResult struct {
+	proc *jail.Process
+	err  error
+}
+
+// spawner runs on one OS thread for the whole life of Run. The kernel ties
+// an app's parent-death signal to the thread that forked it, not to the
+// process (golang/go#27505): a Go thread that the runtime retires would
+// kill the apps it forked. This thread is locked and never unlocked, so it
+// dies only when the goroutine returns at the end of Run, after every app
+// was stopped, or with the daemon.
+func spawner(l Launcher, reqs <-chan spawnRequest, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	runtime.LockOSThread()
+	for {
+		select {
+		case r := <-reqs:
+			p, err := l.Start(r.req)
+			r.reply <- spawnResult{p, err}
+		case <-stop:
+			return
+		}
+	}
+}
+
+// captures are the fds one launch needs: a pipe per output stream and the
+// hub socketpair. The child's ends are blocking (a program that gets a
+// non-blocking stdout may lose output with EAGAIN); the daemon's ends are
+// non-blocking so that Go's netpoller serves them.
+type captures struct {
+	outR, outW *os.File
+	errR, errW *os.File
+	hub        *os.File // the daemon's end
+	hubChild   *os.File
+}
+
+func newCaptures(appID string) (c *captures, err error) {
+	c = &captures{}
+	defer func() {
+		if err != nil {
+			c.closeChild()
+			c.closeDaemon()
+		}
+	}()
+	if c.outR, c.outW, err = pipe(appID, "stdout"); err != nil {
+		return c, err
+	}
+	if c.errR, c.errW, err = pipe(appID, "stderr"); err != nil {
+		return c, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return c, fmt.Errorf("hub socketpair: %w", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return c, fmt.Errorf("hub socketpair: %w", err)
+	}
+	c.hub = os.NewFile(uintptr(fds[0]), "hub:"+appID)
+	c.hubChild = os.NewFile(uintptr(fds[1]), "hub-child:"+appID)
+	return c, nil
+}
+
+func pipe(appID, stream string) (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("%s pipe: %w", stream, err)
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, fmt.Errorf("%s pipe: %w", stream, err)
+	}
+	return os.NewFile(uintptr(p[0]), stream+":"+appID), os.NewFile(uintptr(p[1]), stream+"-child:"+appID), nil
+}
+
+// closeChild closes the daemon's copies of the child's ends, which it
+// must do once the child has them: a pipe reaches EOF only when every
+// writer is gone.
+func (c *captures) closeChild() {
+	for _, f := range []*os.File{c.outW, c.errW, c.hubChild} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (c *captures) closeDaemon() {
+	for _, f := range []*os.File{c.outR, c.errR, c.hub} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// watchExit waits, without a thread of its own, until the process behind
+// pidfd has exited, then closes exited. The pidfd is non-blocking and
+// registered with Go's netpoller (os.NewFile), so the wait parks a
+// goroutine, not a thread. It does not reap: the runner does that, after
+// it has killed what is left of the app's process group.
+func watchExit(pidfd *os.File, exited chan<- struct{}) {
+	defer close(exited)
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	// Read's callback runs first at once, then each time the poller says
+	// the fd is readable. A pidfd is readable once its process exited; the
+	// zero-timeout poll makes the first call see an exit that happened
+	// before the fd was registered.
+	_ = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		if err != nil {
+			return !errors.Is(err, unix.EINTR)
+		}
+		return n > 0
+	})
+}
+
+// reap collects the exit status of the exited process behind pidfd. It is
+// the one place in the supervisor that waits for a process.
+func reap(pidfd *os.File, at time.Time) (Exit, error) {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return Exit{Code: -1, At: at}, err
+	}
+	var info unix.Siginfo
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED, nil)
+			if !errors.Is(werr, unix.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return Exit{Code: -1, At: at}, err
+	}
+	if werr != nil {
+		return Exit{Code: -1, At: at}, fmt.Errorf("waitid: %w", werr)
+	}
+	return exitOf(&info, at), nil
+}
+
+// si_code values of SIGCHLD (<asm-generic/siginfo.h>), which x/sys does
+// not export.
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// exitOf decodes the SIGCHLD part of a siginfo_t, which x/sys leaves
+// opaque: si_pid, si_uid, si_status follow the three int header fields,
+// aligned to a pointer.
+func exitOf(info *unix.Siginfo, at time.Time) Exit {
+	raw := (*[unsafe.Sizeof(unix.Siginfo{})]byte)(unsafe.Pointer(info))
+	off := 3 * 4
+	if a := int(unsafe.Sizeof(uintptr(0))); off%a != 0 {
+		off += a - off%a
+	}
+	status := int32(binary.NativeEndian.Uint32(raw[off+8:]))
+	switch info.Code {
+	case cldExited:
+		return Exit{Code: int(status), At: at}
+	case cldKilled, cldDumped:
+		return Exit{Signal: unix.SignalName(unix.Signal(status)), At: at}
+	}
+	return Exit{Code: -1, At: at}
+}
+
+// killGroup signals the app's process group. The caller guarantees that
+// the group leader is not yet reaped, so pgid still names the app's group
+// and cannot have been reused.
+func killGroup(pgid int, sig unix.Signal) error {
+	if err := unix.Kill(-pgid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal process group %d with %s: %w", pgid, unix.SignalName(sig), err)
+	}
+	return nil
+}
+
+// procStat is what Owner needs of /proc/PID/stat.
+type procStat struct {
+	ppid, pgid int
+}
+
+// parseStat decodes /proc/PID/stat. The command name (field 2) may hold
+// spaces and parentheses, so the fields are counted from its last ')'.
+func parseStat(b []byte) (procStat, error) {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, errors.New("stat: no command name")
+	}
+	f := strings.Fields(s[i+1:])
+	// state ppid pgrp ...
+	if len(f) < 3 {
+		return procStat{}, errors.New("stat: too few fields")
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil || ppid < 0 {
+		return procStat{}, fmt.Errorf("stat: bad ppid %q", f[1])
+	}
+	pgid, err := strconv.Atoi(f[2])
+	if err != nil || pgid < 0 {
+		return procStat{}, fmt.Errorf("stat: bad pgrp %q", f[2])
+	}
+	return procStat{ppid: ppid, pgid: pgid}, nil
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(b)
+}

@@ -1,0 +1,412 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/jail"
+	"octosup/policy"
+)
+
+// Errors callers branch on.
+var (
+	// ErrUnknownApp: no app with that id is in the manifest.
+	ErrUnknownApp = errors.New("unknown app")
+	// ErrSlowSubscriber: a subscription was dropped because its queue
+	// filled.
+	ErrSlowSubscriber = errors.New("subscriber too slow: its event queue filled and it was dropped")
+	// ErrStartFailed: the app could not be started; the error and the
+	// returned status's Reason say why.
+	ErrStartFailed = errors.New("app failed to start")
+	// ErrShutdown: the supervisor is shutting down or has shut down.
+	ErrShutdown = errors.New("supervisor is shut down")
+)
+
+// Defaults for Config.
+const (
+	DefaultStopGrace = 5 * time.Second
+	DefaultLogLines  = 1000
+)
+
+// StopperProcessGroup is AppStatus.Stopper for apps stopped through their
+// process group (the only stopper so far; a cgroup one would be "cgroup").
+const StopperProcessGroup = "process-group"
+
+// Launcher starts one app process; *jail.Launcher satisfies it.
+type Launcher interface {
+	Start(req jail.Request) (*jail.Process, error)
+}
+
+// LinkHandler learns of each process's hub (the peer link).
+type LinkHandler interface {
+	// Attach hands over the daemon's end of a new process's hub; the
+	// handler owns it from then on. It is called once the process runs,
+	// from that app's own goroutine: it must not block, nor wait for a
+	// Start, Stop or Restart of the same app.
+	Attach(app policy.App, hub *os.File)
+	// Detach says that process has ended (always after its Attach).
+	Detach(appID string)
+}
+
+// Config is what New needs. Launcher and Log are required.
+type Config struct {
+	Launcher Launcher
+	// Links gets each process's hub; nil closes the hubs.
+	Links LinkHandler
+	Dirs  policy.Dirs
+	// BaseEnv is the daemon's environment; the jail scrubs it.
+	BaseEnv []string
+	Log     *zap.Logger
+	// StopGrace is the time between SIGTERM and SIGKILL (default 5s).
+	StopGrace time.Duration
+	// LogLines is the size of each app's output ring (default 1000 lines
+	// of at most 4 KiB each).
+	LogLines int
+	// Now is the clock of the restart policy (default time.Now).
+	Now func() time.Time
+}
+
+// AppStatus is an app's state as status reports it.
+type AppStatus struct {
+	ID    string `json:"id"`
+	State State  `json:"state"`
+	Pid   int    `json:"pid,omitempty"`
+	// Restarts counts the starts after the first since the app was added,
+	// automatic or requested.
+	Restarts int          `json:"restarts"`
+	Since    time.Time    `json:"since"`
+	LastExit *Exit        `json:"last_exit,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+	Jail     *jail.Report `json:"jail,omitempty"`
+	Stopper  string       `json:"stopper"` // "process-group" or "cgroup"
+}
+
+// Supervisor runs the apps of a manifest. Create it with New, run it with
+// Run, and give it a manifest with Apply.
+type Supervisor struct {
+	cfg  Config
+	log  *zap.Logger
+	subs subscribers
+
+	spawnReqs   chan spawnRequest
+	spawnStop   chan struct{}
+	spawnerDone chan struct{}
+	quit        chan struct{} // closed when Run's context is done
+	applyMu     sync.Mutex    // one Apply at a time
+
+	// runners counts app goroutines; io counts output readers and pidfd
+	// watchers. Run waits for both.
+	runners sync.WaitGroup
+	io      sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool // Run was called
+	closed   bool // Run's context is done: no new runners
+	devMode  bool
+	apps     map[string]*runner // the manifest's apps
+	order    []string           // their ids, in manifest order
+	removing map[*runner]struct{}
+	pending  []*runner       // created before Run started
+	pids     map[int]*runner // live (unreaped) process group leaders
+}
+
+// New checks cfg and returns a Supervisor with no apps.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Launcher == nil {
+		return nil, errors.New("supervisor: Config.Launcher is nil (use jail.NewLauncher)")
+	}
+	if cfg.Log == nil {
+		return nil, errors.New("supervisor: Config.Log is nil (pass the daemon's logger, or zap.NewNop())")
+	}
+	if cfg.StopGrace < 0 || cfg.LogLines < 0 {
+		return nil, fmt.Errorf("supervisor: negative StopGrace (%s) or LogLines (%d)", cfg.StopGrace, cfg.LogLines)
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.LogLines == 0 {
+		cfg.LogLines = DefaultLogLines
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Supervisor{
+		cfg:         cfg,
+		log:         cfg.Log,
+		spawnReqs:   make(chan spawnRequest),
+		spawnStop:   make(chan struct{}),
+		spawnerDone: make(chan struct{}),
+		quit:        make(chan struct{}),
+		apps:        make(map[string]*runner),
+		removing:    make(map[*runner]struct{}),
+		pids:        make(map[int]*runner),
+	}
+	s.subs.onDrop = func() { s.log.Warn("dropped a slow event subscriber") }
+	return s, nil
+}
+
+// Run owns the spawner thread and every goroutine of the supervisor. It
+// returns once ctx is done and every app has been stopped (SIGTERM, then
+// SIGKILL after StopGrace).
+func (s *Supervisor) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("supervisor: Run called twice")
+	}
+	s.started = true
+	go spawner(s.cfg.Launcher, s.spawnReqs, s.spawnStop, s.spawnerDone)
+	for _, r := range s.pending {
+		s.launchLocked(r)
+	}
+	s.pending = nil
+	s.mu.Unlock()
+
+	<-ctx.Done()
+
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	s.runners.Wait()
+	close(s.spawnStop)
+	<-s.spawnerDone
+	s.io.Wait()
+	s.subs.closeAll(ErrShutdown)
+	return nil
+}
+
+func (s *Supervisor) launchLocked(r *runner) {
+	s.runners.Add(1)
+	go func() {
+		defer s.runners.Done()
+		r.run()
+	}()
+}
+
+// Apply makes m the set of apps, for the first load and every reload.
+// Added apps start if autostart; removed apps stop and vanish; a changed
+// entry takes effect at its app's next start. m must be validated
+// (policy.Load); Apply checks only what it relies on, before it changes
+// anything, so it never half-applies.
+//
+// Apply returns when the starts and stops it caused are done: added
+// autostart apps run or have failed, removed apps are gone. When ctx ends
+// first, the manifest stays applied and the rest goes on. Apply may be
+// called before Run, but then waits for Run to do that work: start Run
+// first, in its own goroutine.
+func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest) error {
+	if m == nil {
+		return errors.New("apply manifest: nil manifest")
+	}
+	seen := make(map[string]bool, len(m.Apps))
+	var problems []string
+	for i, a := range m.Apps {
+		switch {
+		case a.ID == "":
+			problems = append(problems, fmt.Sprintf("apps[%d]: empty id", i))
+		case seen[a.ID]:
+			problems = append(problems, fmt.Sprintf("apps[%d]: duplicate id %q", i, a.ID))
+		}
+		seen[a.ID] = true
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("apply manifest: %s (validate it with policy.Load; nothing was changed)", strings.Join(problems, "; "))
+	}
+
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("apply manifest: %w", ErrShutdown)
+	}
+	var wait []<-chan struct{}
+	for id, r := range s.apps {
+		if !seen[id] {
+			delete(s.apps, id)
+			s.removing[r] = struct{}{}
+			close(r.remove)
+			wait = append(wait, r.done)
+			// A runner that never ran (Run not started yet) just vanishes.
+			for i, p := range s.pending {
+				if p == r {
+					s.pending = append(s.pending[:i], s.pending[i+1:]...)
+					delete(s.removing, r)
+					close(r.done)
+					break
+				}
+			}
+		}
+	}
+	order := make([]string, 0, len(m.Apps))
+	for _, a := range m.Apps {
+		order = append(order, a.ID)
+		if r, ok := s.apps[a.ID]; ok {
+			r.entry = a
+			continue
+		}
+		// An app re-added while its previous incarnation is still
+		// stopping waits for that one to be gone.
+		var prev <-chan struct{}
+		for old := range s.removing {
+			if old.id == a.ID {
+				prev = old.done
+			}
+		}
+		r := newRunner(s, a, prev)
+		s.apps[a.ID] = r
+		wait = append(wait, r.settled)
+		if s.started {
+			s.launchLocked(r)
+		} else {
+			s.pending = append(s.pending, r)
+		}
+	}
+	s.order = order
+	s.devMode = m.DeveloperMode
+	s.mu.Unlock()
+
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("apply manifest: applied, but stopped waiting for its apps to start and stop (is Run running?): %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Start starts an app and returns once it runs or has failed to start
+// (then with an error wrapping ErrStartFailed). An app already running is
+// left alone.
+func (s *Supervisor) Start(ctx context.Context, id string) (AppStatus, error) {
+	return s.command(ctx, id, cmdStart)
+}
+
+// Stop stops an app (SIGTERM to its process group, SIGKILL after
+// StopGrace) and returns once it has stopped. A pending automatic restart
+// is cancelled.
+func (s *Supervisor) Stop(ctx context.Context, id string) (AppStatus, error) {
+	return s.command(ctx, id, cmdStop)
+}
+
+// Restart stops the app if it runs, then starts it, with a fresh restart
+// policy history.
+func (s *Supervisor) Restart(ctx context.Context, id string) (AppStatus, error) {
+	return s.command(ctx, id, cmdRestart)
+}
+
+func (s *Supervisor) command(ctx context.Context, id string, kind cmdKind) (AppStatus, error) {
+	s.mu.Lock()
+	r := s.apps[id]
+	s.mu.Unlock()
+	if r == nil {
+		return AppStatus{}, fmt.Errorf("%s %s: %w", kind, id, ErrUnknownApp)
+	}
+	c := command{kind: kind, reply: make(chan cmdResult, 1)}
+	select {
+	case r.cmds <- c:
+	case <-r.done:
+		return AppStatus{}, fmt.Errorf("%s %s: %w", kind, id, s.goneErr())
+	case <-ctx.Done():
+		return AppStatus{}, fmt.Errorf("%s %s: %w", kind, id, ctx.Err())
+	}
+	select {
+	case res := <-c.reply:
+		return res.status, res.err
+	case <-ctx.Done():
+		return AppStatus{}, fmt.Errorf("%s %s: still in progress, stopped waiting: %w", kind, id, ctx.Err())
+	}
+}
+
+// goneErr is why a runner is gone: removed from the manifest, or the
+// supervisor shut down.
+func (s *Supervisor) goneErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrShutdown
+	}
+	return ErrUnknownApp
+}
+
+// Status returns the state of the app id, or of every app in manifest
+// order when id is "". It only copies what the runners keep up to date.
+func (s *Supervisor) Status(id string) ([]AppStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id != "" {
+		r, ok := s.apps[id]
+		if !ok {
+			return nil, fmt.Errorf("status %s: %w", id, ErrUnknownApp)
+		}
+		return []AppStatus{r.status}, nil
+	}
+	out := make([]AppStatus, 0, len(s.order))
+	for _, id := range s.order {
+		out = append(out, s.apps[id].status)
+	}
+	return out, nil
+}
+
+// Logs returns up to n of the app's last output lines, oldest first (all
+// that are kept when n <= 0).
+func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
+	s.mu.Lock()
+	r, ok := s.apps[id]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
+	}
+	return r.logs.last(n), nil
+}
+
+// Subscribe returns a subscription to state and log events with a queue
+// of buffer events (64 when buffer <= 0).
+func (s *Supervisor) Subscribe(buffer int) *Subscription { return s.subs.subscribe(buffer) }
+
+// maxOwnerDepth bounds the walk up the process tree.
+const maxOwnerDepth = 64
+
+// Owner reports whether pid is an app's process or a descendant of one,
+// and which app's. It walks the parent chain in /proc and also matches on
+// the process group, which catches orphans that were reparented but kept
+// the app's group. A descendant that left the group with setsid and was
+// reparented is not found.
+func (s *Supervisor) Owner(pid int) (appID string, ok bool) {
+	for range maxOwnerDepth {
+		if pid <= 1 {
+			return "", false
+		}
+		if id, ok := s.leader(pid); ok {
+			return id, true
+		}
+		st, err := readStat(pid)
+		if err != nil {
+			return "", false
+		}
+		if id, ok := s.leader(st.pgid); ok {
+			return id, true
+		}
+		pid = st.ppid
+	}
+	return "", false
+}
+
+func (s *Supervisor) leader(pid int) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.pids[pid]
+	if !ok {
+		return "", false
+	}
+	return r.id, true
+}
