@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Dirs are the per-user places of SPEC §5, resolved once from the
@@ -57,3 +58,21 @@ func (d Dirs) JailDir(app string) string { return filepath.Join(d.Data, "jails",
 
 // SecretsDir is an app's private secrets directory.
 func (d Dirs) SecretsDir(app string) string { return filepath.Join(d.Data, "secrets", app) }
+
+// Expand resolves a manifest path: "~" is the user's home and "~/x" a place
+// in it; every other path is returned as written. The manifest keeps "~"
+// as written so that one file means the same for whichever user runs it;
+// the expansion happens here, where the home is known. With no Home it
+// returns p unchanged rather than a path relative to the daemon's cwd.
+func (d Dirs) Expand(p string) string {
+	if d.Home == "" {
+		return p
+	}
+	if p == "~" {
+		return d.Home
+	}
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		return filepath.Join(d.Home, rest)
+	}
+	return p
+}
