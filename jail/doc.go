@@ -1,9 +1,56 @@
 // Package jail turns an app's manifest entry into the jail it runs in and
 // starts the app inside it (SPEC §2): a scrubbed environment, only fds
 // 0–3, no new privileges and no capabilities, Landlock and a seccomp
-// filter.
+// filter. It knows nothing of the peer link or the app's lifecycle.
 //
-// It knows nothing of the peer link or the app's lifecycle: the supervisor
-// calls Launcher.Start from its spawner thread and owns the returned
-// process.
+// # Compiling
+//
+// Compile is pure: an entry plus Options (developer mode, the user's
+// directories, the daemon's environment, OCTOSUP_SANDBOX_NARROW, the
+// strictness, and the machine facts the caller resolved: the program's
+// interpreters, where /etc's symlinks lead) give a Spec, the same Spec
+// every time. A Spec is plain data: the paths the app may reach with their
+// rights, the TCP ports, the Landlock scoping, the seccomp rules, the
+// environment, the descriptors. Describe renders it for a person;
+// json.Marshal renders it for a script. Launcher.Spec compiles the spec a
+// request would get, without starting anything (octosupctl's view).
+//
+// # Starting
+//
+// The supervisor calls Launcher.Start from its one spawner goroutine,
+// locked to its OS thread (a child's parent-death signal is tied to the
+// thread that forked it). Start forks the helper — this same binary,
+// re-executed as [exe, HelperArg] — with the Spec in a memfd (never on
+// argv) and a status pipe, and returns at once with the pid and a pidfd.
+// main must therefore begin with
+//
+//	if jail.IsHelper(os.Args) {
+//		os.Exit(jail.RunHelper())
+//	}
+//
+// The helper locks its thread, re-validates the Spec, marks every
+// descriptor but 0–3 close-on-exec, sets no_new_privs and the parent-death
+// signal (then checks the daemon is still its parent), drops every
+// capability, applies Landlock and loads the seccomp filter on the thread
+// that execs, writes a Report on the status pipe and execs the program.
+// Process.Confirm reads the pipe: a Report then EOF means the program
+// runs; anything else is a *LayerError naming the layer and the errno
+// ("landlock: open /usr/share/x: ENOENT", "jail: landlock ABI 3 < 6"),
+// which is what status shows after "failed: ".
+//
+// With Config.DirectSpawn, apps that may create processes start without
+// the helper, from a goroutine locked to a fresh thread that restricts
+// itself and forks the app (about 1.5× a bare fork/exec instead of ~9×;
+// the app gets no /proc/self). docs/jail.md compares the two.
+//
+// # Layers and kernels
+//
+// Each layer is best effort down the Landlock ABIs, and the Report says
+// which took (Layers) and which the kernel lacks (Missing), never a layer
+// that did not take. Strictness Strict refuses an app whose kernel cannot
+// give it every restriction its Spec asks for (Landlock.MinABI).
+//
+// docs/jail.md is the full account: what an app can and cannot do layer by
+// layer, what each manifest field changes, older kernels, known limits,
+// and what a start costs.
 package jail

@@ -1,10 +1,22 @@
 package jail
 
 import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"octosup/policy"
 )
@@ -16,14 +28,18 @@ type Request struct {
 	Dirs          policy.Dirs
 	// BaseEnv is the daemon's environment, before the scrub.
 	BaseEnv []string
-	// Stdout and Stderr are the write ends of the daemon's capture pipes;
-	// Hub is the app's end of the hub socketpair (it becomes fd 3). The
-	// caller keeps ownership and closes its copies after Start.
+	// Stdout and Stderr are the write ends of the daemon's capture pipes
+	// (nil: /dev/null); Hub is the app's end of the hub socketpair (it
+	// becomes fd 3; required). The caller keeps ownership and closes its
+	// copies after Start.
 	Stdout, Stderr, Hub *os.File
 }
 
 // Report says which jail layers took for a process, and at which Landlock
-// ABI; status shows it and the daemon logs it at start.
+// ABI; status shows it and the daemon logs it at start. Layers are env,
+// fds, no_new_privs, caps, landlock, seccomp; Missing names what the
+// kernel could not enforce (landlock, landlock.truncate, landlock.net,
+// landlock.scope, seccomp).
 type Report struct {
 	LandlockABI int      `json:"landlock_abi"`
 	Layers      []string `json:"layers"`
@@ -37,58 +53,247 @@ type Process struct {
 	// and is the one place that waits for the process.
 	Pidfd int
 
+	app    string
+	log    *zap.Logger
+	status *os.File // nil for a direct spawn, already confirmed
+	direct bool
+	once   sync.Once
 	report Report
+	err    error
 }
 
 // Confirm waits until the process runs the app's program, or says why it
-// could not (a jail layer that failed, with its errno).
-func (p *Process) Confirm() (Report, error) { return p.report, nil }
+// could not: a *LayerError naming the layer and errno (e.g. "landlock:
+// restrict: EINVAL", "jail: landlock ABI 3 < 6"), or ErrHelperDied. It
+// may be called from any goroutine, more than once; every caller gets the
+// same answer. Call it once for every started Process: it closes the
+// status pipe.
+func (p *Process) Confirm() (Report, error) {
+	p.once.Do(func() {
+		if !p.direct {
+			p.report, p.err = readStatus(p.status)
+			p.status.Close()
+		}
+		switch {
+		case p.err != nil:
+			p.log.Warn("jail failed", zap.String("app", p.app), zap.Int("pid", p.Pid), zap.Error(p.err))
+		case len(p.report.Missing) > 0:
+			p.log.Warn("jailed with layers missing", zap.String("app", p.app), zap.Int("pid", p.Pid),
+				zap.Int("landlock_abi", p.report.LandlockABI), zap.Strings("layers", p.report.Layers),
+				zap.Strings("missing", p.report.Missing))
+		default:
+			p.log.Info("jailed", zap.String("app", p.app), zap.Int("pid", p.Pid),
+				zap.Int("landlock_abi", p.report.LandlockABI), zap.Strings("layers", p.report.Layers))
+		}
+	})
+	return p.report, p.err
+}
 
-// Launcher starts app processes. The zero value is not usable: use
-// NewLauncher.
-type Launcher struct{}
+// ErrHelperDied is wrapped when the helper ended without saying why
+// (killed, or crashed before it could report).
+var ErrHelperDied = errors.New("jail helper ended without a report")
+
+// readStatus reads the helper's status lines up to EOF: a report then EOF
+// is an exec that succeeded; a failure line is the reason it did not.
+func readStatus(r io.Reader) (Report, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return Report{}, fmt.Errorf("jail: read helper status: %w", err)
+	}
+	return parseStatus(data)
+}
+
+func parseStatus(data []byte) (Report, error) {
+	var rep *Report
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		var m statusMsg
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&m); err != nil {
+			return Report{}, fmt.Errorf("jail: bad helper status %q: %w", sc.Text(), err)
+		}
+		if m.Failure != nil {
+			return Report{}, m.Failure
+		}
+		if m.Report != nil {
+			rep = m.Report
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Report{}, fmt.Errorf("jail: bad helper status: %w", err)
+	}
+	if rep == nil {
+		return Report{}, fmt.Errorf("jail: %w", ErrHelperDied)
+	}
+	if rep.Missing == nil {
+		rep.Missing = []string{}
+	}
+	return *rep, nil
+}
+
+// Config sets up a Launcher.
+type Config struct {
+	// HelperPath is the binary re-executed as the helper: the daemon's
+	// own (default /proc/self/exe, which survives the file being replaced
+	// by an upgrade), or a test binary that dispatches IsHelper.
+	HelperPath string
+	// Strictness is the daemon's setting; an entry's sandbox.strictness
+	// overrides it. Zero is BestEffort.
+	Strictness Strictness
+	// Narrow lists apps narrowed to jail-only and no network
+	// (OCTOSUP_SANDBOX_NARROW; the variable in Request.BaseEnv counts too).
+	Narrow []string
+	// Log receives a line per start with the layers that took; nil logs
+	// nothing.
+	Log *zap.Logger
+	// DirectSpawn starts processes: true apps without the helper, from a
+	// restricted thread of the daemon (about 1.3× a bare fork/exec
+	// instead of ~9×; docs/jail.md). processes: false apps, and any app
+	// while the daemon holds a descriptor without close-on-exec, still
+	// take the helper. NewLauncher then marks the descriptors the daemon
+	// inherited without close-on-exec (they stay open in the daemon; no
+	// child should get them, and the helper would not pass them on).
+	DirectSpawn bool
+}
+
+// Launcher starts app processes. Use NewLauncher.
+type Launcher struct {
+	cfg     Config
+	log     *zap.Logger
+	filters filterCache
+}
 
 // NewLauncher returns a Launcher.
-func NewLauncher() *Launcher { return &Launcher{} }
+func NewLauncher(cfg Config) *Launcher {
+	if cfg.HelperPath == "" {
+		cfg.HelperPath = "/proc/self/exe"
+	}
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.DirectSpawn {
+		if leaks, err := leakyFDs(); err == nil {
+			for _, fd := range leaks {
+				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+			}
+		}
+	}
+	return &Launcher{cfg: cfg, log: log}
+}
+
+// ErrNoHub is returned when a Request has no hub to become fd 3.
+var ErrNoHub = errors.New("no hub socket")
 
 // ErrNoProgram is returned when an entry's program cannot be run at all.
 var ErrNoProgram = errors.New("program not found")
 
-// Start forks the app's process. It must be called from the daemon's
-// spawner thread: the child's parent-death signal is tied to the thread
-// that forked it (golang/go#27505).
-func (l *Launcher) Start(req Request) (*Process, error) {
+// Spec compiles the jail req's app would get, without starting anything
+// (octosupctl prints it with Describe). ParentPID is this process.
+func (l *Launcher) Spec(req Request) (Spec, error) {
 	app := req.App
 	if len(app.Exec) == 0 {
-		return nil, fmt.Errorf("start %s: %w: exec is empty", app.ID, ErrNoProgram)
+		return Spec{}, fmt.Errorf("jail %s: %w: exec is empty", app.ID, ErrNoProgram)
 	}
-	if _, err := os.Stat(app.Exec[0]); err != nil {
-		return nil, fmt.Errorf("start %s: %w: %v", app.ID, ErrNoProgram, err)
+	interps, err := interpreters(app.Exec[0])
+	if err != nil {
+		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
 	}
-	jailDir, secretsDir, err := prepareDirs(req)
+	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
+	return Compile(app, Options{
+		DeveloperMode: req.DeveloperMode,
+		Dirs:          req.Dirs,
+		BaseEnv:       req.BaseEnv,
+		Narrowed:      slices.Contains(narrow, app.ID),
+		Strictness:    l.cfg.Strictness,
+		ParentPID:     os.Getpid(),
+		Interpreters:  interps,
+		SystemLinks:   systemLinks("/etc"),
+	})
+}
+
+// Start forks the app's process: the helper, which jails itself and execs
+// the program. It returns once the fork is done; Confirm says whether the
+// program runs. It must be called from the daemon's spawner thread: the
+// child's parent-death signal is tied to the thread that forked it
+// (golang/go#27505).
+func (l *Launcher) Start(req Request) (*Process, error) {
+	app := req.App
+	spec, err := l.Spec(req)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", app.ID, err)
 	}
-	env := Environ(req.BaseEnv, app.Env, map[string]string{
-		EnvAppID:   app.ID,
-		EnvHubFD:   fmt.Sprint(HubFD),
-		EnvJail:    jailDir,
-		EnvSecrets: secretsDir,
-	})
+	if err := prepareDirs(req); err != nil {
+		return nil, fmt.Errorf("start %s: %w", app.ID, err)
+	}
+	if l.cfg.DirectSpawn && directable(spec) && req.Hub != nil {
+		p, ok, err := l.startDirect(spec, req.Stdout, req.Stderr, req.Hub)
+		if ok {
+			if err == nil {
+				p.Confirm() // logs the layers, as for the helper
+			}
+			return p, err
+		}
+	}
+	return l.startSpec(spec, req.Stdout, req.Stderr, req.Hub)
+}
+
+// startSpec forks the helper with spec. Tests use it to start specs no
+// manifest can produce.
+func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: encode spec: %w", spec.App, err)
+	}
+	// A memfd, not a pipe: the whole spec is there before the fork, so
+	// Start never blocks on the helper reading it.
+	memfd, err := unix.MemfdCreate("octosup-jail-spec", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: spec memfd: %w", spec.App, err)
+	}
+	specFile := os.NewFile(uintptr(memfd), "jail-spec")
+	defer specFile.Close()
+	if _, err := specFile.Write(data); err != nil {
+		return nil, fmt.Errorf("start %s: write spec: %w", spec.App, err)
+	}
+	if _, err := specFile.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("start %s: rewind spec: %w", spec.App, err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: status pipe: %w", spec.App, err)
+	}
+	defer statusW.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", app.ID, err)
+		statusR.Close()
+		return nil, fmt.Errorf("start %s: %w", spec.App, err)
 	}
 	defer devnull.Close()
-	dir := "/"
-	if jailDir != "" {
-		dir = jailDir
+	if hub == nil {
+		statusR.Close()
+		return nil, fmt.Errorf("start %s: %w", spec.App, ErrNoHub)
+	}
+	if stdout == nil {
+		stdout = devnull
+	}
+	if stderr == nil {
+		stderr = devnull
+	}
+	// The helper needs no environment (the app's is in the spec); a
+	// race-enabled build's GORACE keeps its exit path quick in tests.
+	helperEnv := []string{}
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		helperEnv = append(helperEnv, "GORACE="+v)
 	}
 	pidfd := -1
-	pid, err := syscall.ForkExec(app.Exec[0], app.Exec, &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   env,
-		Files: []uintptr{devnull.Fd(), req.Stdout.Fd(), req.Stderr.Fd(), req.Hub.Fd()},
+	files := []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd(), hub.Fd(), statusW.Fd(), specFile.Fd()}
+	pid, err := syscall.ForkExec(l.cfg.HelperPath, []string{l.cfg.HelperPath, HelperArg}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   helperEnv,
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
@@ -96,27 +301,103 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("start %s: exec %s: %w", app.ID, app.Exec[0], err)
+		statusR.Close()
+		return nil, fmt.Errorf("start %s: exec helper %s: %w", spec.App, l.cfg.HelperPath, err)
 	}
-	return &Process{Pid: pid, Pidfd: pidfd, report: Report{Layers: []string{"env", "fds"}, Missing: []string{"landlock", "seccomp"}}}, nil
+	return &Process{Pid: pid, Pidfd: pidfd, app: spec.App, log: l.log, status: statusR}, nil
+}
+
+func lookupEnv(env []string, name string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// interpreters lists what the kernel opens for execute besides the
+// program: a script's #! interpreter and the ELF interpreter of the
+// program (or of that interpreter). processes: false grants execute on
+// exactly these.
+func interpreters(program string) ([]string, error) {
+	f, err := os.Open(program)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if bytes.HasPrefix(head, []byte("#!")) {
+		line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+		fields := strings.Fields(string(line))
+		if len(fields) == 0 || !filepath.IsAbs(fields[0]) {
+			return nil, fmt.Errorf("%s: bad #! line", program)
+		}
+		more, err := interpreters(fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: interpreter: %w", program, err)
+		}
+		return append([]string{fields[0]}, more...), nil
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, nil // not ELF, not a script: execve will say what it is
+	}
+	defer ef.Close()
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(p.Open(), 4096))
+		if err != nil {
+			return nil, fmt.Errorf("%s: PT_INTERP: %w", program, err)
+		}
+		interp := string(bytes.TrimRight(b, "\x00"))
+		if !filepath.IsAbs(interp) {
+			return nil, fmt.Errorf("%s: PT_INTERP %q is not absolute", program, interp)
+		}
+		return []string{interp}, nil
+	}
+	return nil, nil // static
+}
+
+// systemLinks maps the symlinks directly in dir to where they lead (e.g.
+// /etc/resolv.conf into /run); Compile grants the targets outside the
+// system directories.
+func systemLinks(dir string) map[string]string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if t, err := filepath.EvalSymlinks(p); err == nil {
+			out[p] = t
+		}
+	}
+	return out
 }
 
 // prepareDirs creates the app's jail and secrets directories 0700 when the
-// entry asks for them, and returns their paths ("" when not asked for).
-func prepareDirs(req Request) (jailDir, secretsDir string, err error) {
+// entry asks for them.
+func prepareDirs(req Request) error {
 	if req.App.Storage.Jail {
-		jailDir = req.Dirs.JailDir(req.App.ID)
-		if err := mkdirPrivate(jailDir); err != nil {
-			return "", "", err
+		if err := mkdirPrivate(req.Dirs.JailDir(req.App.ID)); err != nil {
+			return err
 		}
 	}
 	if req.App.Storage.Secrets {
-		secretsDir = req.Dirs.SecretsDir(req.App.ID)
-		if err := mkdirPrivate(secretsDir); err != nil {
-			return "", "", err
+		if err := mkdirPrivate(req.Dirs.SecretsDir(req.App.ID)); err != nil {
+			return err
 		}
 	}
-	return jailDir, secretsDir, nil
+	return nil
 }
 
 func mkdirPrivate(dir string) error {

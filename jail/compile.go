@@ -1,0 +1,302 @@
+package jail
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"octosup/policy"
+)
+
+// Strictness says what happens when the kernel lacks a layer an app's jail
+// needs.
+type Strictness string
+
+const (
+	// BestEffort starts the app with whatever layers took and reports the
+	// missing ones in status and the log. It is the default.
+	BestEffort Strictness = "best-effort"
+	// Strict refuses to start the app: status says failed: jail: ...
+	Strict Strictness = "strict"
+)
+
+// ParseStrictness reads a strictness setting; "" is the default.
+func ParseStrictness(s string) (Strictness, error) {
+	switch Strictness(s) {
+	case "", BestEffort:
+		return BestEffort, nil
+	case Strict:
+		return Strict, nil
+	}
+	return "", fmt.Errorf("jail strictness %q: want %q or %q", s, BestEffort, Strict)
+}
+
+// EnvNarrow is the daemon's variable that narrows apps for test runs.
+const EnvNarrow = "OCTOSUP_SANDBOX_NARROW"
+
+// ParseNarrow splits an OCTOSUP_SANDBOX_NARROW value into app ids.
+func ParseNarrow(v string) []string {
+	var out []string
+	for _, id := range strings.Split(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Options are the inputs of Compile besides the entry. Everything that
+// depends on the machine (the program's interpreter, where /etc's links
+// lead) is resolved by the caller and passed in, so Compile stays pure:
+// the same inputs always give the same Spec.
+type Options struct {
+	DeveloperMode bool
+	Dirs          policy.Dirs
+	// BaseEnv is the daemon's environment before the scrub.
+	BaseEnv []string
+	// Narrowed takes the app to jail-only, no network, no externals
+	// (OCTOSUP_SANDBOX_NARROW).
+	Narrowed bool
+	// Strictness is the daemon's setting; the entry's
+	// sandbox.strictness overrides it.
+	Strictness Strictness
+	ParentPID  int
+	// Interpreters are what the kernel opens for execute besides the
+	// program: a script's #! interpreter, the ELF interpreter.
+	Interpreters []string
+	// SystemLinks maps symlinks inside the system directories to where
+	// they resolve (e.g. /etc/resolv.conf → /run/systemd/...): a target
+	// outside the system directories is granted read-only on its own.
+	SystemLinks map[string]string
+}
+
+// systemDirs are readable by every jailed app; executable only when the
+// app may create processes.
+var systemDirs = [...]string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr"}
+
+// devices every program expects to open. /dev/null takes O_TRUNC (shell
+// redirections); none gets ioctl.
+var devices = [...]struct {
+	path   string
+	access Access
+}{
+	{"/dev/full", AccessRead | AccessWrite},
+	{"/dev/null", AccessRead | AccessWrite | AccessTruncate},
+	{"/dev/random", AccessRead},
+	{"/dev/urandom", AccessRead},
+	{"/dev/zero", AccessRead | AccessWrite},
+}
+
+// Compile turns an entry into the jail its process runs in (SPEC §2).
+func Compile(app policy.App, opt Options) (Spec, error) {
+	fail := func(format string, args ...any) (Spec, error) {
+		return Spec{}, fmt.Errorf("jail %s: "+format, append([]any{app.ID}, args...)...)
+	}
+	if len(app.Exec) == 0 || !filepath.IsAbs(app.Exec[0]) {
+		return fail("exec[0] must be an absolute path")
+	}
+	strict, err := ParseStrictness(string(opt.Strictness))
+	if err != nil {
+		return fail("daemon setting: %v", err)
+	}
+	if app.Sandbox.Strictness != "" {
+		if strict, err = ParseStrictness(app.Sandbox.Strictness); err != nil {
+			return fail("sandbox.strictness: %v", err)
+		}
+	}
+	sb := app.Sandbox
+	if opt.Narrowed {
+		sb.Policy = policy.PolicyJail
+		sb.Network = policy.NetworkNone
+		sb.TCPConnect, sb.TCPBind, sb.External = nil, nil, nil
+	}
+	processes := sb.MayCreateProcesses()
+
+	var jailDir, secretsDir string
+	if app.Storage.Jail {
+		jailDir = opt.Dirs.JailDir(app.ID)
+	}
+	if app.Storage.Secrets {
+		secretsDir = opt.Dirs.SecretsDir(app.ID)
+	}
+	daemonEnv := map[string]string{EnvAppID: app.ID, EnvHubFD: strconv.Itoa(HubFD)}
+	if jailDir != "" {
+		daemonEnv[EnvJail] = jailDir
+	}
+	if secretsDir != "" {
+		daemonEnv[EnvSecrets] = secretsDir
+	}
+	dir := "/"
+	if jailDir != "" {
+		dir = jailDir
+	}
+	spec := Spec{
+		Version:   SpecVersion,
+		App:       app.ID,
+		Program:   filepath.Clean(app.Exec[0]),
+		Argv:      slices.Clone(app.Exec),
+		Env:       Environ(opt.BaseEnv, app.Env, daemonEnv),
+		Dir:       dir,
+		ParentPID: opt.ParentPID,
+		FDs:       []int{0, 1, 2, HubFD},
+		Strict:    strict == Strict,
+	}
+
+	ll := LandlockSpec{Scope: true, LogApp: opt.DeveloperMode}
+	if sb.Policy != policy.PolicyBroad {
+		ll.FS = true
+		paths, err := fsRules(app, sb, opt, jailDir, secretsDir, processes)
+		if err != nil {
+			return fail("%v", err)
+		}
+		ll.Paths = paths
+		switch sb.Network {
+		case policy.NetworkNone, "":
+			ll.Net = true
+		case policy.NetworkTCP:
+			ll.Net = true
+			ll.ConnectTCP = sortedPorts(sb.TCPConnect)
+			ll.BindTCP = sortedPorts(sb.TCPBind)
+		case policy.NetworkFull:
+		default:
+			return fail("sandbox.network %q: want none, tcp or full", sb.Network)
+		}
+	}
+	ll.MinABI = minABI(ll)
+	spec.Landlock = ll
+
+	network := sb.Network
+	if sb.Policy == policy.PolicyBroad {
+		// Broad skips network narrowing along with the filesystem's.
+		network = policy.NetworkFull
+	}
+	spec.Seccomp = seccompRules(network, processes, ll.FS)
+	if err := spec.validateCompiled(); err != nil {
+		return fail("%v", err)
+	}
+	return spec, nil
+}
+
+// validateCompiled is Validate minus the pid, which the caller may fill
+// in only at fork time.
+func (s Spec) validateCompiled() error {
+	if s.ParentPID == 0 {
+		s.ParentPID = 1
+	}
+	return s.Validate()
+}
+
+func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir string, processes bool) ([]PathRule, error) {
+	var rules []PathRule
+	add := func(path string, access Access, why string, optional bool) {
+		rules = append(rules, PathRule{Path: filepath.Clean(path), Access: access, Why: why, Optional: optional})
+	}
+	sys := AccessRO
+	if processes {
+		sys = AccessRX
+	}
+	for _, d := range systemDirs {
+		if d == "/etc" {
+			add(d, AccessRO, "system", true)
+			continue
+		}
+		add(d, sys, "system", true)
+	}
+	links := make([]string, 0, len(opt.SystemLinks))
+	for l := range opt.SystemLinks {
+		links = append(links, l)
+	}
+	slices.Sort(links)
+	for _, l := range links {
+		if underAny(opt.SystemLinks[l], systemDirs[:]) {
+			continue
+		}
+		add(l, AccessRead, "system", true)
+	}
+	add(app.Exec[0], AccessRead|AccessExec, "program", false)
+	for _, in := range opt.Interpreters {
+		if !filepath.IsAbs(in) {
+			return nil, fmt.Errorf("interpreter %q is not absolute", in)
+		}
+		add(in, AccessRead|AccessExec, "interp", false)
+	}
+	for _, d := range devices {
+		add(d.path, d.access, "device", true)
+	}
+	// The app's own /proc/<pid> (the helper's pid is the app's: exec keeps
+	// it); every other process's /proc entry stays closed.
+	add("/proc/self", AccessRO, "proc", false)
+	for _, r := range app.Resources {
+		if !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("resources: %q is not absolute", r)
+		}
+		add(r, sys, "resource", false)
+	}
+	if jailDir != "" {
+		add(jailDir, AccessRW, "jail", false)
+	}
+	if secretsDir != "" {
+		add(secretsDir, AccessRW, "secrets", false)
+	}
+	for _, e := range sb.External {
+		p, err := expandHome(e.Path, opt.Dirs.Home)
+		if err != nil {
+			return nil, fmt.Errorf("external %q: %w", e.Path, err)
+		}
+		switch e.Access {
+		case policy.AccessRO:
+			add(p, AccessRO, "external", true)
+		case policy.AccessRW:
+			add(p, AccessRW, "external", true)
+		default:
+			return nil, fmt.Errorf("external %q: access %q: want ro or rw", e.Path, e.Access)
+		}
+	}
+	return rules, nil
+}
+
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func expandHome(p, home string) (string, error) {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if !filepath.IsAbs(home) {
+			return "", fmt.Errorf("~ needs the user's home, which is unknown")
+		}
+		p = filepath.Join(home, p[1:])
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("not an absolute path")
+	}
+	return filepath.Clean(p), nil
+}
+
+func sortedPorts(p []uint16) []uint16 {
+	out := slices.Clone(p)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// minABI is the Landlock ABI that enforces everything ll asks for: files
+// from 1 (truncation from 3), TCP ports from 4, scoping from 6.
+func minABI(ll LandlockSpec) int {
+	abi := 0
+	if ll.FS {
+		abi = 3
+	}
+	if ll.Net {
+		abi = max(abi, 4)
+	}
+	if ll.Scope {
+		abi = max(abi, 6)
+	}
+	return abi
+}

@@ -1,0 +1,189 @@
+package jail
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"octosup/policy"
+)
+
+func TestMain(m *testing.M) {
+	if IsHelper(os.Args) {
+		os.Exit(RunHelper())
+	}
+	if len(os.Args) >= 2 && os.Args[1] == probeArg {
+		os.Exit(runProbe(os.Args[2:]))
+	}
+	// The race runtime sleeps a second at exit unless told not to; every
+	// probe and helper is such an exit.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// spawner is the test's counterpart of the supervisor's spawner thread:
+// one goroutine locked to its OS thread for the test's life, so that the
+// parent-death signal of the children it forks does not fire early.
+type spawner struct {
+	reqs chan func()
+	done chan struct{}
+}
+
+func newSpawner(t testing.TB) *spawner {
+	s := &spawner{reqs: make(chan func()), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for f := range s.reqs {
+			f()
+		}
+	}()
+	t.Cleanup(func() {
+		close(s.reqs)
+		<-s.done
+	})
+	return s
+}
+
+func (s *spawner) do(f func()) {
+	done := make(chan struct{})
+	s.reqs <- func() { defer close(done); f() }
+	<-done
+}
+
+// harness runs probes as jailed apps of a fake user whose home, data and
+// runtime directories live in a temporary directory.
+type harness struct {
+	t     testing.TB
+	sp    *spawner
+	l     *Launcher
+	dirs  policy.Dirs
+	probe string // the test binary
+	// processes is probeApp's default for sandbox.processes.
+	processes bool
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	dirs := policy.Dirs{
+		Home:    filepath.Join(root, "home"),
+		Config:  filepath.Join(root, "home/.config/octosup"),
+		State:   filepath.Join(root, "home/.local/state/octosup"),
+		Data:    filepath.Join(root, "home/.local/share/octosup"),
+		Runtime: filepath.Join(root, "run/octosup"),
+	}
+	for _, d := range []string{dirs.Home, dirs.State, dirs.Runtime} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &harness{t: t, sp: newSpawner(t), l: NewLauncher(Config{HelperPath: exe}), dirs: dirs, probe: exe}
+}
+
+// probeApp is an app entry whose program is the probe doing action.
+func (h *harness) probeApp(id string, args ...string) policy.App {
+	no := h.processes
+	return policy.App{
+		ID:      id,
+		Exec:    append([]string{h.probe, probeArg}, args...),
+		Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &no},
+		Storage: policy.Storage{Jail: true, Secrets: true},
+	}
+}
+
+// outcome is what one run of a probe said.
+type outcome struct {
+	out    string // the probe's stdout, trimmed
+	report Report
+	err    error // Confirm's
+	direct bool  // started without the helper
+}
+
+// runApp starts app through the Launcher, waits for it to exit and returns
+// what it printed. hubFD, when given, is sent down the hub first.
+func (h *harness) runApp(app policy.App, baseEnv []string, hubFD *os.File) outcome {
+	h.t.Helper()
+	return h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+		return h.l.Start(Request{App: app, Dirs: h.dirs, BaseEnv: append(baseEnv, "GORACE="+os.Getenv("GORACE")), Stdout: stdout, Stderr: stderr, Hub: hub})
+	}, hubFD)
+}
+
+func (h *harness) runWith(start func(stdout, stderr, hub *os.File) (*Process, error), hubFD *os.File) outcome {
+	h.t.Helper()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer errR.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "hub"), os.NewFile(uintptr(pair[1]), "hub-app")
+	defer ours.Close()
+	if hubFD != nil {
+		if err := unix.Sendmsg(pair[0], []byte{0}, unix.UnixRights(int(hubFD.Fd())), nil, 0); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	var p *Process
+	h.sp.do(func() { p, err = start(outW, errW, theirs) })
+	outW.Close()
+	errW.Close()
+	theirs.Close()
+	if err != nil {
+		return outcome{err: err}
+	}
+	defer unix.Close(p.Pidfd)
+	rep, cerr := p.Confirm()
+	stdout, _ := io.ReadAll(outR)
+	stderr, _ := io.ReadAll(errR)
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, p.Pidfd, &info, unix.WEXITED, nil); err != nil {
+		h.t.Fatalf("wait: %v", err)
+	}
+	if len(stderr) > 0 {
+		h.t.Logf("stderr of %d: %s", p.Pid, bytes.TrimSpace(stderr))
+	}
+	return outcome{out: strings.TrimSpace(string(stdout)), report: rep, err: cerr, direct: p.direct}
+}
+
+// runPlain runs the probe without a jail: the positive control that the
+// action works at all outside it.
+func (h *harness) runPlain(args ...string) string {
+	h.t.Helper()
+	cmd := exec.Command(h.probe, append([]string{probeArg}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		h.t.Fatalf("plain probe %v: %v", args, err)
+	}
+	return strings.TrimSpace(string(out))
+}

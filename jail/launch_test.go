@@ -1,0 +1,227 @@
+package jail
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"octosup/policy"
+)
+
+// TestJailedProcess checks layers 1–3 from inside a jailed app: what the
+// kernel says of its descriptors, privileges and environment.
+func TestJailedProcess(t *testing.T) {
+	h := newHarness(t)
+	base := []string{"HOME=" + h.dirs.Home, "PATH=/usr/bin:/bin", "OCTOS_TOKEN=secret", "OCTOSUP_SANDBOX_NARROW=", "NOTIFY_SOCKET=/run/x", "LISTEN_FDS=3", "WATCHDOG_USEC=1"}
+	// A descriptor the daemon has open without close-on-exec must not
+	// reach the app either.
+	leak, err := unix.Open("/etc/hostname", unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(leak)
+
+	o := h.runApp(h.probeApp("basics", "fds"), base, nil)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.out != "[0 1 2 3]" {
+		t.Errorf("fds in the app: %s, want [0 1 2 3]", o.out)
+	}
+	want := []string{"env", "fds", "no_new_privs", "caps", "landlock", "seccomp"}
+	if !slices.Equal(o.report.Layers, want) || len(o.report.Missing) != 0 || o.report.LandlockABI != LandlockABI() {
+		t.Errorf("report %+v, want layers %v, nothing missing, ABI %d", o.report, want, LandlockABI())
+	}
+
+	o = h.runApp(h.probeApp("basics", "status"), base, nil)
+	fields := strings.Fields(o.out)
+	for _, f := range []string{"NoNewPrivs=1", "Seccomp=2", "CapInh=0000000000000000", "CapPrm=0000000000000000", "CapEff=0000000000000000", "CapAmb=0000000000000000"} {
+		if !slices.Contains(fields, f) {
+			t.Errorf("/proc/self/status of the app lacks %s: %s", f, o.out)
+		}
+	}
+	if os.Geteuid() == 0 && !slices.Contains(fields, "CapBnd=0000000000000000") {
+		t.Errorf("bounding set kept under a root daemon: %s", o.out)
+	}
+
+	o = h.runApp(h.probeApp("basics", "env"), base, nil)
+	env := strings.Split(o.out, "\n")
+	for _, gone := range []string{"OCTOS_TOKEN", "OCTOSUP_SANDBOX_NARROW", "NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC"} {
+		for _, kv := range env {
+			if strings.HasPrefix(kv, gone+"=") {
+				t.Errorf("app sees %s", kv)
+			}
+		}
+	}
+	for _, kv := range []string{"HOME=" + h.dirs.Home, EnvAppID + "=basics", EnvHubFD + "=3", EnvJail + "=" + h.dirs.JailDir("basics"), EnvSecrets + "=" + h.dirs.SecretsDir("basics")} {
+		if !slices.Contains(env, kv) {
+			t.Errorf("app lacks %s in %q", kv, env)
+		}
+	}
+	for _, d := range []string{h.dirs.JailDir("basics"), h.dirs.SecretsDir("basics")} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want a 0700 directory", d, st.Mode(), err)
+		}
+	}
+}
+
+// TestNarrow: OCTOSUP_SANDBOX_NARROW takes a network: full app with an
+// external to jail-only and no network.
+func TestNarrow(t *testing.T) {
+	h := newHarness(t)
+	ext := filepath.Join(h.dirs.Home, "Music")
+	if err := os.MkdirAll(ext, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ext, "song"), []byte("la"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := func(args ...string) policy.App {
+		a := h.probeApp("wide", args...)
+		a.Sandbox.Network = policy.NetworkFull
+		a.Sandbox.External = []policy.External{{Path: "~/Music", Access: policy.AccessRW}}
+		return a
+	}
+	narrow := []string{"PATH=/bin", EnvNarrow + "=other, wide"}
+	for _, c := range []struct {
+		args         []string
+		wide, narrow string
+	}{
+		{[]string{"udp"}, "ok", "EPERM"},
+		{[]string{"read", filepath.Join(ext, "song")}, "ok", "EACCES"},
+		{[]string{"write", filepath.Join(h.dirs.JailDir("wide"), "x")}, "ok", "ok"},
+	} {
+		if got := h.runApp(app(c.args...), nil, nil).out; got != c.wide {
+			t.Errorf("%v unnarrowed: %s, want %s", c.args, got, c.wide)
+		}
+		if got := h.runApp(app(c.args...), narrow, nil).out; got != c.narrow {
+			t.Errorf("%v narrowed by the environment: %s, want %s", c.args, got, c.narrow)
+		}
+	}
+	// The Launcher's own setting narrows too.
+	h.l = NewLauncher(Config{HelperPath: h.probe, Narrow: []string{"wide"}})
+	if got := h.runApp(app("udp"), nil, nil).out; got != "EPERM" {
+		t.Errorf("udp narrowed by Config.Narrow: %s, want EPERM", got)
+	}
+}
+
+// TestHelperFailure: a jail that cannot be applied never runs the program;
+// Confirm names the layer, and the errno where there is one.
+func TestHelperFailure(t *testing.T) {
+	h := newHarness(t)
+	good, err := h.l.Spec(Request{App: h.probeApp("fail", "getpid"), Dirs: h.dirs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDirs(Request{App: h.probeApp("fail"), Dirs: h.dirs}); err != nil {
+		t.Fatal(err)
+	}
+	mut := func(f func(s *Spec)) Spec {
+		s := good
+		s.Landlock.Paths = slices.Clone(good.Landlock.Paths)
+		f(&s)
+		return s
+	}
+	cases := []struct {
+		name  string
+		spec  Spec
+		want  string
+		errno unix.Errno
+	}{
+		{"missing resource", mut(func(s *Spec) {
+			s.Landlock.Paths = append(s.Landlock.Paths, PathRule{Path: "/nonexistent/octosup", Access: AccessRO, Why: "resource"})
+		}), "landlock: open /nonexistent/octosup: ENOENT", unix.ENOENT},
+		{"strict above the kernel", mut(func(s *Spec) { s.Strict = true; s.Landlock.MinABI = LandlockABI() + 1 }),
+			"jail: landlock ABI " + strconv.Itoa(LandlockABI()) + " < " + strconv.Itoa(LandlockABI()+1), 0},
+		{"daemon gone", mut(func(s *Spec) { s.ParentPID = 2 }), "pdeathsig: daemon (pid 2) is gone", 0},
+		{"invalid spec", mut(func(s *Spec) { s.FDs = []int{0, 1, 2, 3, 7} }), "spec: invalid jail spec: fds", 0},
+		{"no working directory", mut(func(s *Spec) { s.Dir = "/nonexistent/octosup" }), "dir: chdir /nonexistent/octosup: ENOENT", unix.ENOENT},
+		{"program vanished", mut(func(s *Spec) {
+			s.Landlock.FS, s.Landlock.Paths = false, nil
+			s.Program = "/nonexistent/octosup"
+		}), "exec: /nonexistent/octosup: ENOENT", unix.ENOENT},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+				return h.l.startSpec(c.spec, stdout, stderr, hub)
+			}, nil)
+			if o.err == nil {
+				t.Fatalf("the program ran (%q)", o.out)
+			}
+			var le *LayerError
+			if !errors.As(o.err, &le) || !strings.HasPrefix(o.err.Error(), c.want) {
+				t.Fatalf("Confirm: %v (%T), want %q…", o.err, o.err, c.want)
+			}
+			if c.errno != 0 && !errors.Is(o.err, c.errno) {
+				t.Errorf("%v is not %v", o.err, c.errno)
+			}
+			if o.out != "" {
+				t.Errorf("the program printed %q", o.out)
+			}
+		})
+	}
+	// A strict app on a kernel that has everything starts.
+	strictApp := h.probeApp("fail", "getpid")
+	strictApp.Sandbox.Strictness = string(Strict)
+	if o := h.runApp(strictApp, nil, nil); o.err != nil {
+		t.Errorf("strict app on ABI %d: %v", LandlockABI(), o.err)
+	}
+}
+
+// TestStartErrors: what Start refuses before forking.
+func TestStartErrors(t *testing.T) {
+	h := newHarness(t)
+	app := h.probeApp("gone")
+	app.Exec = []string{"/nonexistent/octosup-app"}
+	_, err := h.l.Start(Request{App: app, Dirs: h.dirs})
+	if !errors.Is(err, ErrNoProgram) {
+		t.Errorf("missing program: %v, want ErrNoProgram", err)
+	}
+	if _, err := h.l.Start(Request{App: h.probeApp("nohub"), Dirs: h.dirs}); !errors.Is(err, ErrNoHub) {
+		t.Errorf("no hub: %v, want ErrNoHub", err)
+	}
+	app = h.probeApp("bad")
+	app.Sandbox.Strictness = "sometimes"
+	if _, err := h.l.Start(Request{App: app, Dirs: h.dirs}); err == nil || !strings.Contains(err.Error(), "sandbox.strictness") {
+		t.Errorf("bad strictness: %v", err)
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // error text, "" for success
+	}{
+		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n", ""},
+		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n" + `{"failure":{"layer":"exec","message":"/x","errno":"ENOENT","code":2}}` + "\n", "exec: /x: ENOENT"},
+		{"", "jail: jail helper ended without a report"},
+		{"garbage\n", "jail: bad helper status"},
+		{`{"report":{},"extra":1}` + "\n", "jail: bad helper status"},
+	} {
+		_, err := parseStatus([]byte(c.in))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.in, err)
+		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+func FuzzParseStatus(f *testing.F) {
+	f.Add([]byte(`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n"))
+	f.Add([]byte(`{"failure":{"layer":"landlock","message":"restrict","errno":"EINVAL","code":22}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rep, err := parseStatus(b)
+		if err == nil && rep.Missing == nil {
+			t.Error("success without a missing list")
+		}
+	})
+}

@@ -1,0 +1,217 @@
+package jail
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"octosup/policy"
+)
+
+// The filter is checked by running the BPF libseccomp compiled on a small
+// classic-BPF interpreter: the cases the kernel here cannot show (int 0x80
+// faults on this VM whatever the filter says; x32; garbage in the upper
+// half of a 32-bit argument) are inputs like any other.
+
+const (
+	auditArchX8664 = 0xc000003e
+	auditArchI386  = 0x40000003
+	retKillProcess = 0x80000000
+	retAllow       = 0x7fff0000
+	retErrno       = 0x00050000
+	x32SyscallBit  = 0x40000000
+)
+
+type bpfInsn struct {
+	code   uint16
+	jt, jf uint8
+	k      uint32
+}
+
+// seccompData is struct seccomp_data.
+type seccompData struct {
+	nr   int32
+	arch uint32
+	ip   uint64
+	args [6]uint64
+}
+
+func (d seccompData) word(off uint32) uint32 {
+	b := make([]byte, 64)
+	binary.LittleEndian.PutUint32(b[0:], uint32(d.nr))
+	binary.LittleEndian.PutUint32(b[4:], d.arch)
+	binary.LittleEndian.PutUint64(b[8:], d.ip)
+	for i, a := range d.args {
+		binary.LittleEndian.PutUint64(b[16+8*i:], a)
+	}
+	return binary.LittleEndian.Uint32(b[off:])
+}
+
+func compiledFilter(t *testing.T, rules []Syscall) []bpfInsn {
+	t.Helper()
+	f, err := buildFilter(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	// ExportBPFMem needs libseccomp 2.6; a file works with 2.5.
+	out, err := os.Create(filepath.Join(t.TempDir(), "filter.bpf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := f.ExportBPF(out); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := make([]bpfInsn, len(raw)/8)
+	for i := range prog {
+		b := raw[8*i:]
+		prog[i] = bpfInsn{binary.LittleEndian.Uint16(b), b[2], b[3], binary.LittleEndian.Uint32(b[4:])}
+	}
+	return prog
+}
+
+// runBPF evaluates prog on d as the kernel would.
+func runBPF(t *testing.T, prog []bpfInsn, d seccompData) uint32 {
+	t.Helper()
+	var a, x uint32
+	var mem [16]uint32
+	for pc := 0; pc < len(prog); pc++ {
+		in := prog[pc]
+		switch in.code {
+		case 0x20: // ld [k]
+			a = d.word(in.k)
+		case 0x00: // ld #k
+			a = in.k
+		case 0x01: // ldx #k
+			x = in.k
+		case 0x60: // ld M[k]
+			a = mem[in.k]
+		case 0x61: // ldx M[k]
+			x = mem[in.k]
+		case 0x02: // st M[k]
+			mem[in.k] = a
+		case 0x03: // stx M[k]
+			mem[in.k] = x
+		case 0x54: // and #k
+			a &= in.k
+		case 0x44: // or #k
+			a |= in.k
+		case 0x07: // tax
+			x = a
+		case 0x87: // txa
+			a = x
+		case 0x05: // ja
+			pc += int(in.k)
+		case 0x15, 0x25, 0x35, 0x45: // jeq, jgt, jge, jset #k
+			var ok bool
+			switch in.code {
+			case 0x15:
+				ok = a == in.k
+			case 0x25:
+				ok = a > in.k
+			case 0x35:
+				ok = a >= in.k
+			case 0x45:
+				ok = a&in.k != 0
+			}
+			if ok {
+				pc += int(in.jt)
+			} else {
+				pc += int(in.jf)
+			}
+		case 0x06: // ret #k
+			return in.k
+		case 0x16: // ret a
+			return a
+		default:
+			t.Fatalf("bpf opcode %#x at %d not understood by the test", in.code, pc)
+		}
+	}
+	t.Fatal("bpf program fell off its end")
+	return 0
+}
+
+func TestFilterVerdicts(t *testing.T) {
+	if auditArch() != auditArchX8664 {
+		t.Skip("verdict table written for x86_64")
+	}
+	errno := func(e unix.Errno) uint32 { return retErrno | uint32(e) }
+	call := func(nr int, args ...uint64) seccompData {
+		d := seccompData{nr: int32(nr), arch: auditArchX8664}
+		copy(d.args[:], args)
+		return d
+	}
+	const garbage = 0xdead_beef_0000_0000
+	none := seccompRules(policy.NetworkNone, false, true)
+	tcp := seccompRules(policy.NetworkTCP, true, true)
+	broad := seccompRules(policy.NetworkFull, true, false)
+	cases := []struct {
+		name  string
+		rules []Syscall
+		in    seccompData
+		want  uint32
+	}{
+		{"i386 syscall (int 0x80) kills the process", none, seccompData{nr: 1, arch: auditArchI386}, retKillProcess},
+		{"x32 syscall kills the process", none, call(unix.SYS_READ | x32SyscallBit), retKillProcess},
+		{"read is allowed", none, call(unix.SYS_READ), retAllow},
+		{"clone3 is ENOSYS", tcp, call(unix.SYS_CLONE3), errno(unix.ENOSYS)},
+		{"thread clone allowed without processes", none, call(unix.SYS_CLONE, unix.CLONE_VM|unix.CLONE_THREAD|unix.CLONE_SIGHAND), retAllow},
+		{"process clone refused without processes", none, call(unix.SYS_CLONE, uint64(unix.SIGCHLD)), errno(unix.EPERM)},
+		{"process clone allowed with processes", tcp, call(unix.SYS_CLONE, uint64(unix.SIGCHLD)), retAllow},
+		{"clone with CLONE_NEWUSER refused", tcp, call(unix.SYS_CLONE, unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), errno(unix.EPERM)},
+		{"TIOCSTI refused", broad, call(unix.SYS_IOCTL, 0, unix.TIOCSTI), errno(unix.EPERM)},
+		{"TIOCSTI with garbage above 32 bits refused", broad, call(unix.SYS_IOCTL, 0, garbage|unix.TIOCSTI), errno(unix.EPERM)},
+		{"TCGETS allowed", broad, call(unix.SYS_IOCTL, 0, unix.TCGETS), retAllow},
+		{"socket refused with network none", none, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), errno(unix.EPERM)},
+		{"socketpair(AF_UNIX) allowed with network none", none, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
+		{"socketpair(AF_INET) refused", none, call(unix.SYS_SOCKETPAIR, unix.AF_INET, unix.SOCK_STREAM), errno(unix.EPERM)},
+		{"tcp socket allowed with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP), retAllow},
+		{"udp refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), errno(unix.EPERM)},
+		{"mptcp refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP), errno(unix.EPERM)},
+		{"AF_INET with garbage above 32 bits still checked", tcp, call(unix.SYS_SOCKET, garbage|unix.AF_INET, unix.SOCK_DGRAM), errno(unix.EPERM)},
+		{"vsock refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), errno(unix.EPERM)},
+		{"family above the table refused", tcp, call(unix.SYS_SOCKET, 200, unix.SOCK_STREAM), errno(unix.EPERM)},
+		{"unix socket allowed with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_DGRAM), retAllow},
+		{"udp allowed with network full", broad, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM), retAllow},
+		{"personality query allowed", none, call(unix.SYS_PERSONALITY, 0xffffffff), retAllow},
+		{"personality change refused", none, call(unix.SYS_PERSONALITY, 0x0040000), errno(unix.EPERM)},
+		{"chmod refused when files are narrowed", none, call(unix.SYS_CHMOD), errno(unix.EPERM)},
+		{"chmod allowed for broad", broad, call(unix.SYS_CHMOD), retAllow},
+		{"fchmod allowed", none, call(unix.SYS_FCHMOD), retAllow},
+		{"ptrace refused for broad", broad, call(unix.SYS_PTRACE), errno(unix.EPERM)},
+		{"new mount API refused", broad, call(unix.SYS_FSOPEN), errno(unix.EPERM)},
+		{"io_uring refused", broad, call(unix.SYS_IO_URING_SETUP), errno(unix.EPERM)},
+		{"fork refused without processes", none, call(unix.SYS_FORK), errno(unix.EPERM)},
+		{"vfork allowed with processes", tcp, call(unix.SYS_VFORK), retAllow},
+	}
+	progs := map[*Syscall][]bpfInsn{}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prog, ok := progs[&c.rules[0]]
+			if !ok {
+				prog = compiledFilter(t, c.rules)
+				progs[&c.rules[0]] = prog
+			}
+			if got := runBPF(t, prog, c.in); got != c.want {
+				t.Errorf("verdict %#x, want %#x", got, c.want)
+			}
+		})
+	}
+}
+
+// auditArch is this build's AUDIT_ARCH value, as the filter's arch check
+// sees it.
+func auditArch() uint32 {
+	if unix.SYS_CLONE3 == 435 && unix.SYS_READ == 0 {
+		return auditArchX8664
+	}
+	return 0
+}
