@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -78,27 +79,31 @@ type runner struct {
 	status AppStatus
 
 	// Owned by the run goroutine.
-	policy        *restartPolicy
-	starts        int
-	proc          *proc
-	stopRequested bool
-	stopWaiters   []chan cmdResult
-	startWaiters  []chan cmdResult // start once the current process is gone
-	killTimer     *time.Timer
-	backoff       *time.Timer
-	leaving       error // ErrUnknownApp (removed) or ErrShutdown once leaving
+	removeC, quitC <-chan struct{} // remove and s.quit until one was received
+	policy         *restartPolicy
+	starts         int
+	proc           *proc
+	stopRequested  bool
+	stopWaiters    []chan cmdResult
+	startWaiters   []chan cmdResult // start once the current process is gone
+	killTimer      *time.Timer
+	backoff        *time.Timer
+	leaving        error // ErrUnknownApp (removed) or ErrShutdown once leaving
 }
 
 func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
+	remove := make(chan struct{})
 	return &runner{
 		s:       s,
 		id:      app.ID,
 		logs:    newRing(s.cfg.LogLines),
 		cmds:    make(chan command),
-		remove:  make(chan struct{}),
+		remove:  remove,
 		done:    make(chan struct{}),
 		settled: make(chan struct{}),
 		prev:    prev,
+		removeC: remove,
+		quitC:   s.quit,
 		entry:   app,
 		status:  AppStatus{ID: app.ID, State: Stopped, Since: s.cfg.Now(), Stopper: StopperProcessGroup},
 		policy:  newRestartPolicy(app.Restart),
@@ -135,7 +140,6 @@ func (r *runner) run() {
 	}
 	close(r.settled)
 
-	remove, quit := r.remove, r.s.quit
 	for r.leaving == nil || r.proc != nil {
 		var exited chan struct{}
 		if r.proc != nil {
@@ -154,11 +158,11 @@ func (r *runner) run() {
 		case <-timerC(r.backoff):
 			r.backoff = nil
 			_, _ = r.start(true)
-		case <-remove:
-			remove, quit = nil, nil
+		case <-r.removeC:
+			r.removeC, r.quitC = nil, nil
 			r.leave(ErrUnknownApp)
-		case <-quit:
-			remove, quit = nil, nil
+		case <-r.quitC:
+			r.removeC, r.quitC = nil, nil
 			r.leave(ErrShutdown)
 		}
 	}
@@ -226,9 +230,72 @@ func (r *runner) handle(c command) {
 	}
 }
 
+// confirmResult is what a process's Confirm said.
+type confirmResult struct {
+	report jail.Report
+	err    error
+}
+
+// confirmAsync runs Confirm in a goroutine the supervisor owns (s.io), so
+// that a helper that never reports cannot hold the app's goroutine.
+func (r *runner) confirmAsync(c confirmer) <-chan confirmResult {
+	ch := make(chan confirmResult, 1)
+	r.s.io.Add(1)
+	go func() {
+		defer r.s.io.Done()
+		rep, err := c.Confirm()
+		ch <- confirmResult{rep, err}
+	}()
+	return ch
+}
+
+// drainConfirm waits, bounded, for Confirm after the process is dead,
+// which closes the jail's status pipe: its only writer was the helper, so
+// it reaches EOF at once. It returns the result, or ok false if none came.
+func (r *runner) drainConfirm(ch <-chan confirmResult, pid int) (confirmResult, bool) {
+	t := time.NewTimer(ioDrain)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res, true
+	case <-t.C:
+		r.s.log.Warn("jail status of a dead app process is still open; leaving it to its reader",
+			zap.String("app", r.id), zap.Int("pid", pid))
+		return confirmResult{}, false
+	}
+}
+
+// discard kills and reaps a process the runner cannot supervise (no
+// usable pidfd), closes its pidfd and consumes its jail status.
+func (r *runner) discard(sp spawned) {
+	if sp.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(sp.pidfd, unix.SIGKILL, nil, 0)
+		f := os.NewFile(uintptr(sp.pidfd), "pidfd:"+r.id)
+		if _, err := reap(f, r.s.cfg.Now()); err != nil {
+			r.s.log.Error("cannot reap a discarded app process", zap.String("app", r.id), zap.Int("pid", sp.pid), zap.Error(err))
+		}
+		f.Close()
+	} else if sp.pid > 0 {
+		_ = unix.Kill(sp.pid, unix.SIGKILL)
+		for {
+			_, err := unix.Wait4(sp.pid, nil, 0, nil)
+			if !errors.Is(err, unix.EINTR) {
+				if err != nil {
+					r.s.log.Error("cannot reap a discarded app process", zap.String("app", r.id), zap.Int("pid", sp.pid), zap.Error(err))
+				}
+				break
+			}
+		}
+	}
+	if sp.confirm != nil {
+		r.drainConfirm(r.confirmAsync(sp.confirm), sp.pid)
+	}
+}
+
 // start launches a process for the app and waits until it runs the app's
 // program or has failed. auto says the restart policy asked for it; any
-// other start resets the policy's history.
+// other start resets the policy's history. While it waits it still
+// serves the app's commands, its removal and shutdown (see awaitStart).
 func (r *runner) start(auto bool) (AppStatus, error) {
 	s := r.s
 	s.mu.Lock()
@@ -247,7 +314,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 
 	c, err := newCaptures(r.id)
 	if err != nil {
-		return r.fail(nil, err.Error())
+		return r.fail(nil, err)
 	}
 	reply := make(chan spawnResult, 1)
 	s.spawnReqs <- spawnRequest{
@@ -259,31 +326,31 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	}
 	res := <-reply
 	c.closeChild()
-	if res.err == nil && res.proc == nil {
-		res.err = fmt.Errorf("launcher returned no process and no error (a launcher bug)")
+	sp := res.proc
+	if res.err == nil && sp.confirm == nil {
+		res.err = errors.New("launcher returned no process and no error (a launcher bug)")
 	}
 	if res.err != nil {
 		c.closeDaemon()
-		// The launcher's errors start with "start <id>: ", as ours do.
-		return r.fail(nil, strings.TrimPrefix(res.err.Error(), "start "+r.id+": "))
+		r.discard(sp)
+		return r.fail(nil, res.err)
 	}
-	jp := res.proc
-	if jp.Pidfd < 0 {
+	if sp.pidfd < 0 {
 		// Without a pidfd the process can be neither waited for the
 		// netpoller way nor signalled safely; the launcher must use
 		// CLONE_PIDFD (Linux 5.3+).
-		_ = unix.Kill(jp.Pid, unix.SIGKILL)
 		c.closeDaemon()
-		return r.fail(nil, "launcher returned no pidfd (octosup needs Linux 5.3 or later)")
+		r.discard(sp)
+		return r.fail(nil, errors.New("launcher returned no pidfd (octosup needs Linux 5.3 or later)"))
 	}
-	if err := unix.SetNonblock(jp.Pidfd, true); err != nil {
-		_ = unix.Kill(jp.Pid, unix.SIGKILL)
+	if err := unix.SetNonblock(sp.pidfd, true); err != nil {
 		c.closeDaemon()
-		return r.fail(nil, fmt.Sprintf("pidfd: %v", err))
+		r.discard(sp)
+		return r.fail(nil, fmt.Errorf("pidfd: %w", err))
 	}
 	p := &proc{
-		pid:     jp.Pid,
-		pidfd:   os.NewFile(uintptr(jp.Pidfd), "pidfd:"+r.id),
+		pid:     sp.pid,
+		pidfd:   os.NewFile(uintptr(sp.pidfd), "pidfd:"+r.id),
 		exited:  make(chan struct{}),
 		outputs: []*os.File{c.outR, c.errR},
 		ioDone:  make(chan struct{}),
@@ -293,10 +360,11 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	s.mu.Lock()
 	s.pids[p.pid] = r
 	s.mu.Unlock()
+	confirmed := r.confirmAsync(sp.confirm)
 	s.io.Add(3)
 	go func() {
 		defer s.io.Done()
-		watchExit(p.pidfd, p.exited)
+		watchExit(p.pidfd, p.exited, s.log, r.id, p.pid)
 	}()
 	var open atomic.Int32
 	open.Store(2)
@@ -313,34 +381,153 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 
 	// Signalling the group must never reach the daemon's own group.
 	if pg, err := unix.Getpgid(p.pid); err == nil && pg != p.pid {
+		// Only the leader: its group is not its own. The pid cannot have
+		// been reused, as the leader is not reaped yet.
 		_ = unix.Kill(p.pid, unix.SIGKILL)
 		c.hub.Close()
 		<-p.exited
 		exit := r.collect()
-		return r.fail(&exit, fmt.Sprintf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
+		r.drainConfirm(confirmed, p.pid)
+		return r.fail(&exit, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
 	}
-	report, err := jp.Confirm()
-	if err != nil {
+	r.move(Starting, func(st *AppStatus) { st.Pid = p.pid })
+	return r.awaitStart(entry, c.hub, confirmed, restarts)
+}
+
+// awaitStart waits for the jail's report on the process just started. The
+// app's goroutine keeps serving it meanwhile: a Start or Restart joins
+// this start, a Stop, the app's removal or shutdown cancels it, and so
+// does Config.StartTimeout running out. A cancelled start kills the
+// process group, reaps the leader and consumes the jail's status.
+func (r *runner) awaitStart(entry policy.App, hub *os.File, confirmed <-chan confirmResult, restarts int) (AppStatus, error) {
+	s, p := r.s, r.proc
+	timeout := time.NewTimer(s.cfg.StartTimeout)
+	defer timeout.Stop()
+	var (
+		joined []chan cmdResult // Start and Restart that arrived meanwhile
+		res    confirmResult
+	)
+	// cancel kills the starting process and ends the start as why says.
+	cancel := func(to State, why error) (AppStatus, error) {
 		r.signal(unix.SIGKILL)
-		c.hub.Close()
+		hub.Close()
 		<-p.exited
 		exit := r.collect()
-		return r.fail(&exit, err.Error())
+		r.drainConfirm(confirmed, p.pid)
+		var st AppStatus
+		var err error
+		if to == Failed {
+			st, err = r.fail(&exit, why)
+		} else {
+			s.log.Info("app start cancelled", zap.String("app", r.id), zap.Int("pid", p.pid), zap.Error(why))
+			st = r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, why.Error() })
+			err = &startError{id: r.id, reason: why.Error(), cause: why}
+		}
+		r.replyAll(&joined, cmdResult{st, err})
+		return st, err
 	}
+wait:
+	for {
+		select {
+		case res = <-confirmed:
+			break wait
+		case <-p.exited:
+			// The process died before its report was read; the report (or
+			// the helper's failure) is in the pipe, which is at EOF now.
+			if got, ok := r.drainConfirm(confirmed, p.pid); ok {
+				res = got
+			} else {
+				res.err = fmt.Errorf("jail: %w", jail.ErrHelperDied)
+			}
+			break wait
+		case <-timeout.C:
+			return cancel(Failed, &reasonError{
+				reason: fmt.Sprintf("jail helper did not report within %s; its process group was killed", s.cfg.StartTimeout),
+				err:    ErrStartTimeout,
+			})
+		case c := <-r.cmds:
+			switch c.kind {
+			case cmdStart, cmdRestart:
+				joined = append(joined, c.reply)
+			case cmdStop:
+				st, err := cancel(Stopped, errors.New("stopped while starting"))
+				c.reply <- cmdResult{status: st}
+				return st, err
+			}
+		case <-r.removeC:
+			r.removeC, r.quitC = nil, nil
+			r.leaving = ErrUnknownApp
+			return cancel(Stopped, fmt.Errorf("start cancelled: %w", ErrUnknownApp))
+		case <-r.quitC:
+			r.removeC, r.quitC = nil, nil
+			r.leaving = ErrShutdown
+			return cancel(Stopped, fmt.Errorf("start cancelled: %w", ErrShutdown))
+		}
+	}
+	if res.err != nil {
+		r.signal(unix.SIGKILL)
+		hub.Close()
+		<-p.exited
+		exit := r.collect()
+		st, err := r.fail(&exit, res.err)
+		r.replyAll(&joined, cmdResult{st, err})
+		return st, err
+	}
+	report := res.report
 	st := r.move(Running, func(st *AppStatus) { st.Pid, st.Jail = p.pid, &report })
 	s.log.Info("app started", zap.String("app", r.id), zap.Int("pid", p.pid),
 		zap.Strings("jail_layers", report.Layers), zap.Strings("jail_missing", report.Missing),
 		zap.Int("landlock_abi", report.LandlockABI), zap.Int("restarts", restarts))
 	if s.cfg.Links != nil {
 		p.attached = true
-		s.cfg.Links.Attach(entry, c.hub)
+		r.hook("Attach", func() { s.cfg.Links.Attach(entry, hub) })
 	} else {
-		c.hub.Close()
+		hub.Close()
 	}
+	r.replyAll(&joined, cmdResult{status: st})
 	return st, nil
 }
 
-func (r *runner) fail(exit *Exit, reason string) (AppStatus, error) {
+// slowHook is how long a LinkHandler call may take before it is logged.
+const slowHook = time.Second
+
+// hook runs a LinkHandler call and logs it when it broke its contract of
+// returning promptly.
+func (r *runner) hook(name string, call func()) {
+	t0 := time.Now()
+	call()
+	if d := time.Since(t0); d > r.s.slowHook {
+		r.s.log.Warn("link handler is slow: the app's supervision waited for it",
+			zap.String("app", r.id), zap.String("call", name), zap.Duration("took", d))
+	}
+}
+
+// startError is a failed start: it wraps ErrStartFailed and the cause, so
+// that callers can branch on either, and reads as the reason status shows.
+type startError struct {
+	id, reason string
+	cause      error
+}
+
+func (e *startError) Error() string {
+	return "start " + e.id + ": " + ErrStartFailed.Error() + ": " + e.reason
+}
+
+func (e *startError) Unwrap() []error { return []error{ErrStartFailed, e.cause} }
+
+// reasonError reads as reason and wraps err, a sentinel the reason
+// explains.
+type reasonError struct {
+	reason string
+	err    error
+}
+
+func (e *reasonError) Error() string { return e.reason }
+func (e *reasonError) Unwrap() error { return e.err }
+
+func (r *runner) fail(exit *Exit, cause error) (AppStatus, error) {
+	// The launcher's errors start with "start <id>: ", as ours do.
+	reason := strings.TrimPrefix(cause.Error(), "start "+r.id+": ")
 	r.s.log.Error("app failed to start", zap.String("app", r.id), zap.String("reason", reason))
 	st := r.move(Failed, func(st *AppStatus) {
 		st.Pid, st.Reason = 0, reason
@@ -348,7 +535,7 @@ func (r *runner) fail(exit *Exit, reason string) (AppStatus, error) {
 			st.LastExit = exit
 		}
 	})
-	return st, fmt.Errorf("start %s: %w: %s", r.id, ErrStartFailed, reason)
+	return st, &startError{id: r.id, reason: reason, cause: cause}
 }
 
 func (r *runner) emitter(stream string) func(string) {
@@ -356,7 +543,7 @@ func (r *runner) emitter(stream string) func(string) {
 		l := LogLine{App: r.id, Stream: stream, Text: text, At: r.s.cfg.Now()}
 		r.logs.add(l)
 		r.s.log.Info("app output", zap.String("app", r.id), zap.String("stream", stream), zap.String("text", text))
-		r.s.subs.publish(Event{Kind: "log", Log: &l})
+		r.s.logDropped(r.s.subs.publish(Event{Kind: KindLog, Log: &l}))
 	}
 }
 
@@ -408,7 +595,7 @@ func (r *runner) collect() Exit {
 	}
 	drain.Stop()
 	if p.attached && s.cfg.Links != nil {
-		s.cfg.Links.Detach(r.id)
+		r.hook("Detach", func() { s.cfg.Links.Detach(r.id) })
 	}
 	r.proc = nil
 	return exit
@@ -479,15 +666,20 @@ func (r *runner) snapshot() AppStatus {
 func (r *runner) move(to State, edit func(*AppStatus)) AppStatus {
 	s := r.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := checkMove(r.status.State, to); err != nil {
+		st := r.status
+		s.mu.Unlock()
 		s.log.DPanic("refused state change", zap.String("app", r.id), zap.Error(err))
-		return r.status
+		return st
 	}
 	r.status.State = to
 	r.status.Since = s.cfg.Now()
 	edit(&r.status)
 	st := r.status
-	s.subs.publish(Event{Kind: "state", State: &st})
+	// Published under s.mu so that subscribers see the states in the
+	// order Status does; the log line about a dropped subscriber waits.
+	dropped := s.subs.publish(Event{Kind: KindState, State: &st})
+	s.mu.Unlock()
+	s.logDropped(dropped)
 	return st
 }

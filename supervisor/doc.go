@@ -12,20 +12,24 @@
 //	go sup.Run(ctx)                 // returns once ctx is done and every app is stopped
 //	err = sup.Apply(ctx, manifest)  // first load, and every reload
 //	st, err := sup.Restart(ctx, "notes")
-//	sub := sup.Subscribe(256)       // state and log events; dropped if it falls behind
+//	sub := sup.Subscribe(256, supervisor.KindState) // state events only; dropped if it falls behind
 //
 // Apply makes a validated manifest the set of apps: added apps start when
 // they are autostart, removed ones stop and vanish, and a changed entry
 // takes effect at its app's next start. It returns once those starts and
 // stops are done, which needs Run: start Run first. Start, Stop and
 // Restart return once the app has reached its state; a start that fails
-// returns an error wrapping ErrStartFailed along with the failed status.
+// returns an error wrapping ErrStartFailed and its cause (jail.ErrNoProgram,
+// a *jail.LayerError, ErrStartTimeout, …) along with the failed status,
+// whose Reason is the same text.
 // Status and Logs only copy what is kept in memory. Owner maps a pid (a
 // control-socket peer, say) to the app whose process tree it is in.
 //
 // Each app has one goroutine that alone starts, signals and reaps its
 // processes and moves its state, through one function that refuses
-// illegal moves; commands, exits and timers reach it over channels.
+// illegal moves; commands, exits and timers reach it over channels. The
+// LinkHandler's Attach and Detach run on that goroutine: they must return
+// promptly (a call that takes over a second is logged).
 //
 // # Processes
 //
@@ -49,6 +53,30 @@
 //
 // Stop sends SIGTERM to the group and SIGKILL after Config.StopGrace.
 //
+// An app is starting from the fork until the jail reports that the app's
+// program runs; its pid shows as soon as it is known. The report is read
+// by a goroutine of its own, so the app's goroutine keeps serving the app
+// meanwhile: a Start or Restart joins the start under way; a Stop, the
+// app's removal or shutdown cancel it (the app becomes stopped); and a
+// process that has not reported within Config.StartTimeout (30s) fails
+// the start with ErrStartTimeout. A cancelled start SIGKILLs the group,
+// reaps the leader and then reads the jail's status to its end, so that
+// nothing is left open; so does every other failed start.
+//
+// An Exit is one of three kinds: "exited" with the status in Code,
+// "signaled" with the signal's name ("SIGTERM", or "SIGRTMIN+N" for the
+// real-time signals) and number, and Code -1, or "unknown" (the status
+// was lost; Code -1). Only an exit with status 0 is clean.
+//
+// # What is not guaranteed yet
+//
+// Without a cgroup the supervisor knows an app's processes only through
+// the app's process group. A descendant that leaves the group (setsid,
+// setpgid) is neither stopped with the app nor found by Owner. When the
+// daemon itself dies (SIGKILL, a crash), each app's leader dies with it
+// (its parent-death signal), but the leader's descendants get no such
+// signal and can outlive the daemon; TestDaemonKilled checks the leaders
+// only. A cgroup per app will close both gaps.//
 // # Restart policy
 //
 // restart "on-request" (the default): a process that ends on its own

@@ -5,10 +5,20 @@ import "sync"
 // defaultSubscriberBuffer is the queue of a subscriber that asked for none.
 const defaultSubscriberBuffer = 64
 
+// EventKind is what an Event is about.
+type EventKind string
+
+const (
+	// KindState: an app's state changed (Event.State is set).
+	KindState EventKind = "state"
+	// KindLog: an app printed a line (Event.Log is set).
+	KindLog EventKind = "log"
+)
+
 // Event is one thing that happened: a state change of an app (Kind
-// "state", State set) or a line of its output (Kind "log", Log set).
+// KindState, State set) or a line of its output (Kind KindLog, Log set).
 type Event struct {
-	Kind  string // "state" or "log"
+	Kind  EventKind
 	State *AppStatus
 	Log   *LogLine
 }
@@ -17,9 +27,10 @@ type Event struct {
 // subscriber that lets its queue fill is dropped, never waited for: its
 // Events channel is closed, Done is closed and Err is ErrSlowSubscriber.
 type Subscription struct {
-	hub  *subscribers
-	ch   chan Event
-	done chan struct{}
+	hub   *subscribers
+	ch    chan Event
+	done  chan struct{}
+	kinds map[EventKind]bool // nil: every kind
 
 	// err and ended are guarded by hub.mu.
 	err   error
@@ -53,15 +64,19 @@ type subscribers struct {
 	mu     sync.Mutex
 	set    map[*Subscription]struct{}
 	closed error // once set, new subscriptions end at once with it
-	// onDrop is told about each slow subscriber dropped (for the log).
-	onDrop func()
 }
 
-func (h *subscribers) subscribe(buffer int) *Subscription {
+func (h *subscribers) subscribe(buffer int, kinds []EventKind) *Subscription {
 	if buffer <= 0 {
 		buffer = defaultSubscriberBuffer
 	}
 	sub := &Subscription{hub: h, ch: make(chan Event, buffer), done: make(chan struct{})}
+	if len(kinds) > 0 {
+		sub.kinds = make(map[EventKind]bool, len(kinds))
+		for _, k := range kinds {
+			sub.kinds[k] = true
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed != nil {
@@ -75,19 +90,23 @@ func (h *subscribers) subscribe(buffer int) *Subscription {
 	return sub
 }
 
-func (h *subscribers) publish(ev Event) {
+// publish sends ev to every subscriber of its kind and returns how many
+// it dropped, for the caller to log once it holds no lock.
+func (h *subscribers) publish(ev Event) (dropped int) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for sub := range h.set {
+		if sub.kinds != nil && !sub.kinds[ev.Kind] {
+			continue
+		}
 		select {
 		case sub.ch <- ev:
 		default:
 			h.endLocked(sub, ErrSlowSubscriber)
-			if h.onDrop != nil {
-				h.onDrop()
-			}
+			dropped++
 		}
 	}
+	h.mu.Unlock()
+	return dropped
 }
 
 // closeAll ends every subscription with err, and every later one too.

@@ -139,13 +139,22 @@ func FuzzParseStat(f *testing.F) {
 func TestSubscribers(t *testing.T) {
 	var h subscribers
 	drops := 0
-	h.onDrop = func() { drops++ }
-	slow, fast := h.subscribe(1), h.subscribe(10)
-	closed := h.subscribe(1)
+	slow, fast := h.subscribe(1, nil), h.subscribe(10, nil)
+	closed := h.subscribe(1, nil)
+	states := h.subscribe(1, []EventKind{KindState})
 	closed.Close()
 	closed.Close()
 	for i := range 3 {
-		h.publish(Event{Kind: "log", Log: &LogLine{Text: fmt.Sprint(i)}})
+		drops += h.publish(Event{Kind: KindLog, Log: &LogLine{Text: fmt.Sprint(i)}})
+	}
+	// A state-only subscriber is not crowded out by output lines.
+	if n := h.publish(Event{Kind: KindState, State: &AppStatus{ID: "a"}}); n != 0 {
+		t.Errorf("the state event dropped %d subscribers", n)
+	}
+	if states.Err() != nil || len(states.Events()) != 1 {
+		t.Errorf("state-only subscriber: %d queued, %v", len(states.Events()), states.Err())
+	} else if ev := <-states.Events(); ev.Kind != KindState {
+		t.Errorf("state-only subscriber got a %s event", ev.Kind)
 	}
 	if !errors.Is(slow.Err(), ErrSlowSubscriber) || drops != 1 {
 		t.Errorf("slow: %v, %d drops", slow.Err(), drops)
@@ -153,7 +162,7 @@ func TestSubscribers(t *testing.T) {
 	if closed.Err() != nil {
 		t.Errorf("closed by its owner: %v", closed.Err())
 	}
-	if len(fast.Events()) != 3 || fast.Err() != nil {
+	if len(fast.Events()) != 4 || fast.Err() != nil {
 		t.Errorf("fast: %d queued, %v", len(fast.Events()), fast.Err())
 	}
 	h.closeAll(ErrShutdown)
@@ -161,7 +170,7 @@ func TestSubscribers(t *testing.T) {
 	if !errors.Is(fast.Err(), ErrShutdown) {
 		t.Errorf("fast after shutdown: %v", fast.Err())
 	}
-	late := h.subscribe(1)
+	late := h.subscribe(1, nil)
 	<-late.Done()
 	if !errors.Is(late.Err(), ErrShutdown) {
 		t.Errorf("subscribed after shutdown: %v", late.Err())

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -56,14 +57,32 @@ func child(mode string) int {
 		sleepForever()
 	case "grandchild":
 		// A helper in the app's own process group that ignores SIGTERM:
-		// only the group SIGKILL can end it.
+		// only the group SIGKILL can end it. Its pid is printed only once
+		// it has said, over a pipe, that it ignores SIGTERM.
+		r, w, err := os.Pipe()
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
 		gc := exec.Command(os.Args[0])
-		gc.Env = append(os.Environ(), modeEnv+"=ignoreterm")
+		gc.Env = append(os.Environ(), modeEnv+"=ignoreterm-fd3")
+		gc.ExtraFiles = []*os.File{w}
 		if err := gc.Start(); err != nil {
 			fmt.Println("error", err)
 			return 1
 		}
+		w.Close()
+		if msg, err := io.ReadAll(r); err != nil || string(msg) != "ready" {
+			fmt.Println("error: grandchild said", string(msg), err)
+			return 1
+		}
 		fmt.Println("grandchild", gc.Process.Pid)
+		sleepForever()
+	case "ignoreterm-fd3":
+		signal.Ignore(syscall.SIGTERM)
+		ready := os.NewFile(3, "ready")
+		_, _ = ready.WriteString("ready")
+		ready.Close()
 		sleepForever()
 	case "lines":
 		n, _ := strconv.Atoi(os.Getenv(linesEnv))

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"octosup/jail"
@@ -23,8 +24,34 @@ type spawnRequest struct {
 }
 
 type spawnResult struct {
-	proc *jail.Process
+	proc spawned
 	err  error
+}
+
+// confirmer is what the runner needs of a launched process beyond its pid
+// and pidfd: *jail.Process provides it. It is an interface so that tests
+// can stand in for a jail helper that never reports.
+type confirmer interface {
+	Confirm() (jail.Report, error)
+}
+
+// spawned is one process a launch forked.
+type spawned struct {
+	pid, pidfd int
+	confirm    confirmer // nil only with a launch error
+}
+
+// launchFunc starts one process; launcherFunc adapts a Launcher to it.
+type launchFunc func(jail.Request) (spawned, error)
+
+func launcherFunc(l Launcher) launchFunc {
+	return func(req jail.Request) (spawned, error) {
+		p, err := l.Start(req)
+		if p == nil {
+			return spawned{pid: -1, pidfd: -1}, err
+		}
+		return spawned{pid: p.Pid, pidfd: p.Pidfd, confirm: p}, err
+	}
 }
 
 // spawner runs on one OS thread for the whole life of Run. The kernel ties
@@ -33,13 +60,13 @@ type spawnResult struct {
 // kill the apps it forked. This thread is locked and never unlocked, so it
 // dies only when the goroutine returns at the end of Run, after every app
 // was stopped, or with the daemon.
-func spawner(l Launcher, reqs <-chan spawnRequest, stop <-chan struct{}, done chan<- struct{}) {
+func spawner(launch launchFunc, reqs <-chan spawnRequest, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	runtime.LockOSThread()
 	for {
 		select {
 		case r := <-reqs:
-			p, err := l.Start(r.req)
+			p, err := launch(r.req)
 			r.reply <- spawnResult{p, err}
 		case <-stop:
 			return
@@ -122,25 +149,39 @@ func (c *captures) closeDaemon() {
 // pidfd has exited, then closes exited. The pidfd is non-blocking and
 // registered with Go's netpoller (os.NewFile), so the wait parks a
 // goroutine, not a thread. It does not reap: the runner does that, after
-// it has killed what is left of the app's process group.
-func watchExit(pidfd *os.File, exited chan<- struct{}) {
+// it has killed what is left of the app's process group. If the wait
+// itself fails, exited is closed all the same (the runner then reaps,
+// which blocks until the process is gone) and the failure is logged.
+func watchExit(pidfd *os.File, exited chan<- struct{}, log *zap.Logger, appID string, pid int) {
 	defer close(exited)
 	rc, err := pidfd.SyscallConn()
 	if err != nil {
+		log.Error("cannot watch an app process's pidfd; reaping it at once", zap.String("app", appID), zap.Int("pid", pid), zap.Error(err))
 		return
 	}
 	// Read's callback runs first at once, then each time the poller says
 	// the fd is readable. A pidfd is readable once its process exited; the
 	// zero-timeout poll makes the first call see an exit that happened
 	// before the fd was registered.
-	_ = rc.Read(func(fd uintptr) bool {
+	var perr error
+	err = rc.Read(func(fd uintptr) bool {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(pfd, 0)
 		if err != nil {
-			return !errors.Is(err, unix.EINTR)
+			if errors.Is(err, unix.EINTR) {
+				return false
+			}
+			perr = err
+			return true
 		}
 		return n > 0
 	})
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		log.Error("waiting on an app process's pidfd failed; reaping it at once", zap.String("app", appID), zap.Int("pid", pid), zap.Error(err))
+	}
 }
 
 // reap collects the exit status of the exited process behind pidfd. It is
@@ -148,22 +189,30 @@ func watchExit(pidfd *os.File, exited chan<- struct{}) {
 func reap(pidfd *os.File, at time.Time) (Exit, error) {
 	rc, err := pidfd.SyscallConn()
 	if err != nil {
-		return Exit{Code: -1, At: at}, err
+		return lostExit(at), err
 	}
 	var info unix.Siginfo
 	var werr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
 			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED, nil)
+			if errors.Is(werr, unix.EAGAIN) {
+				// Not exited yet (the watch failed): on a non-blocking
+				// pidfd waitid would not wait, so make it block.
+				if werr = unix.SetNonblock(int(fd), false); werr != nil {
+					return
+				}
+				continue
+			}
 			if !errors.Is(werr, unix.EINTR) {
 				return
 			}
 		}
 	}); err != nil {
-		return Exit{Code: -1, At: at}, err
+		return lostExit(at), err
 	}
 	if werr != nil {
-		return Exit{Code: -1, At: at}, fmt.Errorf("waitid: %w", werr)
+		return lostExit(at), fmt.Errorf("waitid: %w", werr)
 	}
 	return exitOf(&info, at), nil
 }
@@ -185,14 +234,34 @@ func exitOf(info *unix.Siginfo, at time.Time) Exit {
 	if a := int(unsafe.Sizeof(uintptr(0))); off%a != 0 {
 		off += a - off%a
 	}
-	status := int32(binary.NativeEndian.Uint32(raw[off+8:]))
+	status := int(int32(binary.NativeEndian.Uint32(raw[off+8:])))
 	switch info.Code {
 	case cldExited:
-		return Exit{Code: int(status), At: at}
+		return Exit{Kind: ExitStatus, Code: status, At: at}
 	case cldKilled, cldDumped:
-		return Exit{Signal: unix.SignalName(unix.Signal(status)), At: at}
+		return Exit{Kind: ExitSignal, Code: -1, Signal: signalName(status), SignalNumber: status,
+			CoreDumped: info.Code == cldDumped, At: at}
 	}
-	return Exit{Code: -1, At: at}
+	return Exit{Kind: ExitUnknown, Code: -1, At: at}
+}
+
+// lostExit is the Exit of a process whose status could not be collected.
+func lostExit(at time.Time) Exit { return Exit{Kind: ExitUnknown, Code: -1, At: at} }
+
+// signalName names signal n. unix.SignalName knows only the classic
+// signals; the real-time ones (32-64 on Linux) are named as the kernel
+// and kill(1) count them.
+func signalName(n int) string {
+	if name := unix.SignalName(unix.Signal(n)); name != "" {
+		return name
+	}
+	if rtmin, rtmax := 32, 64; n >= rtmin && n <= rtmax {
+		if n == rtmin {
+			return "SIGRTMIN"
+		}
+		return fmt.Sprintf("SIGRTMIN+%d", n-rtmin)
+	}
+	return fmt.Sprintf("signal %d", n)
 }
 
 // killGroup signals the app's process group. The caller guarantees that

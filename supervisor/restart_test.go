@@ -15,7 +15,8 @@ func (c *fakeClock) Now() time.Time          { return c.t }
 func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestRestartPolicy(t *testing.T) {
-	crash := Exit{Signal: "SIGSEGV"}
+	crash := Exit{Kind: ExitSignal, Code: -1, Signal: "SIGSEGV", SignalNumber: 11}
+	rtKill := Exit{Kind: ExitSignal, Code: -1, Signal: "SIGRTMIN+2", SignalNumber: 36}
 	type step struct {
 		ran     time.Duration // how long the process lived before exiting
 		exit    Exit
@@ -29,13 +30,19 @@ func TestRestartPolicy(t *testing.T) {
 		steps []step
 	}{
 		{"on-request never restarts", policy.RestartOnRequest, []step{
-			{ran: 0, exit: crash}, {ran: 0, exit: Exit{Code: 1}},
+			{ran: 0, exit: crash}, {ran: 0, exit: Exit{Kind: ExitStatus, Code: 1}},
 		}},
 		{"empty mode is on-request", "", []step{{exit: crash}}},
-		{"clean exit stays stopped", policy.RestartOnFailure, []step{{exit: Exit{Code: 0}}}},
+		{"clean exit stays stopped", policy.RestartOnFailure, []step{{exit: Exit{Kind: ExitStatus, Code: 0}}}},
+		{"a real-time signal is a failure", policy.RestartOnFailure, []step{
+			{exit: rtKill, restart: true, delay: 100 * time.Millisecond},
+		}},
+		{"a lost status is a failure", policy.RestartOnFailure, []step{
+			{exit: lostExit(time.Time{}), restart: true, delay: 100 * time.Millisecond},
+		}},
 		{"crash loop: backoff, then start limit", policy.RestartOnFailure, []step{
 			{exit: crash, restart: true, delay: 100 * time.Millisecond},
-			{exit: Exit{Code: 3}, restart: true, delay: 200 * time.Millisecond},
+			{exit: Exit{Kind: ExitStatus, Code: 3}, restart: true, delay: 200 * time.Millisecond},
 			{exit: crash, restart: true, delay: 400 * time.Millisecond},
 			{exit: crash, restart: true, delay: 800 * time.Millisecond},
 			{exit: crash, fail: "start limit hit: 5 starts within 10s"},
@@ -91,13 +98,13 @@ func TestRestartPolicyResetAndWindow(t *testing.T) {
 	for range startBurst {
 		p.Started(clock.Now(), policy.RestartOnFailure)
 	}
-	if d := p.Exited(Exit{Code: 1}, 0, clock.Now()); !d.fail {
+	if d := p.Exited(Exit{Kind: ExitStatus, Code: 1}, 0, clock.Now()); !d.fail {
 		t.Fatalf("%d starts at once: %+v, want the limit", startBurst, d)
 	}
 	// A start by request forgets the history.
 	p.Reset()
 	p.Started(clock.Now(), policy.RestartOnFailure)
-	if d := p.Exited(Exit{Code: 1}, 0, clock.Now()); !d.restart || d.delay != backoffInitial {
+	if d := p.Exited(Exit{Kind: ExitStatus, Code: 1}, 0, clock.Now()); !d.restart || d.delay != backoffInitial {
 		t.Fatalf("after reset: %+v", d)
 	}
 	// Starts older than the window do not count.
@@ -106,12 +113,12 @@ func TestRestartPolicyResetAndWindow(t *testing.T) {
 		p.Started(clock.Now(), policy.RestartOnFailure)
 	}
 	clock.Advance(startInterval)
-	if d := p.Exited(Exit{Code: 1}, startInterval, clock.Now()); !d.restart {
+	if d := p.Exited(Exit{Kind: ExitStatus, Code: 1}, startInterval, clock.Now()); !d.restart {
 		t.Fatalf("starts outside the window counted: %+v", d)
 	}
 	// The policy of the entry at start time applies.
 	p.Started(clock.Now(), policy.RestartOnRequest)
-	if d := p.Exited(Exit{Code: 1}, 0, clock.Now()); d.restart || d.fail {
+	if d := p.Exited(Exit{Kind: ExitStatus, Code: 1}, 0, clock.Now()); d.restart || d.fail {
 		t.Fatalf("entry changed to on-request: %+v", d)
 	}
 }
@@ -119,7 +126,7 @@ func TestRestartPolicyResetAndWindow(t *testing.T) {
 func TestCheckMove(t *testing.T) {
 	all := []State{Starting, Running, Stopping, Stopped, Failed}
 	legal := map[[2]State]bool{
-		{Starting, Running}: true, {Starting, Failed}: true,
+		{Starting, Starting}: true, {Starting, Running}: true, {Starting, Failed}: true, {Starting, Stopped}: true,
 		{Running, Stopping}: true, {Running, Stopped}: true, {Running, Failed}: true,
 		{Stopping, Stopped}: true,
 		{Stopped, Starting}: true, {Stopped, Stopped}: true, {Stopped, Failed}: true,

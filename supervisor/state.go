@@ -9,7 +9,8 @@ import (
 type State string
 
 const (
-	// Starting: the process is being forked and its jail applied.
+	// Starting: the process is being forked and its jail applied;
+	// AppStatus.Pid is set once the fork is done.
 	Starting State = "starting"
 	// Running: the app's program is executing.
 	Running State = "running"
@@ -23,22 +24,49 @@ const (
 	Failed State = "failed"
 )
 
-// Exit is how an app's process ended.
+// ExitKind says how a process ended.
+type ExitKind string
+
+const (
+	// ExitStatus: the process exited; Exit.Code is its status.
+	ExitStatus ExitKind = "exited"
+	// ExitSignal: a signal ended the process; Exit.Signal names it and
+	// Exit.Code is -1.
+	ExitSignal ExitKind = "signaled"
+	// ExitUnknown: the status was lost (waitid failed); Exit.Code is -1.
+	ExitUnknown ExitKind = "unknown"
+)
+
+// Exit is how an app's process ended. Code is meaningful only for Kind
+// "exited"; for a signal death (and a lost status) it is -1, never 0, so
+// that a reader that looks at the code alone cannot take a killed app for
+// a clean exit.
 type Exit struct {
-	Code   int       `json:"code"`             // exit status, when it exited
-	Signal string    `json:"signal,omitempty"` // e.g. "SIGKILL", when a signal ended it
-	At     time.Time `json:"at"`
+	Kind ExitKind `json:"kind"`
+	Code int      `json:"code"`
+	// Signal names the signal that ended the process: "SIGKILL", or for
+	// the real-time signals, which have no name, "SIGRTMIN+N".
+	Signal       string    `json:"signal,omitempty"`
+	SignalNumber int       `json:"signal_number,omitempty"`
+	CoreDumped   bool      `json:"core_dumped,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 func (e Exit) String() string {
-	if e.Signal != "" {
+	switch e.Kind {
+	case ExitStatus:
+		return fmt.Sprintf("exit %d", e.Code)
+	case ExitSignal:
+		if e.CoreDumped {
+			return fmt.Sprintf("signal %s (core dumped)", e.Signal)
+		}
 		return fmt.Sprintf("signal %s", e.Signal)
 	}
-	return fmt.Sprintf("exit %d", e.Code)
+	return "exit status unknown"
 }
 
 // Clean reports whether the process exited with status 0.
-func (e Exit) Clean() bool { return e.Signal == "" && e.Code == 0 }
+func (e Exit) Clean() bool { return e.Kind == ExitStatus && e.Code == 0 }
 
 // checkMove reports whether from → to is a legal move; anything else is
 // a bug in the supervisor. A crashed app goes from running to stopped (or
@@ -48,7 +76,10 @@ func checkMove(from, to State) error {
 	ok := false
 	switch from {
 	case Starting:
-		ok = to == Running || to == Failed
+		// starting → starting records the pid once it is known;
+		// starting → stopped is a start cancelled by Stop, a removal or
+		// shutdown.
+		ok = to == Starting || to == Running || to == Failed || to == Stopped
 	case Running:
 		ok = to == Stopping || to == Stopped || to == Failed
 	case Stopping:

@@ -27,12 +27,16 @@ var (
 	ErrStartFailed = errors.New("app failed to start")
 	// ErrShutdown: the supervisor is shutting down or has shut down.
 	ErrShutdown = errors.New("supervisor is shut down")
+	// ErrStartTimeout: a started process did not report within
+	// Config.StartTimeout (wrapped along with ErrStartFailed).
+	ErrStartTimeout = errors.New("start timed out")
 )
 
 // Defaults for Config.
 const (
-	DefaultStopGrace = 5 * time.Second
-	DefaultLogLines  = 1000
+	DefaultStopGrace    = 5 * time.Second
+	DefaultStartTimeout = 30 * time.Second
+	DefaultLogLines     = 1000
 )
 
 // StopperProcessGroup is AppStatus.Stopper for apps stopped through their
@@ -45,11 +49,17 @@ type Launcher interface {
 }
 
 // LinkHandler learns of each process's hub (the peer link).
+//
+// Both methods are called from the app's own goroutine, which meanwhile
+// notices nothing else about that app: no exit, no Stop, no start
+// timeout. They must return promptly (hand the work to a goroutine of the
+// handler's own, never block on I/O or a lock held across I/O) and must
+// not call Start, Stop or Restart of the same app and wait for it, which
+// would deadlock. The supervisor logs a warning when one takes longer
+// than a second.
 type LinkHandler interface {
 	// Attach hands over the daemon's end of a new process's hub; the
-	// handler owns it from then on. It is called once the process runs,
-	// from that app's own goroutine: it must not block, nor wait for a
-	// Start, Stop or Restart of the same app.
+	// handler owns it from then on. It is called once the process runs.
 	Attach(app policy.App, hub *os.File)
 	// Detach says that process has ended (always after its Attach).
 	Detach(appID string)
@@ -66,6 +76,11 @@ type Config struct {
 	Log     *zap.Logger
 	// StopGrace is the time between SIGTERM and SIGKILL (default 5s).
 	StopGrace time.Duration
+	// StartTimeout bounds how long a started process may take to report
+	// that its jail is in place and its program runs (default 30s). A
+	// process that has not reported by then has its process group killed
+	// and the app fails with a reason saying so.
+	StartTimeout time.Duration
 	// LogLines is the size of each app's output ring (default 1000 lines
 	// of at most 4 KiB each).
 	LogLines int
@@ -115,6 +130,12 @@ type Supervisor struct {
 	removing map[*runner]struct{}
 	pending  []*runner       // created before Run started
 	pids     map[int]*runner // live (unreaped) process group leaders
+
+	// launch starts processes on the spawner thread: cfg.Launcher, or a
+	// test's stand-in set before Run.
+	launch launchFunc
+	// slowHook: a LinkHandler call that takes longer is logged.
+	slowHook time.Duration
 }
 
 // New checks cfg and returns a Supervisor with no apps.
@@ -125,11 +146,14 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Log == nil {
 		return nil, errors.New("supervisor: Config.Log is nil (pass the daemon's logger, or zap.NewNop())")
 	}
-	if cfg.StopGrace < 0 || cfg.LogLines < 0 {
-		return nil, fmt.Errorf("supervisor: negative StopGrace (%s) or LogLines (%d)", cfg.StopGrace, cfg.LogLines)
+	if cfg.StopGrace < 0 || cfg.StartTimeout < 0 || cfg.LogLines < 0 {
+		return nil, fmt.Errorf("supervisor: negative StopGrace (%s), StartTimeout (%s) or LogLines (%d)", cfg.StopGrace, cfg.StartTimeout, cfg.LogLines)
 	}
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = DefaultStartTimeout
 	}
 	if cfg.LogLines == 0 {
 		cfg.LogLines = DefaultLogLines
@@ -148,8 +172,16 @@ func New(cfg Config) (*Supervisor, error) {
 		removing:    make(map[*runner]struct{}),
 		pids:        make(map[int]*runner),
 	}
-	s.subs.onDrop = func() { s.log.Warn("dropped a slow event subscriber") }
+	s.launch = launcherFunc(cfg.Launcher)
+	s.slowHook = slowHook
 	return s, nil
+}
+
+// logDropped logs subscribers a publish dropped. Callers hold no lock.
+func (s *Supervisor) logDropped(n int) {
+	if n > 0 {
+		s.log.Warn("dropped slow event subscribers: their queues filled", zap.Int("dropped", n))
+	}
 }
 
 // Run owns the spawner thread and every goroutine of the supervisor. It
@@ -162,7 +194,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return errors.New("supervisor: Run called twice")
 	}
 	s.started = true
-	go spawner(s.cfg.Launcher, s.spawnReqs, s.spawnStop, s.spawnerDone)
+	go spawner(s.launch, s.spawnReqs, s.spawnStop, s.spawnerDone)
 	for _, r := range s.pending {
 		s.launchLocked(r)
 	}
@@ -369,9 +401,13 @@ func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
 	return r.logs.last(n), nil
 }
 
-// Subscribe returns a subscription to state and log events with a queue
-// of buffer events (64 when buffer <= 0).
-func (s *Supervisor) Subscribe(buffer int) *Subscription { return s.subs.subscribe(buffer) }
+// Subscribe returns a subscription to the events of the given kinds (all
+// kinds when none is given) with a queue of buffer events (64 when
+// buffer <= 0). A subscriber that wants state changes only should say so
+// (Subscribe(n, KindState)): output lines would otherwise fill its queue.
+func (s *Supervisor) Subscribe(buffer int, kinds ...EventKind) *Subscription {
+	return s.subs.subscribe(buffer, kinds)
+}
 
 // maxOwnerDepth bounds the walk up the process tree.
 const maxOwnerDepth = 64

@@ -36,6 +36,13 @@ func testExe(t testing.TB) string {
 // to return, so no app outlives the test.
 func startSup(t testing.TB, edit func(*Config)) *Supervisor {
 	t.Helper()
+	return startSupLaunch(t, edit, nil)
+}
+
+// startSupLaunch is startSup with the launch wrapped by wrap (when not
+// nil): the tests' stand-in for launchers that misbehave.
+func startSupLaunch(t testing.TB, edit func(*Config), wrap func(launchFunc) launchFunc) *Supervisor {
+	t.Helper()
 	cfg := Config{
 		Launcher:  jail.NewLauncher(jail.Config{}),
 		Log:       zaptest.NewLogger(t),
@@ -49,6 +56,9 @@ func startSup(t testing.TB, edit func(*Config)) *Supervisor {
 	sup, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		sup.launch = wrap(sup.launch)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -91,7 +101,7 @@ func waitState(t testing.TB, sub *Subscription, id string, ok func(AppStatus) bo
 			if !open {
 				t.Fatalf("subscription ended while waiting for %s: %v", id, sub.Err())
 			}
-			if ev.Kind == "state" && ev.State.ID == id && ok(*ev.State) {
+			if ev.Kind == KindState && ev.State.ID == id && ok(*ev.State) {
 				return *ev.State
 			}
 		case <-timeout.C:
@@ -113,7 +123,7 @@ func waitLog(t testing.TB, sub *Subscription, id, prefix string) string {
 			if !open {
 				t.Fatalf("subscription ended while waiting for output of %s: %v", id, sub.Err())
 			}
-			if ev.Kind == "log" && ev.Log.App == id && strings.HasPrefix(ev.Log.Text, prefix) {
+			if ev.Kind == KindLog && ev.Log.App == id && strings.HasPrefix(ev.Log.Text, prefix) {
 				return ev.Log.Text
 			}
 		case <-timeout.C:
@@ -175,14 +185,15 @@ func TestSpawnCrashRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed := waitState(t, sub, "crashy", inState(Stopped))
-	if crashed.LastExit == nil || crashed.LastExit.Signal != "SIGKILL" || crashed.Pid != 0 || crashed.LastExit.At.IsZero() {
+	if e := crashed.LastExit; e == nil || e.Kind != ExitSignal || e.Signal != "SIGKILL" || e.SignalNumber != int(unix.SIGKILL) ||
+		e.Code != -1 || e.Clean() || crashed.Pid != 0 || e.At.IsZero() {
 		t.Fatalf("after SIGKILL: %+v (last exit %+v)", crashed, crashed.LastExit)
 	}
 	if st := status(t, sup, "crashy"); st.State != Stopped {
 		t.Fatalf("on-request app did not stay stopped: %+v", st)
 	}
-	if _, ok := sup.Owner(crashed.Pid); ok {
-		t.Error("Owner still knows the dead pid")
+	if id, ok := sup.Owner(st.Pid); ok {
+		t.Errorf("Owner(%d) = %q after the process died and was reaped; want none", st.Pid, id)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -205,13 +216,16 @@ func TestStop(t *testing.T) {
 	exe := testExe(t)
 	for _, tc := range []struct {
 		mode       string
+		grace      time.Duration
 		wantSignal string
 	}{
-		{"sleep", "SIGTERM"},      // Go's default SIGTERM action ends it
-		{"ignoreterm", "SIGKILL"}, // killed after the grace period
+		// Go's default SIGTERM action ends it; the grace is far longer
+		// than the test waits, so only SIGTERM can.
+		{"sleep", 10 * time.Minute, "SIGTERM"},
+		{"ignoreterm", 300 * time.Millisecond, "SIGKILL"}, // killed after the grace period
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			sup := startSup(t, func(c *Config) { c.StopGrace = 300 * time.Millisecond })
+			sup := startSup(t, func(c *Config) { c.StopGrace = tc.grace })
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			apply(t, sup, testApp(exe, "app", tc.mode, true))
@@ -242,10 +256,13 @@ func TestStop(t *testing.T) {
 
 func TestStopKillsGrandchild(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(c *Config) { c.StopGrace = 5 * time.Second })
+	// A grace far longer than the test waits: only the group SIGKILL that
+	// follows the leader's death can end the grandchild in time.
+	sup := startSup(t, func(c *Config) { c.StopGrace = 10 * time.Minute })
 	sub := sup.Subscribe(1024)
 	defer sub.Close()
 	apply(t, sup, testApp(exe, "tree", "grandchild", true))
+	// The app prints this only once the grandchild ignores SIGTERM.
 	line := waitLog(t, sub, "tree", "grandchild ")
 	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "grandchild "))
 	if err != nil {
@@ -258,26 +275,24 @@ func TestStopKillsGrandchild(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	start := time.Now()
 	st, err := sup.Stop(ctx, "tree")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The leader dies of SIGTERM at once; the grandchild ignores SIGTERM
-	// and dies of the group SIGKILL that follows its leader's death, not
-	// of the 5s grace.
+	// and dies of the group SIGKILL that follows its leader's death.
 	if st.LastExit == nil || st.LastExit.Signal != "SIGTERM" {
 		t.Fatalf("stopped: %+v, last exit %+v", st, st.LastExit)
 	}
 	awaitGone(t, gfd, "grandchild")
-	if d := time.Since(start); d >= 5*time.Second {
-		t.Errorf("grandchild lived until the grace period ended (%s)", d)
-	}
 }
 
 func TestOnFailureStartLimit(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, nil)
+	// A clock that stands still: every start falls in one window and every
+	// process ran for 0s, whatever the load of the machine.
+	frozen := time.Unix(1_000_000, 0)
+	sup := startSup(t, func(c *Config) { c.Now = func() time.Time { return frozen } })
 	sub := sup.Subscribe(4096)
 	defer sub.Close()
 	a := testApp(exe, "loop", "exit3", true)
@@ -329,8 +344,12 @@ func TestStartFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := sup.Start(ctx, "ghost")
-	if !errors.Is(err, ErrStartFailed) || st.State != Failed || !strings.Contains(st.Reason, "/nonexistent/octosup-test-app") {
+	if !errors.Is(err, ErrStartFailed) || !errors.Is(err, jail.ErrNoProgram) || st.State != Failed ||
+		!strings.Contains(st.Reason, "/nonexistent/octosup-test-app") || strings.HasPrefix(st.Reason, "start ") {
 		t.Fatalf("start of a missing program: %+v, %v", st, err)
+	}
+	if strings.Count(err.Error(), "start ghost:") != 1 {
+		t.Errorf("error repeats its context: %v", err)
 	}
 	if _, err := sup.Start(ctx, "nope"); !errors.Is(err, ErrUnknownApp) {
 		t.Fatalf("start of an unknown app: %v", err)
@@ -600,6 +619,10 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	killed = true
+	// What is guaranteed: each app's leader dies with the daemon (its
+	// parent-death signal, tied to the daemon's spawner thread). What is
+	// not, until apps get a cgroup: a process the app forked does not get
+	// that signal and can outlive a SIGKILLed daemon (see doc.go).
 	for i, fd := range fds {
 		awaitGone(t, fd, "app "+strconv.Itoa(i+1)+" of the killed daemon")
 	}
@@ -618,6 +641,21 @@ func TestShutdownStopsApps(t *testing.T) {
 		applied <- sup.Apply(context.Background(), &policy.Manifest{Apps: []policy.App{
 			testApp(exe, "a", "sleep", true), testApp(exe, "b", "ignoreterm", true)}})
 	}()
+	// Nothing announces that Apply has taken the manifest: poll, bounded,
+	// until both apps are listed, so Run surely starts after it.
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(time.Millisecond) {
+		if st, _ := sup.Status(""); len(st) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Apply before Run did not take the manifest")
+		}
+	}
+	select {
+	case err := <-applied:
+		t.Fatalf("Apply returned before Run started the apps: %v", err)
+	default:
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sup.Run(ctx) }()
@@ -628,7 +666,7 @@ func TestShutdownStopsApps(t *testing.T) {
 	for len(pids) < 2 {
 		select {
 		case ev := <-sub.Events():
-			if ev.Kind == "state" && ev.State.State == Running {
+			if ev.Kind == KindState && ev.State.State == Running {
 				pids[ev.State.ID] = ev.State.Pid
 			}
 		case <-time.After(waitFor):
