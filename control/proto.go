@@ -1,8 +1,12 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"time"
 )
 
 // MaxLine caps one control-socket line in either direction. A longer
@@ -29,9 +33,17 @@ type Response struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Data carries details a program can use, e.g. the problems of a
+	// refused manifest ({"problems": [...]}) for invalid_manifest.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns an *Error with the given code.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
 
 // Error codes of the control socket. The peer link's codes (SPEC §3) are
 // used as they are where an op relays them.
@@ -41,6 +53,7 @@ const (
 	CodeUnknownApp      = "unknown_app"      // no app with that id in the manifest
 	CodeInvalidManifest = "invalid_manifest" // reload refused: the manifest has errors
 	CodeFailed          = "failed"           // the app could not reach the asked state
+	CodeNotPermitted    = "not_permitted"    // the peer may not use the control socket
 	CodeInternal        = "internal"
 )
 
@@ -55,9 +68,258 @@ const (
 	OpReload    = "reload"
 )
 
-// Event topics a subscriber may ask for.
+// Event topics a subscriber may ask for. TopicLog is not subscribed to
+// directly: logs with follow delivers it.
 const (
 	TopicState    = "state"
 	TopicApproval = "approval"
 	TopicAppFrame = "app.frame"
+	TopicLog      = "log"
 )
+
+// Args of the ops this package knows. Unknown members are refused.
+
+// StatusArgs are status's args; App "" means every app.
+type StatusArgs struct {
+	App string `json:"app,omitempty"`
+}
+
+// AppArgs are the args of start, stop and restart.
+type AppArgs struct {
+	App string `json:"app"`
+}
+
+// LogsArgs are logs's args. Lines <= 0 means the daemon's default.
+type LogsArgs struct {
+	App    string `json:"app"`
+	Lines  int    `json:"lines,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+}
+
+// SubscribeArgs are subscribe's args; no topics means TopicState.
+type SubscribeArgs struct {
+	Topics []string `json:"topics,omitempty"`
+}
+
+// Data of the ops this package knows.
+
+// StatusData is status's data.
+type StatusData struct {
+	Apps []AppStatus `json:"apps"`
+}
+
+// AppStatus is one app in status.
+type AppStatus struct {
+	ID       string      `json:"id"`
+	State    string      `json:"state"`
+	Pid      int         `json:"pid,omitempty"`
+	Restarts int         `json:"restarts"`
+	Since    time.Time   `json:"since"`
+	LastExit *Exit       `json:"last_exit,omitempty"`
+	Reason   string      `json:"reason,omitempty"`
+	Jail     *JailReport `json:"jail,omitempty"`
+	// Stopper is how the app is stopped: "cgroup" or "process-group".
+	Stopper string     `json:"stopper,omitempty"`
+	Link    LinkStatus `json:"link"`
+}
+
+// Exit is how an app's last process ended.
+type Exit struct {
+	Code   int       `json:"code"`
+	Signal string    `json:"signal,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+func (e Exit) String() string {
+	if e.Signal != "" {
+		return "signal " + e.Signal
+	}
+	return fmt.Sprintf("exit %d", e.Code)
+}
+
+// JailReport says which jail layers took for an app's process.
+type JailReport struct {
+	LandlockABI int      `json:"landlock_abi"`
+	Layers      []string `json:"layers"`
+	Missing     []string `json:"missing"`
+}
+
+// LinkStatus is the state of an app's peer link.
+type LinkStatus struct {
+	Connected        bool `json:"connected"`
+	Contexts         int  `json:"contexts"`
+	OutstandingCalls int  `json:"outstanding_calls"`
+}
+
+// StateData is the data of start, stop and restart: the state the app
+// reached, with the rest of its status.
+type StateData struct {
+	State string    `json:"state"`
+	App   AppStatus `json:"app"`
+}
+
+// LogsData is logs's data, oldest line first. Truncated says that fewer
+// lines than asked for were sent because they did not fit in one line.
+type LogsData struct {
+	Lines     []LogLine `json:"lines"`
+	Truncated bool      `json:"truncated,omitempty"`
+}
+
+// LogLine is one line an app wrote; it is also the body of a log event.
+type LogLine struct {
+	App    string    `json:"app"`
+	Stream string    `json:"stream"` // "stdout" or "stderr"
+	Text   string    `json:"text"`
+	At     time.Time `json:"at"`
+}
+
+// StateEvent is the body of a state event: an app moved to State.
+type StateEvent struct {
+	App      string    `json:"app"`
+	State    string    `json:"state"`
+	Pid      int       `json:"pid,omitempty"`
+	Restarts int       `json:"restarts"`
+	Since    time.Time `json:"since"`
+	LastExit *Exit     `json:"last_exit,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// SubscribeData is subscribe's data: the topics now delivered.
+type SubscribeData struct {
+	Topics []string `json:"topics"`
+}
+
+// ReloadData is reload's data.
+type ReloadData struct {
+	Apps int `json:"apps"`
+}
+
+// ManifestProblems is the Data of an invalid_manifest error.
+type ManifestProblems struct {
+	Problems []string `json:"problems"`
+}
+
+// ErrBadRequest is wrapped by every error DecodeRequest returns.
+var ErrBadRequest = errors.New("bad request")
+
+// DecodeRequest decodes one request line (without its newline) strictly:
+// one JSON object with a positive integer id, a non-empty op, args an
+// object when present, no other member, nothing after it. On error it
+// still returns the request's id when the line names one, so that the
+// answer can be attributed.
+func DecodeRequest(line []byte) (Request, error) {
+	var raw struct {
+		ID   json.RawMessage `json:"id"`
+		Op   json.RawMessage `json:"op"`
+		Args json.RawMessage `json:"args"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	err := dec.Decode(&raw)
+	if err != nil {
+		// An unknown member still leaves an attributable id.
+		var req Request
+		req.ID = recoverID(line)
+		return req, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	var req Request
+	if id, ok := parseID(raw.ID); ok {
+		req.ID = id
+	} else {
+		return req, fmt.Errorf("%w: id must be a positive integer", ErrBadRequest)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, fmt.Errorf("%w: more than one JSON value on the line", ErrBadRequest)
+	}
+	if err := json.Unmarshal(raw.Op, &req.Op); err != nil || req.Op == "" {
+		return req, fmt.Errorf("%w: op must be a non-empty string", ErrBadRequest)
+	}
+	if len(raw.Args) > 0 && !bytes.Equal(raw.Args, []byte("null")) {
+		if raw.Args[0] != '{' {
+			return req, fmt.Errorf("%w: args must be an object", ErrBadRequest)
+		}
+		req.Args = raw.Args
+	}
+	return req, nil
+}
+
+func parseID(raw json.RawMessage) (int64, bool) {
+	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {
+		return 0, false
+	}
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, false
+	}
+	id, err := n.Int64()
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+// recoverID finds the id of a line that is a JSON object but not a valid
+// request; 0 when there is none.
+func recoverID(line []byte) int64 {
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) != nil {
+		return 0
+	}
+	id, _ := parseID(probe.ID)
+	return id
+}
+
+// DecodeArgs decodes a request's args into v strictly: unknown members
+// are a bad_request naming them. Absent args decode as {}.
+func DecodeArgs(args json.RawMessage, v any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeBadRequest, "args: %v", err)
+	}
+	return nil
+}
+
+// EncodeEvent returns the line {"event": topic, ...body's members} for a
+// body that marshals to a JSON object, or {"event": topic, "data": body}
+// for anything else. The line has no trailing newline.
+func EncodeEvent(topic string, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", topic, err)
+	}
+	name, _ := json.Marshal(topic)
+	var out bytes.Buffer
+	out.Grow(len(b) + len(name) + 16)
+	out.WriteString(`{"event":`)
+	out.Write(name)
+	switch {
+	case len(b) > 0 && b[0] == '{':
+		if rest := bytes.TrimSpace(b[1:]); len(rest) > 0 && rest[0] != '}' {
+			out.WriteByte(',')
+		}
+		out.Write(b[1:])
+	default:
+		out.WriteString(`,"data":`)
+		out.Write(b)
+		out.WriteByte('}')
+	}
+	return out.Bytes(), nil
+}
+
+// Event is one event line a connection received: Name is its "event"
+// member, Raw the whole line.
+type Event struct {
+	Name string
+	Raw  json.RawMessage
+}
+
+// Decode unmarshals the event's line into v (the "event" member is
+// ignored by struct targets that do not name it).
+func (e Event) Decode(v any) error { return json.Unmarshal(e.Raw, v) }

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"octosup/control"
+	"octosup/policy"
+)
+
+// notRunningHint is what a person is told when no daemon answers.
+const notRunningHint = "octosupd is not running: start it with `systemctl --user start octosupd` (or `make run` in a checkout)"
+
+// cli is one invocation's state: flags and where output goes.
+type cli struct {
+	stdout, stderr io.Writer
+	socket         string
+	json           bool
+}
+
+func (c *cli) client() *control.Client { return &control.Client{Path: c.socket} }
+
+// exitError carries an exit code with the one-line error to print.
+type exitError struct {
+	code int
+	err  error
+	// detail lines printed below the error (a manifest's problems).
+	detail []string
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// run executes octosupctl with args (without the program name) and
+// returns its exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	root := c.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		// cobra's own: unknown command, bad flag, wrong argument count.
+		fmt.Fprintf(stderr, "octosupctl: %v (see octosupctl --help)\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "octosupctl: %v\n", oneLine(ee.err.Error()))
+	for _, d := range ee.detail {
+		fmt.Fprintf(stderr, "  %s\n", d)
+	}
+	return ee.code
+}
+
+func oneLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+// opError turns an error of a daemon call into the exit error a person
+// reads: what was asked, why it did not happen, what to do.
+func opError(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if control.IsDaemonNotRunning(err) {
+		return &exitError{code: exitNotRunning, err: errors.New(notRunningHint)}
+	}
+	var cerr *control.Error
+	if errors.As(err, &cerr) {
+		if cerr.Code == control.CodeInvalidManifest {
+			var probs control.ManifestProblems
+			_ = json.Unmarshal(cerr.Data, &probs)
+			return &exitError{
+				code:   exitInvalid,
+				err:    fmt.Errorf("%s refused: the manifest has %d problem(s); the running apps are unchanged", what, len(probs.Problems)),
+				detail: probs.Problems,
+			}
+		}
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, cerr.Message)}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: interrupted", what)}
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+func (c *cli) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "octosupctl",
+		Short: "Control octosupd, the native apps' supervisor",
+		Long: `Control octosupd, the native apps' supervisor.
+
+Exit codes: 0 done; 1 the daemon refused or failed the operation;
+2 usage; 3 octosupd is not running; 4 the manifest is invalid.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&c.socket, "socket", "", "the control socket (default $XDG_RUNTIME_DIR/octosup/control.sock)")
+	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON for scripts")
+	root.AddCommand(
+		c.statusCommand(),
+		c.lifecycleCommand(control.OpStart, "Start an app"),
+		c.lifecycleCommand(control.OpStop, "Stop an app (SIGTERM, then SIGKILL after a grace period)"),
+		c.lifecycleCommand(control.OpRestart, "Restart an app"),
+		c.logsCommand(),
+		c.watchCommand(),
+		c.reloadCommand(),
+		c.validateCommand(),
+	)
+	return root
+}
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) lifecycleCommand(op, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:               op + " APP",
+		Short:             short,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data control.StateData
+			if err := c.client().Do(cmd.Context(), op, control.AppArgs{App: args[0]}, &data); err != nil {
+				return opError(op+" "+args[0], err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			line := fmt.Sprintf("%s: %s", args[0], data.State)
+			if data.App.Pid != 0 {
+				line += fmt.Sprintf(" (pid %d)", data.App.Pid)
+			}
+			if data.State == "stopped" && data.App.LastExit != nil {
+				line += fmt.Sprintf(" (%s)", data.App.LastExit)
+			}
+			fmt.Fprintln(c.stdout, line)
+			return nil
+		},
+	}
+}
+
+// completeApps completes app ids from a running daemon, and nothing when
+// none runs.
+func (c *cli) completeApps(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var data control.StatusData
+	if err := c.client().Do(cmd.Context(), control.OpStatus, control.StatusArgs{}, &data); err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ids := make([]string, 0, len(data.Apps))
+	for _, a := range data.Apps {
+		ids = append(ids, a.ID)
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
+}
+
+func (c *cli) reloadCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reload",
+		Short: "Re-read the manifest; a bad one is refused and the running apps stay",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var data control.ReloadData
+			if err := c.client().Do(cmd.Context(), control.OpReload, struct{}{}, &data); err != nil {
+				return opError("reload", err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			fmt.Fprintf(c.stdout, "reloaded: %d apps\n", data.Apps)
+			return nil
+		},
+	}
+}
+
+func (c *cli) validateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check a manifest without a daemon: every problem, one per line",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			m, err := policy.Load(args[0])
+			var verr *policy.ValidationError
+			switch {
+			case errors.As(err, &verr):
+				probs := make([]string, 0, len(verr.Problems))
+				for _, p := range verr.Problems {
+					probs = append(probs, p.String())
+				}
+				if c.json {
+					c.printJSON(map[string]any{"valid": false, "problems": probs})
+					return &exitError{code: exitInvalid, err: fmt.Errorf("%s is invalid: %d problem(s)", args[0], len(probs))}
+				}
+				return &exitError{code: exitInvalid, err: fmt.Errorf("%s is invalid: %d problem(s)", args[0], len(probs)), detail: probs}
+			case errors.Is(err, os.ErrNotExist):
+				return &exitError{code: exitFailed, err: fmt.Errorf("validate: no file %s", args[0])}
+			case err != nil:
+				return &exitError{code: exitFailed, err: fmt.Errorf("validate %s: %w", args[0], err)}
+			}
+			if c.json {
+				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps)})
+			}
+			fmt.Fprintf(c.stdout, "%s is valid: %d apps\n", args[0], len(m.Apps))
+			return nil
+		},
+	}
+}
+
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

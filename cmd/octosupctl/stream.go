@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"octosup/control"
+)
+
+func (c *cli) logsCommand() *cobra.Command {
+	var lines int
+	var follow bool
+	cmd := &cobra.Command{
+		Use:               "logs APP",
+		Short:             "Print an app's last output lines; -f follows",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "logs " + args[0]
+			la := control.LogsArgs{App: args[0], Lines: lines, Follow: follow}
+			var data control.LogsData
+			if !follow {
+				if err := c.client().Do(cmd.Context(), control.OpLogs, la, &data); err != nil {
+					return opError(what, err)
+				}
+				for _, l := range data.Lines {
+					c.printLog(l)
+				}
+				return nil
+			}
+			conn, err := c.client().Stream(cmd.Context(), control.OpLogs, la, &data)
+			if err != nil {
+				return opError(what, err)
+			}
+			defer conn.Close()
+			for _, l := range data.Lines {
+				c.printLog(l)
+			}
+			return c.follow(cmd.Context(), conn, what, func(ev control.Event) {
+				if ev.Name != control.TopicLog {
+					return
+				}
+				var l control.LogLine
+				if ev.Decode(&l) == nil {
+					c.printLog(l)
+				}
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&lines, "lines", "n", 100, "how many of the last lines")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print new lines as the app writes them")
+	return cmd
+}
+
+func (c *cli) printLog(l control.LogLine) {
+	if c.json {
+		c.printJSONLine(l)
+		return
+	}
+	if l.Stream == "stderr" {
+		fmt.Fprintf(c.stdout, "%s [stderr] %s\n", l.At.Local().Format("15:04:05.000"), l.Text)
+		return
+	}
+	fmt.Fprintf(c.stdout, "%s %s\n", l.At.Local().Format("15:04:05.000"), l.Text)
+}
+
+func (c *cli) printJSONLine(v any) {
+	b, err := jsonLine(v)
+	if err == nil {
+		c.stdout.Write(b)
+	}
+}
+
+func (c *cli) watchCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch",
+		Short: "Print each app's state, then every change as it happens, one line each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			conn, err := c.client().Subscribe(cmd.Context(), control.TopicState)
+			if err != nil {
+				return opError("watch", err)
+			}
+			defer conn.Close()
+			// Where every app is now, then what changes: subscribed
+			// first, so that nothing falls between the two.
+			var now control.StatusData
+			if err := conn.Do(cmd.Context(), control.OpStatus, control.StatusArgs{}, &now); err != nil {
+				return opError("watch", err)
+			}
+			for _, a := range now.Apps {
+				c.printState(control.StateEvent{App: a.ID, State: a.State, Pid: a.Pid, Restarts: a.Restarts, Since: a.Since, LastExit: a.LastExit, Reason: a.Reason})
+			}
+			return c.follow(cmd.Context(), conn, "watch", func(ev control.Event) {
+				if ev.Name != control.TopicState {
+					return
+				}
+				var st control.StateEvent
+				if ev.Decode(&st) == nil {
+					c.printState(st)
+				}
+			})
+		},
+	}
+}
+
+func (c *cli) printState(st control.StateEvent) {
+	if c.json {
+		if b, err := control.EncodeEvent(control.TopicState, st); err == nil {
+			c.stdout.Write(append(b, '\n'))
+		}
+		return
+	}
+	fmt.Fprintln(c.stdout, stateLine(st))
+}
+
+// stateLine is one state event for a person: "12:00:01 notes stopped (signal SIGKILL)".
+func stateLine(st control.StateEvent) string {
+	s := fmt.Sprintf("%s %s %s", st.Since.Local().Format("15:04:05"), st.App, st.State)
+	switch {
+	case st.State == "running" && st.Pid != 0:
+		s += fmt.Sprintf(" (pid %d)", st.Pid)
+	case st.State == "failed" && st.Reason != "":
+		s += ": " + st.Reason
+	case st.State == "stopped" && st.LastExit != nil:
+		s += fmt.Sprintf(" (%s)", st.LastExit)
+	}
+	return s
+}
+
+// follow prints a stream's events until the person interrupts (exit 0)
+// or the daemon goes away (exit 1).
+func (c *cli) follow(ctx context.Context, conn *control.Conn, what string, print func(control.Event)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-conn.Events():
+			if !ok {
+				err := conn.Err()
+				if errors.Is(err, control.ErrClosed) {
+					return &exitError{code: exitFailed, err: fmt.Errorf("%s: octosupd closed the connection (it stopped, or this client fell behind)", what)}
+				}
+				return opError(what, err)
+			}
+			print(ev)
+		}
+	}
+}

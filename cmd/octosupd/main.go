@@ -1,0 +1,101 @@
+// Command octosupd is the octosup daemon: it runs the native apps of the
+// manifest in their jails and serves the control socket. systemd runs it
+// as `octosupd run` (systemd/octosupd.service).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"octosup/daemon"
+	"octosup/jail"
+	"octosup/policy"
+)
+
+func main() {
+	// The jail helper is this binary re-executed between fork and exec of
+	// an app: it must run before anything else (no flags, no goroutines).
+	if jail.IsHelper(os.Args) {
+		os.Exit(jail.RunHelper())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr))
+}
+
+// Exit codes of octosupd.
+const (
+	exitOK       = 0
+	exitFailed   = 1 // the daemon could not start or failed
+	exitUsage    = 2
+	exitManifest = 4 // the manifest does not validate
+)
+
+func run(ctx context.Context, args []string, stderr *os.File) int {
+	code := exitOK
+	root := &cobra.Command{
+		Use:           "octosupd",
+		Short:         "octosup's supervisor daemon",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	var configPath, logLevel string
+	runCmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the daemon in the foreground (what systemd runs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := daemon.NewLogger(stderr, logLevel)
+			if err != nil {
+				code = exitUsage
+				return err
+			}
+			defer log.Sync()
+			err = daemon.Run(cmd.Context(), daemon.Config{ManifestPath: configPath, Log: log})
+			if err != nil {
+				code = exitFailed
+				var verr *policy.ValidationError
+				if errors.As(err, &verr) {
+					code = exitManifest
+				}
+			}
+			return err
+		},
+	}
+	runCmd.Flags().StringVar(&configPath, "config", "", "the manifest (default $XDG_CONFIG_HOME/octosup/native-apps.json)")
+	runCmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	root.AddCommand(runCmd)
+	root.SetArgs(args)
+	root.SetOut(stderr)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		printError(stderr, err)
+		if code == exitOK {
+			code = exitUsage // cobra's own errors: flags, unknown commands
+		}
+		return code
+	}
+	return code
+}
+
+// printError prints err on one line, and a refused manifest's problems
+// one per line below it.
+func printError(w io.Writer, err error) {
+	var verr *policy.ValidationError
+	var merr *daemon.ManifestError
+	if errors.As(err, &verr) && errors.As(err, &merr) {
+		fmt.Fprintf(w, "octosupd: the manifest %s has %d problem(s); fix them and start again:\n", merr.Path, len(verr.Problems))
+		for _, p := range verr.Problems {
+			fmt.Fprintf(w, "  %s\n", p.String())
+		}
+		return
+	}
+	fmt.Fprintf(w, "octosupd: %v\n", err)
+}

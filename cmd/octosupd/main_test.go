@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRunExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"version":1,"apps":[{"id":"Bad","exec":["x"],"grants":{},"sandbox":{"policy":"jail","network":"none"},"storage":{}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStderr string
+	}{
+		{"invalid manifest", []string{"run", "--config", bad}, exitManifest,
+			`(?s)^octosupd: the manifest .*bad.json has 2 problem\(s\); fix them and start again:\n  app #0: id: .*\n  app #0: exec\[0\]: .*\n$`},
+		{"missing manifest", []string{"run", "--config", filepath.Join(dir, "none.json")}, exitFailed,
+			`^octosupd: no manifest at .*none.json: create one .* or pass --config FILE\n$`},
+		{"bad log level", []string{"run", "--log-level", "loud"}, exitUsage, `^octosupd: --log-level "loud": use debug, info, warn or error\n$`},
+		{"unknown flag", []string{"run", "--bogus"}, exitUsage, `^octosupd: unknown flag: --bogus\n$`},
+		{"arguments", []string{"run", "extra"}, exitUsage, `unknown command "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A per-user environment of its own, so that no real daemon
+			// or manifest is touched.
+			t.Setenv("HOME", dir)
+			t.Setenv("XDG_RUNTIME_DIR", filepath.Join(dir, "run"))
+			t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+			stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stderr.Close()
+			code := run(context.Background(), tt.args, stderr)
+			out, _ := os.ReadFile(stderr.Name())
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tt.wantCode, out)
+			}
+			// JSON log lines (stderr is not a terminal) precede the error.
+			lines := regexp.MustCompile(`(?m)^\{.*\}\n`).ReplaceAll(out, nil)
+			if !regexp.MustCompile(tt.wantStderr).Match(lines) {
+				t.Errorf("stderr %q does not match %q", lines, tt.wantStderr)
+			}
+		})
+	}
+}

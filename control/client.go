@@ -1,0 +1,365 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"octosup/policy"
+)
+
+// ErrDaemonNotRunning is matched (errors.Is) by a dial error that means
+// nothing listens on the socket: it does not exist or refuses connections.
+var ErrDaemonNotRunning = errors.New("octosupd is not running")
+
+// ErrClosed is returned by calls on a connection that ended.
+var ErrClosed = errors.New("control connection closed")
+
+// NotRunningError is the dial error when no daemon listens at Path.
+type NotRunningError struct {
+	Path string
+	Err  error // the dial error, e.g. ENOENT or ECONNREFUSED
+}
+
+func (e *NotRunningError) Error() string {
+	return fmt.Sprintf("octosupd is not running (nothing listens at %s: %v)", e.Path, e.Err)
+}
+
+func (e *NotRunningError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrDaemonNotRunning) true.
+func (e *NotRunningError) Is(target error) bool { return target == ErrDaemonNotRunning }
+
+// IsDaemonNotRunning reports whether err says the daemon is not running.
+func IsDaemonNotRunning(err error) bool { return errors.Is(err, ErrDaemonNotRunning) }
+
+// Client talks to octosupd. The zero value uses the default socket
+// (policy.DirsFromEnv(os.Getenv).ControlSocket()).
+type Client struct {
+	// Path is the socket; "" means the default.
+	Path string
+	// Dial, when set, replaces dialing Path (tests, other transports).
+	Dial func(ctx context.Context) (net.Conn, error)
+}
+
+// SocketPath is the socket the client dials.
+func (c *Client) SocketPath() string {
+	if c.Path != "" {
+		return c.Path
+	}
+	dirs, err := policy.DirsFromEnv(os.Getenv)
+	if err != nil {
+		// Without HOME the runtime dir still resolves from
+		// XDG_RUNTIME_DIR or the per-uid fallback.
+		dirs, _ = policy.DirsFromEnv(func(k string) string {
+			if k == "HOME" {
+				return "/"
+			}
+			return os.Getenv(k)
+		})
+	}
+	return dirs.ControlSocket()
+}
+
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	if c.Dial != nil {
+		return c.Dial(ctx)
+	}
+	path := c.SocketPath()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, &NotRunningError{Path: path, Err: err}
+		}
+		return nil, fmt.Errorf("connect to octosupd at %s: %w", path, err)
+	}
+	return nc, nil
+}
+
+// Connect opens a connection on which many requests may be in flight and
+// events arrive.
+func (c *Client) Connect(ctx context.Context) (*Conn, error) {
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(nc), nil
+}
+
+// Do sends one request on a connection of its own and decodes the data of
+// its answer into out (when out is not nil). A refusal is an *Error.
+func (c *Client) Do(ctx context.Context, op string, args, out any) error {
+	conn, err := c.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Do(ctx, op, args, out)
+}
+
+// Stream sends one request that starts a stream of events (subscribe,
+// logs with follow), decodes its answer into out and returns the
+// connection, whose Events the caller reads until it closes it.
+func (c *Client) Stream(ctx context.Context, op string, args, out any) (*Conn, error) {
+	conn, err := c.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Do(ctx, op, args, out); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// Subscribe is Stream for subscribe with the given topics.
+func (c *Client) Subscribe(ctx context.Context, topics ...string) (*Conn, error) {
+	return c.Stream(ctx, OpSubscribe, SubscribeArgs{Topics: topics}, nil)
+}
+
+// eventBuffer is how many events a Conn holds before it stops reading
+// (and the daemon, in turn, drops it as a slow subscriber).
+const eventBuffer = 256
+
+// Conn is one control connection. Its reader goroutine lives until the
+// connection ends (Close, or the daemon hangs up).
+type Conn struct {
+	nc     net.Conn
+	events chan Event
+	done   chan struct{} // closed when the reader returned
+	closed chan struct{} // closed by the first fail
+
+	wmu sync.Mutex // serializes writes of whole lines
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[int64]chan Response
+	err     error // why the connection ended; set once before closed closes
+	once    sync.Once
+}
+
+// NewConn wraps an established connection and starts its reader.
+func NewConn(nc net.Conn) *Conn {
+	c := &Conn{
+		nc:      nc,
+		events:  make(chan Event, eventBuffer),
+		done:    make(chan struct{}),
+		closed:  make(chan struct{}),
+		pending: make(map[int64]chan Response),
+	}
+	go c.read()
+	return c
+}
+
+// Events delivers the events the daemon sends on this connection. It is
+// closed when the connection ends; Err says why.
+func (c *Conn) Events() <-chan Event { return c.events }
+
+// Done is closed when the connection ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended: ErrClosed after Close, the daemon's
+// *Error when it refused the connection, or the read error.
+func (c *Conn) Err() error {
+	select {
+	case <-c.closed:
+		return c.connErr()
+	default:
+		return nil
+	}
+}
+
+func (c *Conn) connErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	<-c.done
+	return nil
+}
+
+func (c *Conn) fail(err error) {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.closed)
+		c.nc.Close()
+	})
+}
+
+// Do sends a request and waits for its answer.
+func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
+	req := Request{Op: op}
+	if args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return fmt.Errorf("%s: encode args: %w", op, err)
+		}
+		req.Args = b
+	}
+	ch := make(chan Response, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	c.nextID++
+	req.ID = c.nextID
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+	}()
+
+	line, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%s: encode request: %w", op, err)
+	}
+	if len(line) > MaxLine {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: the request is %d bytes, over the %d-byte limit of a line", op, len(line), MaxLine)}
+	}
+	line = append(line, '\n')
+	if err := c.write(ctx, line); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The daemon hung up (it may have said why first, e.g.
+		// not_permitted): the reader has the reason.
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			select {
+			case <-c.closed:
+				return fmt.Errorf("%s: %w", op, c.connErr())
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		c.fail(err)
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	select {
+	case resp := <-ch:
+		if !resp.OK {
+			if resp.Error == nil {
+				return &Error{Code: CodeInternal, Message: "the daemon refused the request without saying why"}
+			}
+			return resp.Error
+		}
+		if out != nil && len(resp.Data) > 0 {
+			if err := json.Unmarshal(resp.Data, out); err != nil {
+				return fmt.Errorf("%s: decode answer: %w", op, err)
+			}
+		}
+		return nil
+	case <-c.closed:
+		return fmt.Errorf("%s: %w", op, c.connErr())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Conn) write(ctx context.Context, line []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetWriteDeadline(dl)
+		defer c.nc.SetWriteDeadline(noDeadline)
+	}
+	_, err := c.nc.Write(line)
+	return err
+}
+
+func (c *Conn) read() {
+	defer close(c.done)
+	defer close(c.events)
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		line, err := readLine(r, MaxLine)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = ErrClosed
+			}
+			c.fail(err)
+			return
+		}
+		// One pass over the line: an event's members other than these
+		// are ignored here and decoded by whoever takes the event.
+		var msg struct {
+			Response
+			Event *string `json:"event"`
+		}
+		if err := json.Unmarshal(line, &msg); err != nil {
+			// An event may carry members named like an answer's with
+			// other types (an "error" string): only answers must fit.
+			var typeErr *json.UnmarshalTypeError
+			if msg.Event == nil || !errors.As(err, &typeErr) {
+				c.fail(fmt.Errorf("daemon sent a malformed line: %w", err))
+				return
+			}
+		}
+		if msg.Event != nil {
+			select {
+			case c.events <- Event{Name: *msg.Event, Raw: line}:
+			case <-c.closed:
+				return
+			}
+			continue
+		}
+		resp := msg.Response
+		if resp.ID == 0 {
+			// An answer to no request is about the connection itself
+			// (e.g. not_permitted): it ends.
+			if resp.Error != nil {
+				c.fail(resp.Error)
+			} else {
+				c.fail(errors.New("daemon sent an answer without an id"))
+			}
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp // buffered 1; ids are never reused
+		}
+	}
+}
+
+var noDeadline time.Time
+
+// readLine returns the next line without its newline. A line longer than
+// max is an error: the daemon never sends one.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(buf)+len(chunk) > max+1 {
+			return nil, fmt.Errorf("daemon sent a line over %d bytes", max)
+		}
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDaemonNotRunning(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // the socket file stays, nobody listens: ECONNREFUSED
+
+	for name, path := range map[string]string{
+		"missing": filepath.Join(dir, "none.sock"),
+		"stale":   stale,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := &Client{Path: path}
+			err := c.Do(context.Background(), OpStatus, nil, nil)
+			if !IsDaemonNotRunning(err) {
+				t.Fatalf("Do = %v, want daemon not running", err)
+			}
+			var nre *NotRunningError
+			if !errors.As(err, &nre) || nre.Path != path || nre.Unwrap() == nil {
+				t.Fatalf("error %#v does not carry the path and cause", err)
+			}
+		})
+	}
+}
+
+func TestClientSocketPathDefault(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	var c Client
+	if got, want := c.SocketPath(), "/run/user/1000/octosup/control.sock"; got != want {
+		t.Fatalf("SocketPath = %q, want %q", got, want)
+	}
+}
+
+// scriptedDaemon answers each request on a real socket with a script:
+// an event first, then the answer.
+func scriptedDaemon(t *testing.T, answer func(req Request) []string) *Client {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				sc := bufio.NewScanner(nc)
+				for sc.Scan() {
+					req, err := DecodeRequest(sc.Bytes())
+					if err != nil {
+						t.Errorf("client sent a bad request %q: %v", sc.Text(), err)
+						return
+					}
+					for _, l := range answer(req) {
+						if _, err := nc.Write([]byte(l + "\n")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return &Client{Path: path}
+}
+
+func TestClientDo(t *testing.T) {
+	c := scriptedDaemon(t, func(req Request) []string {
+		switch req.Op {
+		case OpStatus:
+			id, _ := json.Marshal(req.ID)
+			return []string{
+				`{"event":"odd","id":"x","ok":3,"error":"a string"}`,
+				`{"event":"state","app":"a","state":"running"}`,
+				`{"id":` + string(id) + `,"ok":true,"data":{"apps":[{"id":"a","state":"running","pid":42,"restarts":1,"since":"2026-01-01T00:00:00Z","link":{"connected":true,"contexts":2,"outstanding_calls":3}}]}}`,
+			}
+		case OpStart:
+			id, _ := json.Marshal(req.ID)
+			return []string{`{"id":` + string(id) + `,"ok":false,"error":{"code":"unknown_app","message":"no app \"x\""}}`}
+		case "refuse":
+			return []string{`{"id":0,"ok":false,"error":{"code":"not_permitted","message":"go away"}}`}
+		}
+		return nil
+	})
+	ctx := context.Background()
+
+	var data StatusData
+	if err := c.Do(ctx, OpStatus, StatusArgs{}, &data); err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Apps) != 1 || data.Apps[0].Pid != 42 || data.Apps[0].Link.OutstandingCalls != 3 {
+		t.Fatalf("status data = %+v", data)
+	}
+
+	err := c.Do(ctx, OpStart, AppArgs{App: "x"}, nil)
+	var cerr *Error
+	if !errors.As(err, &cerr) || cerr.Code != CodeUnknownApp {
+		t.Fatalf("start = %v, want unknown_app", err)
+	}
+
+	err = c.Do(ctx, "refuse", nil, nil)
+	if !errors.As(err, &cerr) || cerr.Code != CodeNotPermitted {
+		t.Fatalf("refused connection = %v, want not_permitted", err)
+	}
+
+	// Events of a stream come through Events, in order, after the answer.
+	conn, err := c.Stream(ctx, OpStatus, nil, &data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if ev := <-conn.Events(); ev.Name != "odd" {
+		t.Fatalf("first event %s, want the odd one", ev.Raw)
+	}
+	select {
+	case ev := <-conn.Events():
+		var st StateEvent
+		if ev.Name != TopicState || ev.Decode(&st) != nil || st.App != "a" {
+			t.Fatalf("event = %s", ev.Raw)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+
+	// A call that waits for an answer that never comes ends with its
+	// context.
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := conn.Do(tctx, "silence", nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered Do = %v, want deadline exceeded", err)
+	}
+	conn.Close()
+	if err := conn.Do(ctx, OpStatus, nil, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after Close = %v, want ErrClosed", err)
+	}
+	if _, ok := <-conn.Events(); ok {
+		t.Fatal("Events still open after Close")
+	}
+	if !strings.Contains(conn.Err().Error(), "closed") {
+		t.Fatalf("Err = %v", conn.Err())
+	}
+}

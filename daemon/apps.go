@@ -1,0 +1,36 @@
+package daemon
+
+import (
+	"context"
+
+	"octosup/policy"
+	"octosup/supervisor"
+)
+
+// Apps is what the daemon needs of the supervisor. *supervisor.Supervisor
+// provides it through SupervisorApps; tests use a fake.
+type Apps interface {
+	Apply(ctx context.Context, m *policy.Manifest) error
+	Start(ctx context.Context, id string) (supervisor.AppStatus, error)
+	Stop(ctx context.Context, id string) (supervisor.AppStatus, error)
+	Restart(ctx context.Context, id string) (supervisor.AppStatus, error)
+	Status(id string) ([]supervisor.AppStatus, error)
+	Logs(id string, n int) ([]supervisor.LogLine, error)
+	Subscribe(buffer int) Subscription
+	Owner(pid int) (appID string, ok bool)
+}
+
+// Subscription is a supervisor event subscription.
+type Subscription interface {
+	Events() <-chan supervisor.Event
+	Close()
+	Done() <-chan struct{}
+	Err() error
+}
+
+// SupervisorApps adapts *supervisor.Supervisor to Apps.
+func SupervisorApps(s *supervisor.Supervisor) Apps { return supervisorApps{s} }
+
+type supervisorApps struct{ *supervisor.Supervisor }
+
+func (s supervisorApps) Subscribe(buffer int) Subscription { return s.Supervisor.Subscribe(buffer) }

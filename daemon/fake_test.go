@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"octosup/policy"
+	"octosup/supervisor"
+)
+
+// fakeApps is an in-memory supervisor: apps move between states at once
+// and publish events the way the real one does (bounded queues, a full
+// one is dropped with ErrSlowSubscriber).
+type fakeApps struct {
+	mu      sync.Mutex
+	order   []string
+	apps    map[string]*supervisor.AppStatus
+	logs    map[string][]supervisor.LogLine
+	subs    map[*fakeSub]struct{}
+	owners  map[int]string
+	nextPid int
+	applied int
+}
+
+func newFakeApps(ids ...string) *fakeApps {
+	f := &fakeApps{
+		apps:    make(map[string]*supervisor.AppStatus),
+		logs:    make(map[string][]supervisor.LogLine),
+		subs:    make(map[*fakeSub]struct{}),
+		owners:  make(map[int]string),
+		nextPid: 1000,
+	}
+	for _, id := range ids {
+		f.order = append(f.order, id)
+		f.apps[id] = &supervisor.AppStatus{ID: id, State: supervisor.Stopped, Since: time.Now(), Stopper: supervisor.StopperProcessGroup}
+	}
+	return f
+}
+
+func (f *fakeApps) Apply(_ context.Context, m *policy.Manifest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied++
+	return nil
+}
+
+func (f *fakeApps) set(id string, state supervisor.State) (supervisor.AppStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.apps[id]
+	if !ok {
+		return supervisor.AppStatus{}, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
+	}
+	st.State, st.Since = state, time.Now()
+	switch state {
+	case supervisor.Running:
+		f.nextPid++
+		st.Pid = f.nextPid
+	case supervisor.Stopped:
+		st.Pid = 0
+		st.LastExit = &supervisor.Exit{Signal: "SIGTERM", At: st.Since}
+	}
+	cp := *st
+	f.publishLocked(supervisor.Event{Kind: "state", State: &cp})
+	return cp, nil
+}
+
+func (f *fakeApps) Start(_ context.Context, id string) (supervisor.AppStatus, error) {
+	return f.set(id, supervisor.Running)
+}
+
+func (f *fakeApps) Stop(_ context.Context, id string) (supervisor.AppStatus, error) {
+	return f.set(id, supervisor.Stopped)
+}
+
+func (f *fakeApps) Restart(ctx context.Context, id string) (supervisor.AppStatus, error) {
+	if _, err := f.set(id, supervisor.Stopped); err != nil {
+		return supervisor.AppStatus{}, err
+	}
+	f.mu.Lock()
+	f.apps[id].Restarts++
+	f.mu.Unlock()
+	return f.set(id, supervisor.Running)
+}
+
+func (f *fakeApps) Status(id string) ([]supervisor.AppStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id != "" {
+		st, ok := f.apps[id]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
+		}
+		return []supervisor.AppStatus{*st}, nil
+	}
+	out := make([]supervisor.AppStatus, 0, len(f.order))
+	for _, id := range f.order {
+		out = append(out, *f.apps[id])
+	}
+	return out, nil
+}
+
+func (f *fakeApps) Logs(id string, n int) ([]supervisor.LogLine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.apps[id]; !ok {
+		return nil, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
+	}
+	l := f.logs[id]
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return append([]supervisor.LogLine(nil), l...), nil
+}
+
+// write is the app id writing a line of output.
+func (f *fakeApps) write(id, text string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := supervisor.LogLine{App: id, Stream: "stdout", Text: text, At: time.Now()}
+	f.logs[id] = append(f.logs[id], l)
+	f.publishLocked(supervisor.Event{Kind: "log", Log: &l})
+}
+
+func (f *fakeApps) Owner(pid int) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.owners[pid]
+	return id, ok
+}
+
+func (f *fakeApps) Subscribe(buffer int) Subscription {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := &fakeSub{f: f, ch: make(chan supervisor.Event, buffer), done: make(chan struct{})}
+	f.subs[s] = struct{}{}
+	return s
+}
+
+func (f *fakeApps) publishLocked(ev supervisor.Event) {
+	for s := range f.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			f.endLocked(s, supervisor.ErrSlowSubscriber)
+		}
+	}
+}
+
+func (f *fakeApps) endLocked(s *fakeSub, err error) {
+	if _, ok := f.subs[s]; !ok {
+		return
+	}
+	delete(f.subs, s)
+	s.err = err
+	close(s.ch)
+	close(s.done)
+}
+
+type fakeSub struct {
+	f    *fakeApps
+	ch   chan supervisor.Event
+	done chan struct{}
+	err  error
+}
+
+func (s *fakeSub) Events() <-chan supervisor.Event { return s.ch }
+func (s *fakeSub) Done() <-chan struct{}           { return s.done }
+func (s *fakeSub) Close() {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.f.endLocked(s, nil)
+}
+func (s *fakeSub) Err() error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	return s.err
+}

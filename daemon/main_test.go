@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"octosup/jail"
+)
+
+// The test binary plays three more parts, chosen by the environment
+// before any test runs: the jail helper (the supervisor re-executes the
+// daemon's binary), a control client of another uid, and a whole daemon
+// for the tests that need a process of its own (socket activation).
+func TestMain(m *testing.M) {
+	if jail.IsHelper(os.Args) {
+		os.Exit(jail.RunHelper())
+	}
+	if path := os.Getenv("OCTOSUP_TEST_DIAL"); path != "" {
+		os.Exit(dialAndPrint(path))
+	}
+	if os.Getenv("OCTOSUP_TEST_DAEMON") == "1" {
+		os.Exit(runTestDaemon())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// dialAndPrint connects to the control socket, asks for status and prints
+// the first line the daemon sends.
+func dialAndPrint(path string) int {
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dial:", err)
+		return 1
+	}
+	defer nc.Close()
+	fmt.Fprintln(nc, `{"id":1,"op":"status"}`)
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "read:", err)
+		return 1
+	}
+	fmt.Print(line)
+	return 0
+}
+
+// runTestDaemon is octosupd run --config $OCTOSUP_TEST_MANIFEST.
+func runTestDaemon() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log, err := NewLogger(os.Stderr, "debug")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := Run(ctx, Config{ManifestPath: os.Getenv("OCTOSUP_TEST_MANIFEST"), Log: log, StopGrace: time.Second}); err != nil {
+		fmt.Fprintln(os.Stderr, "octosupd:", err)
+		return 1
+	}
+	return 0
+}

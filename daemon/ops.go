@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"octosup/control"
+	"octosup/policy"
+	"octosup/supervisor"
+)
+
+// builtinOps is the table of the ops the daemon serves by itself. More
+// are added with Server.Handle.
+func builtinOps(s *Server) map[string]Handler {
+	return map[string]Handler{
+		control.OpStatus:    s.opStatus,
+		control.OpStart:     s.lifecycleOp(control.OpStart, Apps.Start),
+		control.OpStop:      s.lifecycleOp(control.OpStop, Apps.Stop),
+		control.OpRestart:   s.lifecycleOp(control.OpRestart, Apps.Restart),
+		control.OpLogs:      s.opLogs,
+		control.OpSubscribe: s.opSubscribe,
+		control.OpReload:    s.opReload,
+	}
+}
+
+func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.StatusArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	all, err := s.cfg.Apps.Status(args.App)
+	if err != nil {
+		return nil, err
+	}
+	data := control.StatusData{Apps: make([]control.AppStatus, 0, len(all))}
+	for _, st := range all {
+		data.Apps = append(data.Apps, s.appStatus(st))
+	}
+	return data, nil
+}
+
+func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
+	out := control.AppStatus{
+		ID:       st.ID,
+		State:    string(st.State),
+		Pid:      st.Pid,
+		Restarts: st.Restarts,
+		Since:    st.Since,
+		LastExit: wireExit(st.LastExit),
+		Reason:   st.Reason,
+		Stopper:  st.Stopper,
+		Link:     s.cfg.LinkStatus(st.ID),
+	}
+	if st.Jail != nil {
+		out.Jail = &control.JailReport{
+			LandlockABI: st.Jail.LandlockABI,
+			Layers:      nonNil(st.Jail.Layers),
+			Missing:     nonNil(st.Jail.Missing),
+		}
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func wireExit(e *supervisor.Exit) *control.Exit {
+	if e == nil {
+		return nil
+	}
+	return &control.Exit{Code: e.Code, Signal: e.Signal, At: e.At}
+}
+
+func stateEvent(st supervisor.AppStatus) control.StateEvent {
+	return control.StateEvent{
+		App:      st.ID,
+		State:    string(st.State),
+		Pid:      st.Pid,
+		Restarts: st.Restarts,
+		Since:    st.Since,
+		LastExit: wireExit(st.LastExit),
+		Reason:   st.Reason,
+	}
+}
+
+func logLine(l supervisor.LogLine) control.LogLine {
+	return control.LogLine{App: l.App, Stream: l.Stream, Text: l.Text, At: l.At}
+}
+
+// lifecycleOp serves start, stop and restart: the answer comes once the
+// app reached the state (or could not).
+func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) Handler {
+	return func(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+		var args control.AppArgs
+		if err := control.DecodeArgs(raw, &args); err != nil {
+			return nil, err
+		}
+		if args.App == "" {
+			return nil, control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
+		}
+		st, err := do(s.cfg.Apps, ctx, args.App)
+		if err != nil {
+			if errors.Is(err, supervisor.ErrUnknownApp) {
+				return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
+			}
+			if ctx.Err() != nil {
+				return nil, control.Errorf(control.CodeFailed, "%s %s: cancelled: %v", op, args.App, ctx.Err())
+			}
+			return nil, control.Errorf(control.CodeFailed, "%v", err)
+		}
+		if op != control.OpStop && st.State == supervisor.Failed {
+			return nil, control.Errorf(control.CodeFailed, "%s %s: failed: %s", op, args.App, st.Reason)
+		}
+		return control.StateData{State: string(st.State), App: s.appStatus(st)}, nil
+	}
+}
+
+// opLogs answers the last lines; with follow, log events of the app
+// follow the answer, with no line lost or repeated between the two.
+func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	var args control.LogsArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if args.App == "" {
+		return nil, control.Errorf(control.CodeBadRequest, "logs needs args.app, the id of an app")
+	}
+	n := args.Lines
+	if n <= 0 {
+		n = defaultLines
+	}
+	var st *stream
+	if args.Follow {
+		// Subscribed before the snapshot: lines written in between are
+		// held, and those already in the snapshot dropped on activation.
+		st = &stream{conn: c, app: args.App, topics: map[string]bool{control.TopicLog: true}}
+		s.hub.add(st)
+	}
+	lines, err := s.cfg.Apps.Logs(args.App, n)
+	if err != nil {
+		if st != nil {
+			s.hub.remove(st)
+		}
+		if errors.Is(err, supervisor.ErrUnknownApp) {
+			return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
+		}
+		return nil, err
+	}
+	data := control.LogsData{Lines: fitLines(lines, control.MaxLine-1024)}
+	data.Truncated = len(data.Lines) < len(lines)
+	if st == nil {
+		return data, nil
+	}
+	var last time.Time
+	if len(lines) > 0 {
+		last = lines[len(lines)-1].At
+	}
+	return then{data: data, fn: func() {
+		st.activate(func(line []byte) bool {
+			var l control.LogLine
+			return json.Unmarshal(line, &l) == nil && l.At.After(last)
+		})
+	}}, nil
+}
+
+// opSubscribe adds topics to the connection's subscription.
+func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	var args control.SubscribeArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	topics := args.Topics
+	if len(topics) == 0 {
+		topics = []string{control.TopicState}
+	}
+	var unknown []string
+	for _, t := range topics {
+		if !s.knownTopic(t) {
+			unknown = append(unknown, fmt.Sprintf("%q", t))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: topics are state, approval, app.frame", strings.Join(unknown, ", "))
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.sub != nil {
+		c.sub.addTopics(topics)
+		return control.SubscribeData{Topics: c.sub.topicList()}, nil
+	}
+	st := &stream{conn: c, topics: make(map[string]bool)}
+	st.addTopics(topics)
+	c.sub = st
+	s.hub.add(st)
+	return then{data: control.SubscribeData{Topics: st.topicList()}, fn: func() { st.activate(nil) }}, nil
+}
+
+func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args struct{}
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if s.cfg.Reload == nil {
+		return nil, control.Errorf(control.CodeInternal, "this daemon has no manifest to reload")
+	}
+	n, err := s.cfg.Reload(ctx)
+	if err != nil {
+		var verr *policy.ValidationError
+		if errors.As(err, &verr) {
+			return nil, invalidManifest(verr)
+		}
+		return nil, control.Errorf(control.CodeFailed, "reload: %v", err)
+	}
+	return control.ReloadData{Apps: n}, nil
+}
+
+// invalidManifest lists every problem of a refused manifest, in the
+// message (one per line) and in data.problems.
+func invalidManifest(verr *policy.ValidationError) *control.Error {
+	probs := make([]string, 0, len(verr.Problems))
+	for _, p := range verr.Problems {
+		probs = append(probs, p.String())
+	}
+	data, _ := json.Marshal(control.ManifestProblems{Problems: probs})
+	return &control.Error{
+		Code:    control.CodeInvalidManifest,
+		Message: fmt.Sprintf("the manifest has %d problem(s); the running apps are unchanged:\n%s", len(probs), strings.Join(probs, "\n")),
+		Data:    data,
+	}
+}
+
+// fitLines returns the newest lines whose encoding fits in budget bytes,
+// oldest first: an answer never exceeds a control line.
+func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
+	first := len(lines)
+	for first > 0 {
+		b, err := json.Marshal(logLine(lines[first-1]))
+		if err != nil || len(b)+1 > budget {
+			break
+		}
+		budget -= len(b) + 1
+		first--
+	}
+	out := make([]control.LogLine, 0, len(lines)-first)
+	for _, l := range lines[first:] {
+		out = append(out, logLine(l))
+	}
+	return out
+}

@@ -1,0 +1,582 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/control"
+	"octosup/supervisor"
+)
+
+// Handler serves one op. args are the request's args (nil when absent);
+// the result is marshaled as the answer's data. An error that is a
+// *control.Error is answered as is; any other error is internal.
+type Handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
+
+// Queue sizes. A connection holds at most connQueue lines not yet written
+// to it and runs at most maxInflight requests at once; reading the next
+// request waits for a free slot, which slows that client only.
+const (
+	connQueue    = 1024
+	maxInflight  = 64
+	writeTimeout = 10 * time.Second
+	defaultLines = 100
+	// supervisorBuffer is the queue of the server's own subscription to
+	// the supervisor; it only forwards into per-connection queues.
+	supervisorBuffer = 4096
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Apps Apps
+	Log  *zap.Logger
+	// Reload re-reads and applies the manifest for the reload op. It
+	// returns the number of apps of the new manifest; a manifest that
+	// does not validate is a *policy.ValidationError and changes nothing.
+	Reload func(ctx context.Context) (apps int, err error)
+	// LinkStatus fills each app's link member in status; nil reports no
+	// link.
+	LinkStatus func(appID string) control.LinkStatus
+}
+
+// Server is the control socket's server. Handle and AddTopic may be
+// called before Serve; Publish any time.
+type Server struct {
+	cfg ServerConfig
+	log *zap.Logger
+	hub hub
+	uid int // the only uid served: the daemon's own
+
+	mu     sync.RWMutex
+	ops    map[string]Handler
+	topics map[string]bool
+}
+
+// NewServer returns a server with the built-in ops registered.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.LinkStatus == nil {
+		cfg.LinkStatus = func(string) control.LinkStatus { return control.LinkStatus{} }
+	}
+	s := &Server{
+		cfg: cfg,
+		log: cfg.Log,
+		uid: os.Getuid(),
+		topics: map[string]bool{
+			control.TopicState:    true,
+			control.TopicLog:      true,
+			control.TopicApproval: true,
+			control.TopicAppFrame: true,
+		},
+	}
+	s.ops = builtinOps(s)
+	return s
+}
+
+// Handle registers the handler of an op. It replaces nothing: a second
+// registration of the same op is a programming error and panics.
+func (s *Server) Handle(op string, h Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.ops[op]; dup {
+		panic(fmt.Sprintf("daemon: op %q registered twice", op))
+	}
+	s.ops[op] = h
+}
+
+// AddTopic makes a topic subscribable.
+func (s *Server) AddTopic(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topics[topic] = true
+}
+
+// Publish sends an event to every connection subscribed to topic. The
+// event must marshal to a JSON object; its members follow "event": topic
+// on the line. An event with an "app" member reaches streams about that
+// app (logs with follow) too. Publish never blocks.
+func (s *Server) Publish(topic string, event any) {
+	line, err := control.EncodeEvent(topic, event)
+	if err != nil {
+		s.log.Error("drop event", zap.String("topic", topic), zap.Error(err))
+		return
+	}
+	s.hub.publish(topic, line)
+}
+
+func (s *Server) handler(op string) (Handler, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h, ok := s.ops[op]
+	return h, ok
+}
+
+func (s *Server) knownTopic(t string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.topics[t]
+}
+
+// Serve accepts connections on ln until ctx is done, then closes ln,
+// ends every connection and returns. It also forwards the supervisor's
+// events to subscribers. Call it once per Server.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.forward(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if retryAccept(err) {
+				// Out of descriptors, or a peer gone before accept: the
+				// daemon goes on and tries again shortly.
+				s.log.Warn("accept on control socket", zap.Error(err))
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			cancel()
+			return fmt.Errorf("accept on control socket: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(ctx, nc)
+		}()
+	}
+}
+
+func retryAccept(err error) bool {
+	var ne net.Error
+	return (errors.As(err, &ne) && ne.Timeout()) ||
+		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// forward publishes the supervisor's events. When the supervisor drops
+// this subscription (it fell behind), it subscribes again and publishes
+// every app's current state, so that subscribers converge.
+func (s *Server) forward(ctx context.Context) {
+	for ctx.Err() == nil {
+		sub := s.cfg.Apps.Subscribe(supervisorBuffer)
+		s.pump(ctx, sub)
+		sub.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if err := sub.Err(); !errors.Is(err, supervisor.ErrSlowSubscriber) {
+			// The supervisor shut down: nothing more to forward.
+			s.log.Debug("supervisor events ended", zap.Error(err))
+			return
+		}
+		s.log.Warn("fell behind the supervisor's events; resynchronizing subscribers")
+		if all, err := s.cfg.Apps.Status(""); err == nil {
+			for _, st := range all {
+				s.Publish(control.TopicState, stateEvent(st))
+			}
+		}
+	}
+}
+
+func (s *Server) pump(ctx context.Context, sub Subscription) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+			switch {
+			case ev.Kind == "state" && ev.State != nil:
+				s.Publish(control.TopicState, stateEvent(*ev.State))
+			case ev.Kind == "log" && ev.Log != nil:
+				s.Publish(control.TopicLog, logLine(*ev.Log))
+			}
+		}
+	}
+}
+
+// serveConn runs one connection: the peer check, then the reader (this
+// goroutine), one goroutine per request in flight and the writer.
+func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	log := s.log
+	peer, err := peerCred(nc)
+	if err != nil {
+		log.Warn("refuse control connection: no peer credentials", zap.Error(err))
+		nc.Close()
+		return
+	}
+	log = log.With(zap.Int("peer_pid", peer.Pid), zap.Uint32("peer_uid", peer.UID))
+	if why := s.refuse(peer); why != "" {
+		log.Warn("refuse control connection", zap.String("why", why))
+		line, _ := json.Marshal(control.Response{Error: control.Errorf(control.CodeNotPermitted, "%s", why)})
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		nc.Write(append(line, '\n'))
+		nc.Close()
+		return
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	c := &Conn{
+		srv:    s,
+		nc:     nc,
+		peer:   peer,
+		log:    log,
+		ctx:    cctx,
+		cancel: cancel,
+		out:    make(chan []byte, connQueue),
+		quit:   make(chan struct{}),
+	}
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		c.writeLoop()
+	}()
+	// The server's shutdown ends the read.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+
+	var inflight sync.WaitGroup
+	c.readLoop(cctx, &inflight)
+	inflight.Wait() // every request read gets its answer queued
+	stop()
+	s.hub.removeConn(c)
+	cancel()
+	c.quitOnce.Do(func() { close(c.quit) })
+	writer.Wait()
+	nc.Close()
+}
+
+// refuse says why a peer may not use the socket, "" when it may.
+func (s *Server) refuse(p Peer) string {
+	if int(p.UID) != s.uid {
+		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.UID, s.uid)
+	}
+	if app, ok := s.cfg.Apps.Owner(p.Pid); ok {
+		return fmt.Sprintf("process %d belongs to app %q: supervised apps may not use the control socket", p.Pid, app)
+	}
+	return ""
+}
+
+// Conn is one client connection, handed to each Handler.
+type Conn struct {
+	srv    *Server
+	nc     net.Conn
+	peer   Peer
+	log    *zap.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	out      chan []byte
+	quit     chan struct{} // closed when the writer is to flush and stop
+	quitOnce sync.Once
+	dropOnce sync.Once
+
+	subMu sync.Mutex
+	sub   *stream // the subscribe op's stream, once subscribed
+}
+
+// Peer is who is at the other end of a connection (SO_PEERCRED).
+type Peer struct {
+	Pid      int
+	UID, GID uint32
+}
+
+// Peer is the connection's peer.
+func (c *Conn) Peer() Peer { return c.peer }
+
+// Log is the connection's logger (it names the peer).
+func (c *Conn) Log() *zap.Logger { return c.log }
+
+// Done is closed when the connection ended (or is being torn down).
+func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Event sends an event to this connection only (e.g. to an attached
+// kernel). It never blocks: a connection that cannot take it is dropped,
+// and Event returns an error saying so.
+func (c *Conn) Event(topic string, event any) error {
+	line, err := control.EncodeEvent(topic, event)
+	if err != nil {
+		return err
+	}
+	if !c.sendEvent(line) {
+		return fmt.Errorf("send %s event: the connection is gone or too slow", topic)
+	}
+	return nil
+}
+
+// sendEvent queues an event line without blocking; a full queue drops
+// the connection: a subscriber that does not read is cut off, never
+// waited for.
+func (c *Conn) sendEvent(line []byte) bool {
+	select {
+	case <-c.quit:
+		return false
+	default:
+	}
+	select {
+	case c.out <- line:
+		return true
+	default:
+		c.drop("slow subscriber: its queue of events is full")
+		return false
+	}
+}
+
+// drop closes a connection that cannot keep up. The teardown in
+// serveConn follows from the failed read.
+func (c *Conn) drop(why string) {
+	c.dropOnce.Do(func() {
+		c.log.Warn("drop control connection", zap.String("why", why))
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// reply queues an answer; it waits for room (the client's own backlog),
+// and gives up only when the connection is gone.
+func (c *Conn) reply(resp control.Response) {
+	line, err := encodeResponse(resp)
+	if err == nil && len(line) > control.MaxLine {
+		resp.OK, resp.Data = false, nil
+		resp.Error = control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
+		line, err = encodeResponse(resp)
+	}
+	if err != nil {
+		c.log.Error("encode answer", zap.Error(err))
+		line, _ = json.Marshal(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
+	}
+	select {
+	case c.out <- line:
+	case <-c.quit:
+	}
+}
+
+func (c *Conn) writeLoop() {
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	write := func(line []byte) bool {
+		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(line); err != nil {
+			return false
+		}
+		if err := w.WriteByte('\n'); err != nil {
+			return false
+		}
+		// Flush when nothing else is queued: batches under load,
+		// latency when idle.
+		if len(c.out) == 0 {
+			if err := w.Flush(); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for {
+		select {
+		case line := <-c.out:
+			if !write(line) {
+				c.drop("write failed")
+				c.discard()
+				return
+			}
+		case <-c.quit:
+			for {
+				select {
+				case line := <-c.out:
+					if !write(line) {
+						return
+					}
+				default:
+					w.Flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+// discard empties the queue after a failed write until quit, so that no
+// sender waits on a connection that will never be written again.
+func (c *Conn) discard() {
+	for {
+		select {
+		case <-c.out:
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// readLoop reads requests until EOF or error. Each request runs in its
+// own goroutine so that a slow op (stop waits for the grace period) does
+// not hold the connection's other requests.
+func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	slots := make(chan struct{}, maxInflight)
+	for {
+		line, tooLong, err := readRequestLine(r, control.MaxLine)
+		if tooLong {
+			c.reply(control.Response{Error: control.Errorf(control.CodeBadRequest, "request line over %d bytes: skipped", control.MaxLine)})
+		} else if len(line) > 0 {
+			req, derr := control.DecodeRequest(line)
+			if derr != nil {
+				c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeBadRequest, "%v", derr)})
+			} else {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				inflight.Add(1)
+				go func() {
+					defer inflight.Done()
+					defer func() { <-slots }()
+					c.handle(ctx, req)
+				}()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// then wraps an answer whose follow-up (starting a stream) must run once
+// the answer is queued.
+type then struct {
+	data any
+	fn   func()
+}
+
+// AfterReply is a Handler's result whose answer carries data and after
+// whose answer fn runs: events fn sends (Conn.Event) or lets through
+// follow the answer on the wire, never precede it.
+func AfterReply(data any, fn func()) any { return then{data: data, fn: fn} }
+
+func (c *Conn) handle(ctx context.Context, req control.Request) {
+	h, ok := c.srv.handler(req.Op)
+	if !ok {
+		c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeUnknownOp, "unknown op %q", req.Op)})
+		return
+	}
+	start := time.Now()
+	data, err := h(ctx, c, req.Args)
+	if err != nil {
+		cerr := asControlError(err)
+		if cerr.Code == control.CodeInternal {
+			c.log.Error("op failed", zap.String("op", req.Op), zap.Error(err))
+		} else {
+			c.log.Debug("op refused", zap.String("op", req.Op), zap.String("code", cerr.Code), zap.String("message", cerr.Message))
+		}
+		c.reply(control.Response{ID: req.ID, Error: cerr})
+		return
+	}
+	var follow func()
+	if t, ok := data.(then); ok {
+		data, follow = t.data, t.fn
+	}
+	resp := control.Response{ID: req.ID, OK: true}
+	if data != nil {
+		b, merr := json.Marshal(data)
+		if merr != nil {
+			c.log.Error("encode op data", zap.String("op", req.Op), zap.Error(merr))
+			c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", merr)})
+			return
+		}
+		resp.Data = b
+	}
+	c.reply(resp)
+	if follow != nil {
+		follow()
+	}
+	c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
+}
+
+// asControlError maps an op's error to its wire form.
+func asControlError(err error) *control.Error {
+	var cerr *control.Error
+	switch {
+	case errors.As(err, &cerr):
+		return cerr
+	case errors.Is(err, supervisor.ErrUnknownApp):
+		return control.Errorf(control.CodeUnknownApp, "%v", err)
+	default:
+		return control.Errorf(control.CodeInternal, "%v", err)
+	}
+}
+
+// readRequestLine returns the next line without its newline. A line over
+// max is discarded up to its newline without being buffered, and
+// reported with tooLong. err is set at the end of the stream (a last
+// line without newline is still returned).
+func readRequestLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, rerr := r.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(chunk) > max+1 || (rerr != nil && len(buf)+len(chunk) > max) {
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		switch {
+		case rerr == nil:
+			if tooLong {
+				return nil, true, nil
+			}
+			return buf[:len(buf)-1], false, nil
+		case errors.Is(rerr, bufio.ErrBufferFull):
+			continue
+		default:
+			return buf, tooLong, rerr
+		}
+	}
+}
+
+// encodeResponse is json.Marshal of a Response without validating and
+// compacting Data a second time: it was marshaled by the daemon itself.
+func encodeResponse(resp control.Response) ([]byte, error) {
+	if !resp.OK || len(resp.Data) == 0 {
+		return json.Marshal(resp)
+	}
+	line := make([]byte, 0, len(resp.Data)+40)
+	line = append(line, `{"id":`...)
+	line = strconv.AppendInt(line, resp.ID, 10)
+	line = append(line, `,"ok":true,"data":`...)
+	line = append(line, resp.Data...)
+	return append(line, '}'), nil
+}
