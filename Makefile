@@ -54,3 +54,23 @@ install: build
 
 clean:
 	rm -rf $(BIN) $(RUNDIR)
+
+# make bench: the table of docs/performance.md. Every figure held against a
+# goal is a ratio of two figures of the same run (the machine is shared and
+# noisy); absolute times are printed, never asserted. Flags go in
+# BENCH_FLAGS, e.g. make bench BENCH_FLAGS='--json --spawns 400'.
+# bubblewrap is the spawn baseline (d): installed here when missing and we
+# are root, else its rows say "skipped".
+BENCH_FLAGS ?=
+bench:
+	@if ! command -v bwrap >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+			{ apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; } || \
+			echo "bench: could not install bubblewrap: its rows will say skipped"; \
+		else echo "bench: bwrap not found (apt-get install bubblewrap): its rows will say skipped"; fi; \
+	fi
+	$(GO) build -o $(BIN)/ ./cmd/octosupd
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/bench/ ./bench/hubping
+	$(GO) build -o $(BIN)/octosup-bench ./bench
+	$(BIN)/octosup-bench --octosupd $(BIN)/octosupd --hubping $(BIN)/bench/hubping $(BENCH_FLAGS)

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"octosup/control"
+	"octosup/jail"
+	"octosup/policy"
+)
+
+func spawnMeasurement() Measurement {
+	var n int
+	return Measurement{
+		Name:  "spawn",
+		Title: "start → the app's first byte (hubping, one start at a time, variants interleaved)",
+		About: "Time from \"start\" to the first byte the same tiny app writes: (a) os/exec with a socketpair as fd 3, " +
+			"(b) octosupd policy broad, (c) octosupd jail with network none and processes false, (c') the same with " +
+			"processes true, (d) bwrap --unshare-all with the jail's binds. The app writes its hub (fd 3) and then a " +
+			"FIFO the bench holds; the daemon owns the hub of (b) and (c), so every variant is timed to the FIFO byte, " +
+			"and (a) and (d) to the hub byte too, which shows what the FIFO adds.",
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&n, "spawns", 200, "spawns of each variant")
+		},
+		Run: func(ctx context.Context, env *Env) ([]Row, error) { return runSpawn(ctx, env, n) },
+	}
+}
+
+// spawnSample is one start; a zero field was not measured.
+type spawnSample struct {
+	hub    time.Duration // → the byte on the hub (variants that hold it)
+	fifo   time.Duration // → the byte on the FIFO (every variant)
+	answer time.Duration // → the start op's answer (daemon variants)
+}
+
+type spawnVariant struct {
+	id    string // a, b, c, c', d
+	key   string
+	label string
+	once  func(ctx context.Context) (spawnSample, error)
+
+	samples []spawnSample
+	err     error
+}
+
+func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
+	if n < 1 {
+		return nil, errors.New("--spawns must be at least 1")
+	}
+	dir, err := env.Scratch("spawn")
+	if err != nil {
+		return nil, err
+	}
+	childLog, err := os.Create(filepath.Join(dir, "children.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer childLog.Close()
+
+	fifos := map[string]*fifo{}
+	for _, id := range []string{"plain", "broad", "jail", "jail-procs", "bwrap"} {
+		f, err := appFIFO(dir, id)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		fifos[id] = f
+	}
+
+	d, err := env.startDaemon(ctx, "spawn-daemon", []policy.App{
+		hubpingApp("broad", env.Hubping, fifos["broad"], broadSandbox(), false),
+		hubpingApp("jail", env.Hubping, fifos["jail"], jailSandbox(false), false),
+		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs"], jailSandbox(true), false),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Stop(30 * time.Second)
+	conn, err := d.Client.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
+	variants := []*spawnVariant{
+		{id: "a", key: "spawn.plain", label: "a   os/exec, socketpair as fd 3",
+			once: plainSpawn(env, []string{env.Hubping, fifos["plain"].Path}, fifos["plain"], childLog)},
+		{id: "b", key: "spawn.broad", label: "b   octosupd, policy broad",
+			once: daemonSpawn(env, d, conn, "broad", fifos["broad"])},
+		{id: "c", key: "spawn.jail", label: "c   octosupd, jail: network none, processes false",
+			once: daemonSpawn(env, d, conn, "jail", fifos["jail"])},
+		{id: "c'", key: "spawn.jail-procs", label: "c'  octosupd, jail: network none, processes true",
+			once: daemonSpawn(env, d, conn, "jail-procs", fifos["jail-procs"])},
+	}
+	// The helper's floor: the daemon's binary re-executed as the jail
+	// helper, with no spec to read, so it exits once the Go runtime and
+	// the package inits ran — what every helper start pays before any
+	// jail work.
+	helper := &spawnVariant{id: "h", key: "spawn.helper-floor", label: "h   octosupd re-exec'd as the jail helper, no spec",
+		once: helperFloor(env, childLog)}
+	variants = append(variants, helper)
+	bw := &spawnVariant{id: "d", key: "spawn.bwrap", label: "d   bwrap --unshare-all, same binds"}
+	if env.Bwrap != "" {
+		f := fifos["bwrap"]
+		bw.once = plainSpawn(env, bwrapArgs(env.Bwrap, filepath.Dir(f.Path), []string{env.Hubping, f.Path}), f, childLog)
+		variants = append(variants, bw)
+	} else {
+		bw.err = errors.New("skipped: no bwrap (apt-get install bubblewrap, and no --bwrap none)")
+	}
+
+	// Round-robin, the order turning every round, so that the machine's
+	// drift (other engineers' builds) falls on every variant alike.
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if i%50 == 0 {
+			env.Progressf("spawn: round %d/%d", i, n)
+		}
+		for k := range variants {
+			v := variants[(i+k)%len(variants)]
+			if v.err != nil {
+				continue
+			}
+			s, err := v.once(ctx)
+			if err != nil {
+				v.err = fmt.Errorf("spawn %d: %w", len(v.samples)+1, err)
+				env.Progressf("spawn: %s failed, dropped from the rounds: %v", v.id, v.err)
+				continue
+			}
+			v.samples = append(v.samples, s)
+		}
+	}
+	// A variant that failed keeps the rows it had, and fails the run.
+	var errs []error
+	for _, v := range variants {
+		if v.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", v.id, v.err))
+		}
+	}
+	return spawnRows(append(variants[:5:5], bw)), errors.Join(errs...)
+}
+
+// spawnRows turns the samples into rows: each variant to the FIFO byte
+// (and the hub byte, the start's answer where measured), then the
+// ratios of medians.
+func spawnRows(vs []*spawnVariant) []Row {
+	var rows []Row
+	byID := map[string]Row{}
+	for _, v := range vs {
+		var hub, fifo, answer, extra []time.Duration
+		for _, s := range v.samples {
+			fifo = append(fifo, s.fifo)
+			if s.hub > 0 {
+				hub = append(hub, s.hub)
+				extra = append(extra, s.fifo-s.hub)
+			}
+			if s.answer > 0 {
+				answer = append(answer, s.answer)
+			}
+		}
+		if len(hub) > 0 {
+			rows = append(rows, summarize(hub).row(v.key+".hub", v.label+" → hub byte"))
+		}
+		to := " → FIFO byte"
+		if v.id == "h" {
+			to = " → exit"
+		}
+		r := summarize(fifo).row(v.key, v.label+to)
+		if v.err != nil {
+			if len(fifo) == 0 {
+				r = Row{Key: v.key, Label: v.label + to, Err: v.err.Error()}
+			} else {
+				r.Note = "stopped early: " + v.err.Error()
+			}
+		}
+		if len(extra) > 0 {
+			r.Note = join(r.Note, fmt.Sprintf("the FIFO byte comes %v (median) after the hub byte: the app's open and write of the FIFO", summarize(extra).P50.Round(time.Microsecond)))
+		}
+		byID[v.id] = r
+		rows = append(rows, r)
+		if len(answer) > 0 {
+			rows = append(rows, summarize(answer).row(v.key+".answer", v.label+" → start answered (running)"))
+		}
+	}
+	ratio := func(num, den, label string, goal *Goal) Row {
+		key := fmt.Sprintf("spawn.ratio.%s/%s", num, den)
+		return ratioRow(key, label, num+"/"+den+" p50", byID[num], byID[den], goal)
+	}
+	rows = append(rows,
+		ratio("b", "a", "octosupd broad vs plain", nil),
+		ratio("c", "a", "jailed, processes false vs plain", AtMost(2.0, "×")),
+		ratio("c'", "a", "jailed, processes true vs plain", AtMost(1.5, "×")),
+		ratio("d", "a", "bwrap vs plain", nil),
+		ratio("c", "d", "jailed, processes false vs bwrap", nil),
+		ratio("c'", "d", "jailed, processes true vs bwrap", nil),
+	)
+	// A start through the helper cannot beat a plain start plus the
+	// helper's own exec: how close c comes to that floor is what the
+	// daemon and the jail layers add.
+	a, h := byID["a"], byID["h"]
+	if a.P50 != nil && h.P50 != nil {
+		floor := Row{Key: "spawn.helper-path-floor", Label: "a+h the helper path's floor (p50s added)",
+			Value: &Value{X: a.P50.X + h.P50.X, Unit: "ms"}}
+		rows = append(rows, floor, ratioRow("spawn.ratio.c/a+h", "jailed, processes false vs that floor", "c/(a+h) p50", byID["c"], floor, nil))
+	}
+	return rows
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// plainSpawn starts argv itself (a, d): start → hub byte → FIFO byte,
+// then kills and reaps it.
+func plainSpawn(env *Env, argv []string, f *fifo, logw *os.File) func(context.Context) (spawnSample, error) {
+	return func(context.Context) (spawnSample, error) {
+		t0 := time.Now()
+		c, err := startChild(argv, logw)
+		if err != nil {
+			return spawnSample{}, err
+		}
+		defer c.kill()
+		hubAt, err := awaitByte(c.hub, env.Timeout)
+		if err != nil {
+			return spawnSample{}, fmt.Errorf("the hub: %w (the children's output is in %s)", err, logw.Name())
+		}
+		fifoAt, err := f.await(env.Timeout)
+		if err != nil {
+			return spawnSample{}, fmt.Errorf("the FIFO: %w (the children's output is in %s)", err, logw.Name())
+		}
+		return spawnSample{hub: hubAt.Sub(t0), fifo: fifoAt.Sub(t0)}, nil
+	}
+}
+
+// daemonSpawn has octosupd start the app (b, c, c'): start sent → FIFO
+// byte, and → the start's answer; then stops it for the next round.
+func daemonSpawn(env *Env, d *daemon, conn *control.Conn, app string, f *fifo) func(context.Context) (spawnSample, error) {
+	return func(ctx context.Context) (spawnSample, error) {
+		ctx, cancel := context.WithTimeout(ctx, env.Timeout)
+		defer cancel()
+		type answer struct {
+			at  time.Time
+			err error
+		}
+		ans := make(chan answer, 1)
+		t0 := time.Now()
+		go func() {
+			err := conn.Do(ctx, control.OpStart, control.AppArgs{App: app}, nil)
+			ans <- answer{time.Now(), err}
+		}()
+		fifoAt, ferr := f.await(env.Timeout)
+		a := <-ans
+		if a.err != nil {
+			return spawnSample{}, fmt.Errorf("start %s: %w; %s", app, a.err, d.appLogs(context.Background(), app))
+		}
+		if ferr != nil {
+			defer conn.Do(context.Background(), control.OpStop, control.AppArgs{App: app}, nil)
+			return spawnSample{}, fmt.Errorf("%s's FIFO: %w; %s", app, ferr, d.appLogs(context.Background(), app))
+		}
+		if err := conn.Do(ctx, control.OpStop, control.AppArgs{App: app}, nil); err != nil {
+			return spawnSample{}, fmt.Errorf("stop %s: %w", app, err)
+		}
+		return spawnSample{fifo: fifoAt.Sub(t0), answer: a.at.Sub(t0)}, nil
+	}
+}
+
+// helperFloor times exec → exit of the daemon's binary run as the jail
+// helper without the descriptors it needs: it gives up at once, after the
+// Go runtime started and the packages initialized.
+func helperFloor(env *Env, logw *os.File) func(context.Context) (spawnSample, error) {
+	return func(context.Context) (spawnSample, error) {
+		cmd := exec.Command(env.Octosupd, jail.HelperArg)
+		cmd.Stdout, cmd.Stderr = logw, logw
+		t0 := time.Now()
+		err := cmd.Run()
+		dt := time.Since(t0)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !ee.Exited() {
+			return spawnSample{}, fmt.Errorf("%s %s should fail at once without its descriptors, but: %v", env.Octosupd, jail.HelperArg, err)
+		}
+		return spawnSample{fifo: dt}, nil
+	}
+}
