@@ -1,0 +1,221 @@
+package peer
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// Approval kinds and states, as the control socket shows them.
+const (
+	KindConsent = "consent"
+
+	ApprovalPending   = "pending"
+	ApprovalAllowed   = "allowed"
+	ApprovalDenied    = "denied"
+	ApprovalExpired   = "expired"   // nobody answered in time: nothing persisted
+	ApprovalCancelled = "cancelled" // its app's process ended: nothing persisted
+)
+
+// Approval is a question to the person: the "approval" event and an entry
+// of op approvals.
+type Approval struct {
+	ID      string    `json:"approval_id"`
+	App     string    `json:"app"`
+	Kind    string    `json:"kind"`
+	State   string    `json:"state"`
+	Method  string    `json:"method,omitempty"` // the request that raised it
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+}
+
+type approval struct {
+	Approval
+	peer  *peer
+	timer *time.Timer
+}
+
+// consentCache holds a peer's persisted decision once read ("" when the
+// person was never asked).
+type consentCache struct {
+	loaded   bool
+	decision policy.Decision
+}
+
+func (m *Manager) consentOf(p *peer) (policy.Decision, error) {
+	if !p.consent.loaded {
+		c, ok, err := m.store.Consent(p.app.ID)
+		if err != nil {
+			return "", err
+		}
+		p.consent = consentCache{loaded: true}
+		if ok {
+			p.consent.decision = c.Decision
+		}
+	}
+	return p.consent.decision, nil
+}
+
+// askConsent raises the app's consent prompt unless one is open: requests
+// that arrive meanwhile wait on the same one. m.mu is held.
+func (m *Manager) askConsent(p *peer, r *request) {
+	if p.ask != nil {
+		return
+	}
+	m.nextApproval++
+	now := m.cfg.Now().UTC()
+	a := &approval{
+		Approval: Approval{
+			ID:      m.cfg.Nonce + "-a" + strconv.FormatUint(m.nextApproval, 10),
+			App:     p.app.ID,
+			Kind:    KindConsent,
+			State:   ApprovalPending,
+			Method:  r.method,
+			Created: now,
+			Expires: now.Add(m.cfg.ConsentTimeout),
+		},
+		peer: p,
+	}
+	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { m.expire(a) })
+	p.ask = a
+	m.approvals[a.ID] = a
+	m.log.Info("asking for consent", zap.String("app", p.app.ID), zap.String("approval_id", a.ID))
+	m.cfg.Events.Approval(a.Approval)
+}
+
+// settle closes an approval with a final state and publishes it. m.mu is
+// held.
+func (m *Manager) settle(a *approval, state string) {
+	a.timer.Stop()
+	delete(m.approvals, a.ID)
+	if a.peer.ask == a {
+		a.peer.ask = nil
+	}
+	a.State = state
+	m.cfg.Events.Approval(a.Approval)
+}
+
+func (m *Manager) expire(a *approval) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.approvals[a.ID] != a {
+		return
+	}
+	m.settle(a, ApprovalExpired)
+	waiting := a.peer.waiting
+	a.peer.waiting = nil
+	for _, r := range waiting {
+		if r.state == reqWaitingConsent {
+			m.finish(r, errorf(CodeConsentRequired, "nobody answered the consent prompt for app %s within %s; the next request asks again", a.App, m.cfg.ConsentTimeout))
+		}
+	}
+}
+
+// Approvals lists the pending approvals (op approvals), oldest first.
+func (m *Manager) Approvals() []Approval {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Approval, 0, len(m.approvals))
+	for _, a := range m.approvals {
+		out = append(out, a.Approval)
+	}
+	slices.SortFunc(out, func(a, b Approval) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+// Approve answers a pending approval (op approve). A consent decision is
+// persisted (fsync'd) before anything acts on it, and always: remember
+// only matters for tool confirmations. The requests that waited on the
+// prompt then run (allow) or fail consent_denied (deny), in arrival order.
+func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
+	if _, err := policy.ParseDecision(string(d)); err != nil {
+		return fmt.Errorf("approve %s: %w: %v", id, ErrInvalid, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.approvals[id]
+	if a == nil {
+		return fmt.Errorf("approve %s: %w", id, ErrUnknownApproval)
+	}
+	p := a.peer
+	if err := m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: m.cfg.Now().UTC()}); err != nil {
+		return fmt.Errorf("approve %s: %w", id, err)
+	}
+	p.consent = consentCache{loaded: true, decision: d}
+	state := ApprovalAllowed
+	if d == policy.Deny {
+		state = ApprovalDenied
+	}
+	m.settle(a, state)
+	m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))
+	waiting := p.waiting
+	p.waiting = nil
+	for _, r := range waiting {
+		if r.state != reqWaitingConsent || r.link != p.link {
+			continue
+		}
+		if d == policy.Allow {
+			m.dispatch(r)
+		} else {
+			m.finish(r, errorf(CodeConsentDenied, "the person denied app %s the agent service", a.App))
+		}
+	}
+	return nil
+}
+
+// Consents lists the persisted decisions (op consent, action list).
+func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents() }
+
+// RevokeConsent forgets an app's decision (op consent, action revoke): its
+// next request asks again. found reports whether there was one.
+func (m *Manager) RevokeConsent(app string) (found bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	found, err = m.store.RevokeConsent(app)
+	if err != nil {
+		return false, err
+	}
+	if p := m.peers[app]; p != nil {
+		p.consent = consentCache{}
+	}
+	return found, nil
+}
+
+// teardown retires a link whose hub is closed: the consent prompt it raised
+// is withdrawn (nothing persisted), its contexts close (the kernel told),
+// and its open requests end. Nothing is written to the app: its hub is
+// gone.
+func (m *Manager) teardown(l *link) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := l.p
+	if p.ask != nil {
+		m.settle(p.ask, ApprovalCancelled)
+	}
+	p.waiting = nil
+	contexts := make([]*appContext, 0, len(l.contexts))
+	for _, c := range l.contexts {
+		contexts = append(contexts, c)
+	}
+	slices.SortFunc(contexts, func(a, b *appContext) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	for _, c := range contexts {
+		m.closeContext(c, "app_exited", false)
+	}
+	for _, r := range sortedRequests(l.requests) {
+		r.move(reqDone)
+	}
+	if p.link == l {
+		p.link = nil
+	}
+	m.log.Info("link down", zap.String("app", l.appID), zap.String("reason", l.reason))
+}

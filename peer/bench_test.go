@@ -1,0 +1,103 @@
+package peer
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+
+	"octosup/policy"
+)
+
+// BenchmarkRequestRoundTrip: app -> daemon -> kernel -> daemon -> app, one
+// request in flight (octos.turn.interrupt, which the kernel answers with a
+// reply and the daemon persists nothing for).
+func BenchmarkRequestRoundTrip(b *testing.B) {
+	h := newHarness(b, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case r := <-k.requests:
+				ks.Reply(KernelReply{App: r.App, ReqID: r.ReqID, OK: true, Data: json.RawMessage(`{}`)})
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	line, _ := EncodeUp(&Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+		Args: json.RawMessage(`{"context_id":"` + ctx + `","turn_id":"T"}`)})
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := a.conn.Write(line); err != nil {
+			b.Fatal(err)
+		}
+		if r := a.reply("b"); !r.OK {
+			b.Fatal(r.Error)
+		}
+	}
+}
+
+// BenchmarkSocketpairEcho is the floor for the above, in the same run: one
+// JSON line over a socketpair, decoded and re-encoded by the other end,
+// and decoded on return.
+func BenchmarkSocketpairEcho(b *testing.B) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		conns[i], err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := NewReader(conns[1], MaxFrame)
+		for {
+			line, err := r.Next()
+			if err != nil {
+				return
+			}
+			var v map[string]any
+			if json.Unmarshal(line, &v) != nil {
+				return
+			}
+			out, _ := json.Marshal(v)
+			if _, err := conns[1].Write(append(out, '\n')); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { conns[0].Close(); <-done; conns[1].Close() }()
+	line, _ := EncodeUp(&Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+		Args: json.RawMessage(`{"context_id":"n0nce-1","turn_id":"T"}`)})
+	r := NewReader(conns[0], MaxFrame)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := conns[0].Write(line); err != nil {
+			b.Fatal(err)
+		}
+		got, err := r.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(got, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+// Package peer runs the peer link: the line-framed JSON protocol an app
+// speaks on its hub socket (SPEC §3, docs/protocol.md) to reach the agent
+// service.
+//
+// A Manager holds one peer per app, created when the app is first attached
+// and kept across its restarts: its consent, and the daemon's session
+// records. A peer's link is the hub of the app's current process; it comes
+// with Attach and goes with Detach (or when the app stops reading). Frames
+// under "octos_peer" are decoded strictly and handled here; any other
+// top-level object passes through to Events.AppFrame, and Send writes such
+// frames down.
+//
+// The daemon wires it:
+//
+//	store, err := policy.OpenStore(filepath.Join(dirs.State, policy.StoreFile))
+//	m := peer.New(peer.Config{Store: store, Events: sink, Log: log})
+//	defer m.Close()
+//	m.SetManifest(manifest) // and after every reload
+//	sup := supervisor.New(..., m) // m satisfies the supervisor's LinkHandler
+//	ks, err := m.AttachKernel(kernelConn) // a control connection's kernel.attach
+//	defer ks.Detach()
+//
+// Identity never comes from a frame: the app is the slot whose hub the
+// line arrived on, and strict decoding refuses members the protocol does
+// not define (an "app" or "account" member is bad_frame, not ignored).
+//
+// Events.Approval and the Kernel's methods are called with the Manager's
+// lock held, so that the order they see is the order things happened in;
+// Events.AppFrame is called from the app's reader. All of them must return
+// promptly (queue, or drop for a slow subscriber) and must not call back
+// into the Manager.
+package peer

@@ -1,0 +1,48 @@
+package peer
+
+import "errors"
+
+// Errors of the Go API, for callers to branch on (errors.Is). Code maps each
+// to the stable code the control socket answers with.
+var (
+	// ErrNotConnected: the app has no process on its hub right now.
+	ErrNotConnected = errors.New("the app is not connected: start it first")
+	// ErrUnknownApproval: no pending approval has that id (it was answered,
+	// expired, or its app exited).
+	ErrUnknownApproval = errors.New("no pending approval with that id")
+	// ErrKernelAttached: another connection is the agent kernel.
+	ErrKernelAttached = errors.New("another agent kernel is already attached")
+	// ErrKernelDetached: this kernel session was detached.
+	ErrKernelDetached = errors.New("this kernel session is detached: attach again")
+	// ErrUnknownRequest: the app has no open request with that req_id in the
+	// state the call needs (already answered, ended, or never sent).
+	ErrUnknownRequest = errors.New("no such open request")
+	// ErrInvalid: the call's arguments are malformed; the message says how.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrClosed: the Manager was closed.
+	ErrClosed = errors.New("peer manager closed")
+)
+
+// Code returns the control-socket error code for an error of this package
+// ("internal" for anything else).
+func Code(err error) string {
+	switch {
+	case errors.Is(err, ErrNotConnected):
+		return "not_connected"
+	case errors.Is(err, ErrUnknownApproval):
+		return "unknown_approval"
+	case errors.Is(err, ErrKernelAttached):
+		return "kernel_attached"
+	case errors.Is(err, ErrKernelDetached):
+		return "kernel_detached"
+	case errors.Is(err, ErrUnknownRequest):
+		return "unknown_request"
+	case errors.Is(err, ErrInvalid):
+		return "bad_request"
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}

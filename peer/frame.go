@@ -1,0 +1,182 @@
+package peer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// MaxFrame is the most bytes one hub line may hold, its newline excluded
+// (SPEC §3: at most 1 MiB).
+const MaxFrame = 1 << 20
+
+// Envelope is the top-level key of every peer-link frame. A line whose
+// object has any other single top-level shape is a pass-through frame.
+const Envelope = "octos_peer"
+
+// Frame types, the "type" member inside the envelope.
+const (
+	TypeRequest       = "request"        // up
+	TypeToolResult    = "tool_result"    // up
+	TypeReply         = "reply"          // down
+	TypeEvent         = "event"          // down
+	TypeToolCall      = "tool_call"      // down
+	TypeToolCancel    = "tool_cancel"    // down
+	TypeContextClosed = "context_closed" // down
+	TypeError         = "error"          // down
+)
+
+// Error codes of SPEC §3. They are stable strings: apps and the kernel
+// branch on them.
+const (
+	CodeBadFrame            = "bad_frame"
+	CodeUnknownMethod       = "unknown_method"
+	CodeNotGranted          = "not_granted"
+	CodeConsentRequired     = "consent_required"
+	CodeConsentDenied       = "consent_denied"
+	CodeUnknownContext      = "unknown_context"
+	CodeDuplicate           = "duplicate"
+	CodeNoKernel            = "no_kernel"
+	CodeTimeout             = "timeout"
+	CodeCancelled           = "cancelled"
+	CodeConfirmationSkipped = "confirmation_skipped"
+	CodeInternal            = "internal"
+)
+
+// KnownCode reports whether code is one of SPEC §3's error codes.
+func KnownCode(code string) bool {
+	switch code {
+	case CodeBadFrame, CodeUnknownMethod, CodeNotGranted, CodeConsentRequired, CodeConsentDenied,
+		CodeUnknownContext, CodeDuplicate, CodeNoKernel, CodeTimeout, CodeCancelled,
+		CodeConfirmationSkipped, CodeInternal:
+		return true
+	}
+	return false
+}
+
+// Error is the wire error {code, message} of replies and tool results. It
+// is also a Go error so that callers can return it as is.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FrameError is a line that is not a valid frame (code bad_frame). ReqID is
+// set when the line still named a well-formed req_id, so the app can tell
+// which of its requests was refused.
+type FrameError struct {
+	ReqID  string
+	Reason string
+}
+
+func (e *FrameError) Error() string { return "bad_frame: " + e.Reason }
+
+// ErrFrameTooLong is returned by Reader.Next for a line over its cap; the
+// rest of that line is skipped.
+var ErrFrameTooLong = errors.New("frame over the size cap")
+
+// Up is a frame an app sends: *Request or *ToolResult.
+type Up interface{ upFrame() }
+
+// Request asks the agent service for something (one of the methods of
+// SPEC §3). Args is the raw args object, nil when the frame had none.
+type Request struct {
+	ReqID  string
+	Method string
+	Args   json.RawMessage
+}
+
+// ToolResult is an app's answer to a tool_call. Exactly one form holds:
+// AwaitingConfirmation; or OK with Data (nil when absent); or !OK with
+// Error.
+type ToolResult struct {
+	CallID               string
+	AwaitingConfirmation bool
+	OK                   bool
+	Data                 json.RawMessage
+	Error                *Error
+}
+
+func (*Request) upFrame()    {}
+func (*ToolResult) upFrame() {}
+
+// Down is a frame the daemon sends to an app: *Reply, *Event, *ToolCall,
+// *ToolCancel, *ContextClosed or *ErrorFrame.
+type Down interface{ downFrame() string }
+
+// Reply answers a request, exactly once: OK with Data (nil when absent),
+// or !OK with Error.
+type Reply struct {
+	ReqID string
+	OK    bool
+	Data  json.RawMessage
+	Error *Error
+}
+
+// Event is one streamed event of a turn, in the kernel's order.
+type Event struct {
+	ReqID string
+	Event json.RawMessage
+}
+
+// ToolCall asks the app to run one of its tools. Account, ContextID and
+// Client come from the daemon's context records, never from the app.
+type ToolCall struct {
+	CallID          string
+	Name            string
+	Args            json.RawMessage
+	Risk            string
+	ConfirmRequired bool
+	TimeoutMS       int64
+	Account         string
+	ContextID       string
+	Client          string
+	Caller          string
+}
+
+// ToolCancel withdraws a call; nothing more is sent for it.
+type ToolCancel struct {
+	CallID string
+	Reason string
+}
+
+// ContextClosed tells the app a context it opened is gone.
+type ContextClosed struct {
+	ContextID string
+	Reason    string
+}
+
+// ErrorFrame refuses a line that was not accepted as a request (bad_frame,
+// duplicate). ReqID is empty when the line named none.
+type ErrorFrame struct {
+	Code    string
+	Message string
+	ReqID   string
+}
+
+func (*Reply) downFrame() string         { return TypeReply }
+func (*Event) downFrame() string         { return TypeEvent }
+func (*ToolCall) downFrame() string      { return TypeToolCall }
+func (*ToolCancel) downFrame() string    { return TypeToolCancel }
+func (*ContextClosed) downFrame() string { return TypeContextClosed }
+func (*ErrorFrame) downFrame() string    { return TypeError }
+
+// ValidID reports whether s is a valid req_id, call_id or context_id: 1 to
+// 128 printable ASCII characters.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

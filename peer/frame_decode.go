@@ -1,0 +1,372 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// maxDepth bounds nesting in a frame; deeper lines are bad_frame rather
+// than a reason to recurse without end.
+const maxDepth = 128
+
+// ParseLine classifies one hub line (without its newline). A peer-link
+// frame is decoded strictly into up; any other well-formed JSON object is
+// pass-through (passthrough true, up nil) and its bytes go to the shell
+// unchanged. Anything else is a *FrameError.
+func ParseLine(line []byte) (up Up, passthrough bool, err error) {
+	top, err := topMembers(line)
+	if err != nil {
+		return nil, false, err
+	}
+	env, ok := top[Envelope]
+	if !ok {
+		return nil, true, nil
+	}
+	if len(top) > 1 {
+		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope)) + " beside " + Envelope}
+	}
+	up, err = decodeUp(env)
+	if err != nil {
+		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: err.Error()}
+	}
+	return up, false, nil
+}
+
+// DecodeUp decodes a line that must be an app → daemon peer-link frame.
+func DecodeUp(line []byte) (Up, error) {
+	up, pass, err := ParseLine(line)
+	if err != nil {
+		return nil, err
+	}
+	if pass {
+		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
+	}
+	return up, nil
+}
+
+// DecodeDown decodes a daemon → app peer-link frame with the same
+// strictness the daemon applies to apps. Apps written in Go (and the tests)
+// use it.
+func DecodeDown(line []byte) (Down, error) {
+	top, err := topMembers(line)
+	if err != nil {
+		return nil, err
+	}
+	env, ok := top[Envelope]
+	if !ok {
+		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
+	}
+	if len(top) > 1 {
+		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope))}
+	}
+	d, err := decodeDown(env)
+	if err != nil {
+		return nil, &FrameError{Reason: err.Error()}
+	}
+	return d, nil
+}
+
+// topMembers checks a whole line (UTF-8, one JSON object, no duplicate key
+// at any depth, bounded nesting) and returns its top-level members.
+func topMembers(line []byte) (map[string]json.RawMessage, error) {
+	if !utf8.Valid(line) {
+		return nil, &FrameError{Reason: "not valid UTF-8"}
+	}
+	m, err := members(line)
+	if err != nil {
+		return nil, &FrameError{Reason: err.Error()}
+	}
+	return m, nil
+}
+
+// checkAny verifies that data is exactly one JSON value with no duplicate
+// key in any object and at most maxDepth levels of nesting (kernel data and
+// events). encoding/json would silently keep the last of two duplicate keys
+// and match keys case-insensitively; both would let a sender smuggle a
+// member past a reader that sees the other copy.
+func checkAny(data []byte) error { return scanTop(data, false, nil) }
+
+// members returns the members of a JSON object (checking it on the way).
+func members(data []byte) (map[string]json.RawMessage, error) {
+	m := make(map[string]json.RawMessage, 8)
+	if err := scanTop(data, true, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func firstOtherKey(m map[string]json.RawMessage, except string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != except {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+// attributableReqID returns the envelope's req_id when it is a well-formed
+// one, so that a refusal can name the request it refuses.
+func attributableReqID(env json.RawMessage) string {
+	if len(env) == 0 || env[0] != '{' {
+		return ""
+	}
+	m, err := members(env)
+	if err != nil {
+		return ""
+	}
+	var id string
+	if raw, ok := m["req_id"]; ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
+		return id
+	}
+	return ""
+}
+
+// object reads the members of one JSON object by their exact names. Every
+// getter removes what it read; done reports any member left over, so an
+// unknown or case-variant key is an error rather than ignored.
+type object struct {
+	where string
+	m     map[string]json.RawMessage
+	err   error
+}
+
+func newObject(where string, raw json.RawMessage) *object {
+	o := &object{where: where}
+	if len(raw) == 0 || raw[0] != '{' {
+		o.err = fmt.Errorf("%s: want an object", where)
+		return o
+	}
+	o.m, o.err = members(raw)
+	return o
+}
+
+func (o *object) fail(format string, args ...any) {
+	if o.err == nil {
+		o.err = fmt.Errorf(o.where+": "+format, args...)
+	}
+}
+
+func (o *object) take(name string, required bool) (json.RawMessage, bool) {
+	if o.err != nil {
+		return nil, false
+	}
+	v, ok := o.m[name]
+	if !ok {
+		if required {
+			o.fail("missing %q", name)
+		}
+		return nil, false
+	}
+	delete(o.m, name)
+	return v, true
+}
+
+func (o *object) has(name string) bool {
+	_, ok := o.m[name]
+	return ok
+}
+
+func (o *object) str(name string, required bool) string {
+	v, ok := o.take(name, required)
+	if !ok {
+		return ""
+	}
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		o.fail("%q: want a string", name)
+		return ""
+	}
+	return s
+}
+
+func (o *object) id(name string, required bool) string {
+	_, present := o.m[name]
+	s := o.str(name, required)
+	if o.err == nil && present && !ValidID(s) {
+		o.fail("%q: want 1 to 128 printable ASCII characters", name)
+	}
+	return s
+}
+
+func (o *object) boolean(name string, required bool) bool {
+	v, ok := o.take(name, required)
+	if !ok {
+		return false
+	}
+	switch string(v) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	o.fail("%q: want true or false", name)
+	return false
+}
+
+func (o *object) integer(name string, required bool) int64 {
+	v, ok := o.take(name, required)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		o.fail("%q: want an integer", name)
+	}
+	return n
+}
+
+// raw takes a member of any JSON type.
+func (o *object) raw(name string, required bool) json.RawMessage {
+	v, _ := o.take(name, required)
+	return v
+}
+
+func (o *object) obj(name string, required bool) json.RawMessage {
+	v, ok := o.take(name, required)
+	if ok && v[0] != '{' {
+		o.fail("%q: want an object", name)
+		return nil
+	}
+	return v
+}
+
+func (o *object) wireError(name string, required bool) *Error {
+	v, ok := o.take(name, required)
+	if !ok || o.err != nil {
+		return nil
+	}
+	eo := newObject(o.where+"."+name, v)
+	e := &Error{Code: eo.str("code", true), Message: eo.str("message", true)}
+	if err := eo.done(); err != nil {
+		o.err = err
+		return nil
+	}
+	if e.Code == "" {
+		o.fail("%q: empty code", name)
+	}
+	return e
+}
+
+func (o *object) done() error {
+	if o.err != nil {
+		return o.err
+	}
+	if len(o.m) > 0 {
+		return fmt.Errorf("%s: unknown member %q", o.where, firstOtherKey(o.m, ""))
+	}
+	return nil
+}
+
+func decodeUp(env json.RawMessage) (Up, error) {
+	// The members alias their line, which the caller's reader reuses: the
+	// frame gets its own copy.
+	o := newObject(Envelope, bytes.Clone(env))
+	switch t := o.str("type", true); {
+	case o.err != nil:
+		return nil, o.err
+	case t == TypeRequest:
+		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: o.obj("args", false)}
+		if err := o.done(); err != nil {
+			return nil, err
+		}
+		if r.Method == "" {
+			return nil, errors.New(Envelope + `: empty "method"`)
+		}
+		return r, nil
+	case t == TypeToolResult:
+		r := &ToolResult{CallID: o.id("call_id", true)}
+		if err := resultForm(o, "awaiting_confirmation", &r.AwaitingConfirmation, &r.OK, &r.Data, &r.Error); err != nil {
+			return nil, err
+		}
+		return r, nil
+	default:
+		return nil, fmt.Errorf("%s: unknown type %q (want %q or %q)", Envelope, t, TypeRequest, TypeToolResult)
+	}
+}
+
+// resultForm reads the outcome members shared by tool_result (with
+// awaiting_confirmation) and reply (extra == ""): exactly one of
+// {extra: true}, {ok: true, data?}, {ok: false, error}.
+func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.RawMessage, e **Error) error {
+	if extra != "" && o.has(extra) {
+		*awaiting = o.boolean(extra, true)
+		if o.err == nil && !*awaiting {
+			o.fail("%q: only true is meaningful; send ok instead", extra)
+		}
+		for _, n := range []string{"ok", "data", "error"} {
+			if o.has(n) {
+				o.fail("%q cannot go with %q", n, extra)
+			}
+		}
+		return o.done()
+	}
+	*ok = o.boolean("ok", true)
+	if o.err != nil {
+		return o.err
+	}
+	if *ok {
+		*data = o.raw("data", false)
+		if o.has("error") {
+			o.fail(`"error" cannot go with "ok": true`)
+		}
+	} else {
+		*e = o.wireError("error", true)
+		if o.has("data") {
+			o.fail(`"data" cannot go with "ok": false`)
+		}
+	}
+	return o.done()
+}
+
+func decodeDown(env json.RawMessage) (Down, error) {
+	o := newObject(Envelope, bytes.Clone(env))
+	var d Down
+	switch t := o.str("type", true); {
+	case o.err != nil:
+		return nil, o.err
+	case t == TypeReply:
+		r := &Reply{ReqID: o.id("req_id", true)}
+		var unused bool
+		if err := resultForm(o, "", &unused, &r.OK, &r.Data, &r.Error); err != nil {
+			return nil, err
+		}
+		return r, nil
+	case t == TypeEvent:
+		d = &Event{ReqID: o.id("req_id", true), Event: o.raw("event", true)}
+	case t == TypeToolCall:
+		d = &ToolCall{
+			CallID:          o.id("call_id", true),
+			Name:            o.str("name", true),
+			Args:            o.obj("args", true),
+			Risk:            o.str("risk", true),
+			ConfirmRequired: o.boolean("confirm_required", true),
+			TimeoutMS:       o.integer("timeout_ms", true),
+			Account:         o.str("account", true),
+			ContextID:       o.id("context_id", true),
+			Client:          o.str("client", true),
+			Caller:          o.str("caller", true),
+		}
+	case t == TypeToolCancel:
+		d = &ToolCancel{CallID: o.id("call_id", true), Reason: o.str("reason", true)}
+	case t == TypeContextClosed:
+		d = &ContextClosed{ContextID: o.id("context_id", true), Reason: o.str("reason", true)}
+	case t == TypeError:
+		d = &ErrorFrame{Code: o.str("code", true), Message: o.str("message", true), ReqID: o.id("req_id", false)}
+	default:
+		return nil, fmt.Errorf("%s: unknown type %q", Envelope, t)
+	}
+	if err := o.done(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}

@@ -1,0 +1,163 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// The encoders write members in the order of SPEC §3's tables, compact,
+// one line with its newline: the golden files in testdata/golden pin these
+// bytes.
+
+// EncodeDown encodes a daemon → app frame as one line.
+func EncodeDown(f Down) ([]byte, error) {
+	e := newEnc(f.downFrame())
+	switch f := f.(type) {
+	case *Reply:
+		e.str("req_id", f.ReqID)
+		e.outcome(f.OK, f.Data, f.Error)
+	case *Event:
+		e.str("req_id", f.ReqID)
+		e.raw("event", f.Event, true)
+	case *ToolCall:
+		e.str("call_id", f.CallID)
+		e.str("name", f.Name)
+		args := f.Args
+		if args == nil {
+			args = json.RawMessage("{}")
+		}
+		e.raw("args", args, true)
+		e.str("risk", f.Risk)
+		e.boolean("confirm_required", f.ConfirmRequired)
+		e.key("timeout_ms")
+		e.b = strconv.AppendInt(e.b, f.TimeoutMS, 10)
+		e.str("account", f.Account)
+		e.str("context_id", f.ContextID)
+		e.str("client", f.Client)
+		e.str("caller", f.Caller)
+	case *ToolCancel:
+		e.str("call_id", f.CallID)
+		e.str("reason", f.Reason)
+	case *ContextClosed:
+		e.str("context_id", f.ContextID)
+		e.str("reason", f.Reason)
+	case *ErrorFrame:
+		e.str("code", f.Code)
+		e.str("message", f.Message)
+		if f.ReqID != "" {
+			e.str("req_id", f.ReqID)
+		}
+	default:
+		return nil, fmt.Errorf("encode: unknown down frame %T", f)
+	}
+	return e.finish()
+}
+
+// EncodeUp encodes an app → daemon frame as one line (for apps written in
+// Go, and the tests).
+func EncodeUp(f Up) ([]byte, error) {
+	switch f := f.(type) {
+	case *Request:
+		e := newEnc(TypeRequest)
+		e.str("req_id", f.ReqID)
+		e.str("method", f.Method)
+		if f.Args != nil {
+			e.raw("args", f.Args, true)
+		}
+		return e.finish()
+	case *ToolResult:
+		e := newEnc(TypeToolResult)
+		e.str("call_id", f.CallID)
+		if f.AwaitingConfirmation {
+			e.boolean("awaiting_confirmation", true)
+		} else {
+			e.outcome(f.OK, f.Data, f.Error)
+		}
+		return e.finish()
+	}
+	return nil, fmt.Errorf("encode: unknown up frame %T", f)
+}
+
+type enc struct {
+	b   []byte
+	err error
+}
+
+func newEnc(typ string) *enc {
+	e := &enc{b: make([]byte, 0, 128)}
+	e.b = append(e.b, `{"`+Envelope+`":{"type":`...)
+	e.b = strconv.AppendQuote(e.b, typ) // frame types are plain ASCII
+	return e
+}
+
+func (e *enc) key(k string) {
+	e.b = append(e.b, ',', '"')
+	e.b = append(e.b, k...)
+	e.b = append(e.b, '"', ':')
+}
+
+func (e *enc) str(k, v string) {
+	e.key(k)
+	s, err := json.Marshal(v)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) boolean(k string, v bool) {
+	e.key(k)
+	e.b = strconv.AppendBool(e.b, v)
+}
+
+func (e *enc) raw(k string, v json.RawMessage, required bool) {
+	if v == nil {
+		if required {
+			v = json.RawMessage("null")
+		} else {
+			return
+		}
+	}
+	e.key(k)
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, v); err != nil {
+		if e.err == nil {
+			e.err = fmt.Errorf("%s: %w", k, err)
+		}
+		return
+	}
+	e.b = append(e.b, buf.Bytes()...)
+}
+
+func (e *enc) outcome(ok bool, data json.RawMessage, werr *Error) {
+	e.boolean("ok", ok)
+	if ok {
+		e.raw("data", data, false)
+		return
+	}
+	if werr == nil {
+		if e.err == nil {
+			e.err = errors.New(`"ok": false needs an error`)
+		}
+		return
+	}
+	e.key("error")
+	e.b = append(e.b, '{')
+	e.b = append(e.b, `"code":`...)
+	c, _ := json.Marshal(werr.Code)
+	e.b = append(e.b, c...)
+	e.b = append(e.b, `,"message":`...)
+	m, _ := json.Marshal(werr.Message)
+	e.b = append(e.b, m...)
+	e.b = append(e.b, '}')
+}
+
+func (e *enc) finish() ([]byte, error) {
+	if e.err != nil {
+		return nil, fmt.Errorf("encode frame: %w", e.err)
+	}
+	return append(e.b, '}', '}', '\n'), nil
+}

@@ -1,0 +1,107 @@
+package peer
+
+import (
+	"bytes"
+	"io"
+)
+
+// readChunk is the reader's fixed read buffer.
+const readChunk = 64 << 10
+
+// Reader splits a byte stream into lines of at most max bytes (newline
+// excluded) and never holds more than max bytes of one line plus its read
+// buffer: a longer line is cut off as soon as it passes the cap
+// (ErrFrameTooLong) and the rest of it is skipped up to its newline, so an
+// app that never ends a line costs the daemon no memory.
+type Reader struct {
+	r          io.Reader
+	max        int
+	buf        []byte
+	start, end int
+	line       []byte
+	skipping   bool
+	err        error
+}
+
+// NewReader reads lines of at most max bytes from r.
+func NewReader(r io.Reader, max int) *Reader {
+	return &Reader{r: r, max: max, buf: make([]byte, readChunk)}
+}
+
+// Next returns the next line without its newline. The slice is valid only
+// until the next call. After ErrFrameTooLong the next call resumes after
+// that line's newline. An unterminated last line at the end of the stream
+// is dropped: frames end with a newline. Read errors are returned once the
+// buffered lines are used up (io.EOF at the end).
+func (r *Reader) Next() ([]byte, error) {
+	if cap(r.line) > readChunk {
+		r.line = nil // don't keep a big line's buffer for small ones
+	}
+	r.line = r.line[:0]
+	for {
+		if r.start == r.end {
+			if r.err != nil {
+				return nil, r.err
+			}
+			// Errors are sticky: the link ends on the first one anyway.
+			n, err := r.r.Read(r.buf)
+			r.start, r.end, r.err = 0, n, err
+			continue
+		}
+		chunk := r.buf[r.start:r.end]
+		i := bytes.IndexByte(chunk, '\n')
+		if r.skipping {
+			if i < 0 {
+				r.start = r.end
+				continue
+			}
+			r.start += i + 1
+			r.skipping = false
+			continue
+		}
+		part := chunk
+		if i >= 0 {
+			part = chunk[:i]
+		}
+		if len(r.line)+len(part) > r.max {
+			r.line = r.line[:0]
+			if i >= 0 {
+				r.start += i + 1
+			} else {
+				r.start = r.end
+				r.skipping = true
+			}
+			return nil, ErrFrameTooLong
+		}
+		if i >= 0 && len(r.line) == 0 {
+			// The whole line is in the read buffer: no copy.
+			r.start += i + 1
+			return part, nil
+		}
+		r.line = appendCapped(r.line, part, r.max)
+		if i < 0 {
+			r.start = r.end
+			continue
+		}
+		r.start += i + 1
+		return r.line, nil
+	}
+}
+
+// appendCapped appends like append but never grows dst's capacity past
+// max, so a line at the cap costs exactly the cap.
+func appendCapped(dst, src []byte, max int) []byte {
+	if need := len(dst) + len(src); need > cap(dst) {
+		c := 2 * cap(dst)
+		if c < need {
+			c = need
+		}
+		if c > max {
+			c = max
+		}
+		n := make([]byte, len(dst), c)
+		copy(n, dst)
+		dst = n
+	}
+	return append(dst, src...)
+}

@@ -1,0 +1,342 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// Kernel is the agent kernel as the peer link sees it: the control
+// connection that ran kernel.attach. Its methods are called with the
+// Manager's lock held, in the order things happen: they must not block
+// (queue the event on the connection) and must not call the Manager.
+type Kernel interface {
+	// Request hands over a turn request (event "request"). An error means
+	// the kernel cannot take it; the app is answered no_kernel.
+	Request(KernelRequest) error
+	// ContextClosed tells the kernel a context is gone (event
+	// "context.closed"): closed by its app, or its app's process ended.
+	// Every request of that context ended with it.
+	ContextClosed(app, contextID, reason string)
+}
+
+// KernelRequest is the "request" event: a turn method from an app, with
+// the app, context and account taken from the daemon's own records.
+type KernelRequest struct {
+	App       string          `json:"app"`
+	ReqID     string          `json:"req_id"`
+	Method    string          `json:"method"`
+	Args      json.RawMessage `json:"args"`
+	ContextID string          `json:"context_id"`
+	Account   string          `json:"account"`
+}
+
+// KernelReply is the args of op request.reply.
+type KernelReply struct {
+	App   string          `json:"app"`
+	ReqID string          `json:"req_id"`
+	OK    bool            `json:"ok"`
+	Data  json.RawMessage `json:"data,omitempty"`
+	Error *Error          `json:"error,omitempty"`
+}
+
+// KernelEvent is the args of op request.event.
+type KernelEvent struct {
+	App   string          `json:"app"`
+	ReqID string          `json:"req_id"`
+	Event json.RawMessage `json:"event"`
+}
+
+// TurnEnd is the type of the event that ends a turn's stream. The kernel
+// sends {"type": "turn.end", ...} when a turn is complete; the daemon sends
+// {"type": "turn.end", "turn_id", "reason"} itself when it ends a turn
+// (interrupted, context closed, kernel detached).
+const TurnEnd = "turn.end"
+
+// KernelSession is one attached kernel. A connection gets it from
+// AttachKernel and ends it with Detach.
+type KernelSession struct {
+	m        *Manager
+	k        Kernel
+	detached bool // guarded by m.mu
+}
+
+// AttachKernel makes k the agent kernel. Only one is attached at a time.
+func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if m.kernel != nil {
+		return nil, ErrKernelAttached
+	}
+	s := &KernelSession{m: m, k: k}
+	m.kernel = s
+	m.log.Info("kernel attached")
+	return s, nil
+}
+
+// Detach ends the session: every turn request still open fails, so no app
+// is left waiting (no_kernel before the kernel replied, a turn.end event
+// with reason kernel_detached after). Detaching twice is harmless.
+func (s *KernelSession) Detach() {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.detached {
+		return
+	}
+	s.detached = true
+	if m.kernel != s {
+		return
+	}
+	m.kernel = nil
+	n := 0
+	for _, p := range m.peers {
+		if p.link == nil {
+			continue
+		}
+		for _, r := range sortedRequests(p.link.requests) {
+			if r.state == reqAtKernel || r.state == reqStreaming {
+				m.endRequest(r, "kernel_detached", errorf(CodeNoKernel, "the agent kernel detached before answering"))
+				n++
+			}
+		}
+	}
+	m.log.Info("kernel detached", zap.Int("requests_failed", n))
+}
+
+// toKernel hands a turn request to the kernel. m.mu is held.
+func (m *Manager) toKernel(r *request) {
+	if m.kernel == nil {
+		m.finish(r, errorf(CodeNoKernel, "no agent kernel is attached"))
+		return
+	}
+	l := r.link
+	r.move(reqAtKernel)
+	l.requests[r.id] = r
+	r.ctx.requests[r.id] = r
+	if r.method == policy.MethodTurnStart {
+		r.turn = &policy.Turn{Input: r.args.Input, Started: m.cfg.Now().UTC(), Events: []json.RawMessage{}}
+	}
+	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { m.kernelTimeout(r) })
+	err := m.kernel.k.Request(KernelRequest{
+		App: l.appID, ReqID: r.id, Method: r.method, Args: r.args.raw,
+		ContextID: r.ctx.id, Account: r.ctx.account,
+	})
+	if err != nil {
+		m.log.Warn("kernel refused a request", zap.String("app", l.appID), zap.String("req_id", r.id), zap.Error(err))
+		m.finish(r, errorf(CodeNoKernel, "the agent kernel could not take the request"))
+	}
+}
+
+func (m *Manager) kernelTimeout(r *request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.state != reqAtKernel || r.link.requests[r.id] != r {
+		return
+	}
+	m.log.Warn("kernel did not answer in time", zap.String("app", r.link.appID), zap.String("req_id", r.id))
+	m.finish(r, errorf(CodeTimeout, "the agent kernel did not answer within %s", m.cfg.KernelTimeout))
+}
+
+// openRequest finds a request of app the kernel may still answer. m.mu is
+// held.
+func (s *KernelSession) openRequest(app, reqID string) (*request, error) {
+	m := s.m
+	if s.detached || m.kernel != s {
+		return nil, ErrKernelDetached
+	}
+	p := m.peers[app]
+	if p == nil || p.link == nil {
+		return nil, fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, app)
+	}
+	r := p.link.requests[reqID]
+	if r == nil || (r.state != reqAtKernel && r.state != reqStreaming) {
+		return nil, fmt.Errorf("%w: app %s has no open turn request %q", ErrUnknownRequest, app, reqID)
+	}
+	return r, nil
+}
+
+// Reply answers an app's turn request (op request.reply). An ok reply to
+// octos.turn.start must carry {"turn_id": ...}; the turn's events follow
+// with Event. An ok reply to octos.turn.interrupt ends the interrupted
+// turn's stream first.
+func (s *KernelSession) Reply(rp KernelReply) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := s.openRequest(rp.App, rp.ReqID)
+	if err != nil {
+		return err
+	}
+	if r.state != reqAtKernel {
+		return fmt.Errorf("%w: request %q of %s was already answered", ErrUnknownRequest, rp.ReqID, rp.App)
+	}
+	if !rp.OK {
+		if rp.Error == nil || !KnownCode(rp.Error.Code) || rp.Data != nil {
+			return fmt.Errorf("%w: a failed reply needs error {code, message} with a code of SPEC §3, and no data", ErrInvalid)
+		}
+		m.finish(r, rp.Error)
+		return nil
+	}
+	if rp.Error != nil {
+		return fmt.Errorf("%w: an ok reply has no error", ErrInvalid)
+	}
+	data, err := compactFrameValue("data", rp.Data)
+	if err != nil {
+		return err
+	}
+	switch r.method {
+	case policy.MethodTurnStart:
+		turnID, err := turnIDOf(data)
+		if err != nil {
+			return err
+		}
+		if r.ctx.turns[turnID] != nil {
+			return fmt.Errorf("%w: turn_id %q is already streaming in context %s", ErrInvalid, turnID, r.ctx.id)
+		}
+		r.move(reqStreaming)
+		r.turn.TurnID = turnID
+		r.ctx.turns[turnID] = r
+		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+	case policy.MethodTurnInterrupt:
+		if t := r.ctx.turns[r.args.TurnID]; t != nil {
+			m.endTurn(t, "interrupted", true)
+		}
+		r.move(reqDone)
+		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+	default:
+		r.move(reqDone)
+		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+	}
+	return nil
+}
+
+// Event streams one event of a turn to the app (op request.event), after
+// the turn's ok reply. An event of type "turn.end" is the turn's last.
+func (s *KernelSession) Event(ev KernelEvent) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := s.openRequest(ev.App, ev.ReqID)
+	if err != nil {
+		return err
+	}
+	if r.state != reqStreaming {
+		return fmt.Errorf("%w: reply to %s (with its turn_id) before streaming its events", ErrInvalid, r.method)
+	}
+	data, err := compactFrameValue("event", ev.Event)
+	if err != nil {
+		return err
+	}
+	if data == nil {
+		return fmt.Errorf("%w: missing event", ErrInvalid)
+	}
+	m.sendEvent(r, data)
+	if isTurnEnd(data) {
+		m.endTurn(r, endReason(data), false)
+	}
+	return nil
+}
+
+func (m *Manager) sendEvent(r *request, data json.RawMessage) {
+	if len(r.turn.Events) < maxTurnEvents {
+		r.turn.Events = append(r.turn.Events, data)
+	} else {
+		r.turn.Truncated = true
+	}
+	r.link.sendFrame(&Event{ReqID: r.id, Event: data})
+}
+
+// endRequest ends a request the kernel holds because of something else
+// (context closed, kernel detached): unanswered ones fail with e, streaming
+// turns end with a turn.end event. m.mu is held.
+func (m *Manager) endRequest(r *request, reason string, e *Error) {
+	switch r.state {
+	case reqAtKernel, reqWaitingConsent, reqNew:
+		m.finish(r, e)
+	case reqStreaming:
+		m.endTurn(r, reason, true)
+	}
+}
+
+// endTurn ends a streaming turn, records it in its session's history and
+// retires its request. When announce, the daemon sends the app the
+// turn.end event itself.
+func (m *Manager) endTurn(r *request, reason string, announce bool) {
+	if announce {
+		ev, _ := json.Marshal(map[string]string{"type": TurnEnd, "turn_id": r.turn.TurnID, "reason": reason})
+		m.sendEvent(r, ev)
+	}
+	r.turn.End = reason
+	r.turn.Ended = m.cfg.Now().UTC()
+	if err := m.store.AppendTurn(r.ctx.session.ID, *r.turn); err != nil {
+		m.log.Error("record turn", zap.String("app", r.link.appID), zap.Error(err))
+	}
+	r.move(reqDone)
+}
+
+func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, v); err != nil {
+		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrInvalid, name, err)
+	}
+	if buf.Len() > MaxFrame-256 {
+		return nil, fmt.Errorf("%w: %s of %d bytes does not fit a %d-byte frame", ErrInvalid, name, buf.Len(), MaxFrame)
+	}
+	if err := checkAny(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func turnIDOf(data json.RawMessage) (string, error) {
+	var v struct {
+		TurnID json.RawMessage `json:"turn_id"`
+	}
+	var id string
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &v) != nil ||
+		len(v.TurnID) == 0 || v.TurnID[0] != '"' || json.Unmarshal(v.TurnID, &id) != nil || !ValidID(id) {
+		return "", fmt.Errorf("%w: an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", ErrInvalid, policy.MethodTurnStart)
+	}
+	return id, nil
+}
+
+func eventType(data json.RawMessage) (typ, reason string) {
+	if len(data) == 0 || data[0] != '{' {
+		return "", ""
+	}
+	m, err := members(data) // exact keys: "Type" is not "type"
+	if err != nil {
+		return "", ""
+	}
+	if v := m["type"]; len(v) > 0 && v[0] == '"' {
+		json.Unmarshal(v, &typ)
+	}
+	if v := m["reason"]; len(v) > 0 && v[0] == '"' {
+		json.Unmarshal(v, &reason)
+	}
+	return typ, reason
+}
+
+func isTurnEnd(data json.RawMessage) bool {
+	t, _ := eventType(data)
+	return t == TurnEnd
+}
+
+func endReason(data json.RawMessage) string {
+	if _, r := eventType(data); r != "" {
+		return r
+	}
+	return "completed"
+}

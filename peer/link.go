@@ -1,0 +1,181 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// link is one process's hub. Its reader handles one line at a time, so an
+// app that writes faster than the daemon handles is slowed by the socket;
+// its writer drains a bounded queue, so an app that does not read is
+// disconnected rather than growing the daemon.
+type link struct {
+	m     *Manager
+	p     *peer
+	appID string
+	conn  net.Conn
+
+	out    chan []byte
+	queued atomic.Int64 // bytes in out
+
+	// Guarded by m.mu.
+	requests map[string]*request    // open requests, by req_id
+	contexts map[string]*appContext // contexts this process opened
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by shut
+	reason    string        // why, set once before closing is closed
+	wrote     chan struct{} // the writer ended
+	done      chan struct{} // torn down
+}
+
+func newLink(m *Manager, p *peer, conn net.Conn) *link {
+	return &link{
+		m: m, p: p, appID: p.app.ID, conn: conn,
+		out:      make(chan []byte, m.cfg.QueueFrames),
+		requests: map[string]*request{},
+		contexts: map[string]*appContext{},
+		closing:  make(chan struct{}),
+		wrote:    make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+}
+
+// shut closes the hub; the reader then tears the link down. The first
+// reason wins.
+func (l *link) shut(reason string) {
+	l.closeOnce.Do(func() {
+		l.reason = reason
+		close(l.closing)
+		l.conn.Close()
+	})
+}
+
+func (l *link) isShut() bool {
+	select {
+	case <-l.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues one encoded line. It never blocks: a full queue disconnects
+// the app. It reports whether the line was queued.
+func (l *link) send(line []byte) bool {
+	if l.isShut() {
+		return false
+	}
+	n := int64(len(line))
+	if q := l.queued.Load(); q+n > int64(l.m.cfg.QueueBytes) || len(l.out) == cap(l.out) {
+		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued", len(l.out), q)
+		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
+		l.shut(reason)
+		return false
+	}
+	l.queued.Add(n)
+	l.out <- line
+	return true
+}
+
+// sendFrame encodes and queues a down frame.
+func (l *link) sendFrame(f Down) bool {
+	b, err := EncodeDown(f)
+	if err != nil {
+		// Only daemon-made values reach here; a failure is a bug, and the
+		// app must still not be left waiting on a reply.
+		l.m.log.Error("encode down frame", zap.String("app", l.appID), zap.Error(err))
+		if r, ok := f.(*Reply); ok {
+			b, _ = EncodeDown(&Reply{ReqID: r.ReqID, Error: errorf(CodeInternal, "the daemon could not encode this reply")})
+		} else {
+			return false
+		}
+	}
+	return l.send(b)
+}
+
+func (l *link) writeLoop() {
+	defer close(l.wrote)
+	for {
+		select {
+		case <-l.closing:
+			return
+		case b := <-l.out:
+			l.queued.Add(-int64(len(b)))
+			l.conn.SetWriteDeadline(time.Now().Add(l.m.cfg.WriteTimeout))
+			if _, err := l.conn.Write(b); err != nil {
+				reason := "hub write failed: " + err.Error()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
+				}
+				l.shut(reason)
+				return
+			}
+		}
+	}
+}
+
+func (l *link) readLoop() {
+	r := NewReader(l.conn, MaxFrame)
+	for {
+		line, err := r.Next()
+		if errors.Is(err, ErrFrameTooLong) {
+			l.m.withLock(func() {
+				l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", MaxFrame)})
+			})
+			continue
+		}
+		if err != nil {
+			reason := "hub read failed: " + err.Error()
+			if err == io.EOF {
+				reason = "the app closed its hub"
+			}
+			l.shut(reason)
+			break
+		}
+		l.handleLine(line)
+	}
+	<-l.wrote
+	l.m.teardown(l)
+	close(l.done)
+}
+
+func (l *link) handleLine(line []byte) {
+	up, pass, err := ParseLine(line)
+	switch {
+	case err != nil:
+		var fe *FrameError
+		errors.As(err, &fe)
+		l.m.withLock(func() {
+			l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
+		})
+	case pass:
+		l.m.cfg.Events.AppFrame(l.appID, json.RawMessage(bytes.Clone(line)))
+	default:
+		switch f := up.(type) {
+		case *Request:
+			l.m.onRequest(l, f)
+		case *ToolResult:
+			// Tool calls are not sent yet (the tool-call layer builds on
+			// this link): a result names no call of ours.
+			l.m.log.Info("tool_result for a call this app was never sent: ignored",
+				zap.String("app", l.appID), zap.String("call_id", f.CallID))
+		}
+	}
+}
+
+func (m *Manager) withLock(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f()
+}

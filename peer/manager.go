@@ -1,0 +1,288 @@
+package peer
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// Defaults of Config.
+const (
+	DefaultConsentTimeout = 2 * time.Minute
+	DefaultKernelTimeout  = time.Minute
+	DefaultQueueFrames    = 1024
+	DefaultQueueBytes     = 8 << 20
+	DefaultWriteTimeout   = 10 * time.Second
+	// maxTurnEvents bounds the events one turn keeps for its history.
+	maxTurnEvents = 512
+)
+
+// Config sets up a Manager. Store is required; zero durations and sizes
+// take the defaults above.
+type Config struct {
+	Store  *policy.Store
+	Events Events // nil drops approvals and pass-through frames
+	Log    *zap.Logger
+
+	// ConsentTimeout is how long a request waits for a person to answer the
+	// first-use consent prompt before it fails consent_required.
+	ConsentTimeout time.Duration
+	// KernelTimeout is how long a turn request waits for the kernel's reply
+	// (not its events) before it fails timeout.
+	KernelTimeout time.Duration
+	// QueueFrames and QueueBytes bound the frames waiting to be written to
+	// one app; an app that lets either fill is disconnected.
+	QueueFrames int
+	QueueBytes  int
+	// WriteTimeout is how long one write to a hub may block before the app
+	// is disconnected for not reading.
+	WriteTimeout time.Duration
+	// Nonce prefixes context ids; random per Manager (per daemon start)
+	// when empty.
+	Nonce string
+	// Now is time.Now unless a test injects a clock.
+	Now func() time.Time
+}
+
+// Events receives what the control socket publishes to subscribers.
+type Events interface {
+	// Approval: topic "approval". Called when an approval is raised
+	// (State "pending") and when it is settled (allowed, denied, expired,
+	// cancelled).
+	Approval(Approval)
+	// AppFrame: topic "app.frame". frame is the app's line, unchanged.
+	AppFrame(app string, frame json.RawMessage)
+}
+
+// LinkStatus is the "link" member of an app in status.
+type LinkStatus struct {
+	Connected        bool `json:"connected"`
+	Contexts         int  `json:"contexts"`
+	OutstandingCalls int  `json:"outstanding_calls"`
+}
+
+// Manager runs the peer links of all apps. It satisfies the supervisor's
+// LinkHandler (Attach, Detach). All methods are safe for concurrent use.
+type Manager struct {
+	cfg   Config
+	log   *zap.Logger
+	store *policy.Store
+
+	mu           sync.Mutex
+	closed       bool
+	devMode      bool
+	peers        map[string]*peer
+	contexts     map[string]*appContext // every open context, by id
+	approvals    map[string]*approval   // pending, by id
+	kernel       *KernelSession
+	nextHandle   uint64
+	nextApproval uint64
+}
+
+// peer is what the daemon keeps of an app across its processes.
+type peer struct {
+	app     policy.App
+	link    *link // nil while no process is attached
+	consent consentCache
+	ask     *approval  // the pending consent prompt, if any
+	waiting []*request // requests waiting for that prompt, in arrival order
+}
+
+// New returns a Manager. It starts no goroutine until an app is attached.
+func New(cfg Config) *Manager {
+	if cfg.ConsentTimeout <= 0 {
+		cfg.ConsentTimeout = DefaultConsentTimeout
+	}
+	if cfg.KernelTimeout <= 0 {
+		cfg.KernelTimeout = DefaultKernelTimeout
+	}
+	if cfg.QueueFrames <= 0 {
+		cfg.QueueFrames = DefaultQueueFrames
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Nonce == "" {
+		b := make([]byte, 8)
+		rand.Read(b) // crypto/rand.Read never fails on Linux
+		cfg.Nonce = hex.EncodeToString(b)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Events == nil {
+		cfg.Events = nopEvents{}
+	}
+	return &Manager{
+		cfg:       cfg,
+		log:       cfg.Log.Named("peer"),
+		store:     cfg.Store,
+		peers:     map[string]*peer{},
+		contexts:  map[string]*appContext{},
+		approvals: map[string]*approval{},
+	}
+}
+
+type nopEvents struct{}
+
+func (nopEvents) Approval(Approval)                {}
+func (nopEvents) AppFrame(string, json.RawMessage) {}
+
+// SetManifest applies a (re)loaded manifest: developer_mode (every app may
+// then use every service) and each attached app's grants and accounts,
+// which take effect from its next request. Call it at start and after
+// every successful reload.
+func (m *Manager) SetManifest(man *policy.Manifest) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.devMode = man.DeveloperMode
+	for id, p := range m.peers {
+		if app, ok := man.App(id); ok {
+			p.app = app
+		}
+	}
+}
+
+// Attach takes over the daemon's end of a freshly started process's hub and
+// runs its link until Detach, the app closing its end, or the app not
+// reading. The peer is created on the app's first Attach and kept after.
+// A link still attached for the app (a Detach that never came) is torn
+// down first.
+func (m *Manager) Attach(app policy.App, hub *os.File) {
+	conn, err := net.FileConn(hub)
+	hub.Close() // FileConn dup'ed it
+	if err != nil {
+		m.log.Error("hub is not a socket: the app runs without a link", zap.String("app", app.ID), zap.Error(err))
+		return
+	}
+	m.mu.Lock()
+	old := m.currentLink(app.ID)
+	m.mu.Unlock()
+	if old != nil {
+		old.shut("replaced by a new process")
+		<-old.done
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		conn.Close()
+		return
+	}
+	p := m.peers[app.ID]
+	if p == nil {
+		p = &peer{}
+		m.peers[app.ID] = p
+	}
+	p.app = app
+	l := newLink(m, p, conn)
+	p.link = l
+	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", m.serviceGranted(app)))
+	go l.readLoop()
+	go l.writeLoop()
+}
+
+// Detach ends the app's link because its process ended, and returns once
+// the link is torn down: open requests failed, contexts closed (the kernel
+// told), a pending consent prompt withdrawn. The peer stays.
+func (m *Manager) Detach(appID string) {
+	m.mu.Lock()
+	l := m.currentLink(appID)
+	m.mu.Unlock()
+	if l != nil {
+		l.shut("process exited")
+		<-l.done
+	}
+}
+
+func (m *Manager) currentLink(appID string) *link {
+	if p := m.peers[appID]; p != nil {
+		return p.link
+	}
+	return nil
+}
+
+// Close ends every link and pending approval. The Manager is unusable
+// after.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	var links []*link
+	for _, p := range m.peers {
+		if p.link != nil {
+			links = append(links, p.link)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range links {
+		l.shut("daemon stopping")
+		<-l.done
+	}
+	m.mu.Lock()
+	for id, a := range m.approvals {
+		a.timer.Stop()
+		delete(m.approvals, id)
+	}
+	m.mu.Unlock()
+}
+
+// Send writes a pass-through frame (control op app.send) to the app. The
+// frame must be one JSON object that is not a peer-link frame.
+func (m *Manager) Send(appID string, frame json.RawMessage) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, frame); err != nil {
+		return fmt.Errorf("app.send to %s: %w: frame is not JSON: %v", appID, ErrInvalid, err)
+	}
+	_, pass, err := ParseLine(buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("app.send to %s: %w: %v", appID, ErrInvalid, err)
+	}
+	if !pass {
+		return fmt.Errorf("app.send to %s: %w: %q frames belong to the daemon", appID, ErrInvalid, Envelope)
+	}
+	if buf.Len() > MaxFrame {
+		return fmt.Errorf("app.send to %s: %w: frame over %d bytes", appID, ErrInvalid, MaxFrame)
+	}
+	buf.WriteByte('\n')
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.currentLink(appID)
+	if l == nil {
+		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
+	}
+	if !l.send(buf.Bytes()) {
+		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
+	}
+	return nil
+}
+
+// LinkStatus reports an app's link for status.
+func (m *Manager) LinkStatus(appID string) LinkStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.currentLink(appID)
+	if l == nil {
+		return LinkStatus{}
+	}
+	return LinkStatus{Connected: true, Contexts: len(l.contexts)}
+}
+
+func (m *Manager) serviceGranted(app policy.App) bool {
+	return m.devMode || slices.Contains(app.Grants.Services, policy.ServiceAgent)
+}

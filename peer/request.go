@@ -1,0 +1,308 @@
+package peer
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// reqState is where an accepted request is. Only request.move changes it.
+//
+//	new            -> waitingConsent | atKernel | done
+//	waitingConsent -> atKernel | done
+//	atKernel       -> streaming (turn.start replied ok) | done
+//	streaming      -> done
+//
+// Session methods are answered by the daemon at once (new -> done).
+type reqState int
+
+const (
+	reqNew            reqState = iota // accepted, not yet placed
+	reqWaitingConsent                 // a consent prompt is open for its app
+	reqAtKernel                       // handed to the kernel, no reply yet
+	reqStreaming                      // turn.start replied ok; events flow until turn.end
+	reqDone                           // replied (and, for a turn, ended)
+)
+
+func (s reqState) String() string {
+	return [...]string{"new", "waiting_consent", "at_kernel", "streaming", "done"}[s]
+}
+
+// request is an accepted request that did not get its final answer at once.
+type request struct {
+	link   *link
+	id     string
+	method string
+	args   requestArgs
+	ctx    *appContext // for methods that name a context
+	state  reqState
+	timer  *time.Timer // the kernel's reply deadline, while atKernel
+	turn   *policy.Turn
+}
+
+// move is the one place a request changes state; an illegal move is a bug
+// and is logged, not obeyed.
+func (r *request) move(to reqState) bool {
+	ok := false
+	switch r.state {
+	case reqNew:
+		ok = to == reqWaitingConsent || to == reqAtKernel || to == reqDone
+	case reqWaitingConsent:
+		ok = to == reqAtKernel || to == reqDone
+	case reqAtKernel:
+		ok = to == reqStreaming || to == reqDone
+	case reqStreaming:
+		ok = to == reqDone
+	}
+	if !ok {
+		r.link.m.log.Error("illegal request state move", zap.String("app", r.link.appID),
+			zap.String("req_id", r.id), zap.Stringer("from", r.state), zap.Stringer("to", to))
+		return false
+	}
+	r.state = to
+	if to != reqAtKernel && r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	if to == reqDone {
+		delete(r.link.requests, r.id)
+		if r.ctx != nil {
+			delete(r.ctx.requests, r.id)
+			if r.turn != nil && r.turn.TurnID != "" && r.ctx.turns[r.turn.TurnID] == r {
+				delete(r.ctx.turns, r.turn.TurnID)
+			}
+		}
+	}
+	return true
+}
+
+// requestArgs holds the decoded args of any method; each method reads its
+// own members.
+type requestArgs struct {
+	Account   string
+	Title     string
+	ContextID string
+	TurnID    string
+	Input     json.RawMessage
+	raw       json.RawMessage // as the app sent them, for the kernel
+}
+
+// appContext is a live context: one process's handle on a session.
+type appContext struct {
+	id       string
+	link     *link
+	account  string
+	client   string
+	session  policy.Session
+	requests map[string]*request // open requests naming it, by req_id
+	turns    map[string]*request // streaming turns, by turn_id
+}
+
+func (m *Manager) reply(l *link, reqID string, data any) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		l.sendFrame(&Reply{ReqID: reqID, Error: errorf(CodeInternal, "encode reply: %v", err)})
+		return
+	}
+	l.sendFrame(&Reply{ReqID: reqID, OK: true, Data: raw})
+}
+
+func (m *Manager) fail(l *link, reqID string, e *Error) {
+	l.sendFrame(&Reply{ReqID: reqID, Error: e})
+}
+
+// onRequest takes one request frame from the app's link: every request
+// gets exactly one reply (or, for a req_id still open, a duplicate error
+// frame that is not a reply).
+func (m *Manager) onRequest(l *link, f *Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := l.p
+	if p.link != l || l.isShut() {
+		return
+	}
+	if _, open := l.requests[f.ReqID]; open {
+		l.sendFrame(&ErrorFrame{Code: CodeDuplicate, ReqID: f.ReqID,
+			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
+		return
+	}
+	if !m.serviceGranted(p.app) {
+		m.fail(l, f.ReqID, errorf(CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
+			p.app.ID, policy.ServiceAgent, policy.ServiceAgent))
+		return
+	}
+	if !slices.Contains(policy.KnownMethods(), f.Method) {
+		m.fail(l, f.ReqID, errorf(CodeUnknownMethod, "no method %q (known: %v)", f.Method, policy.KnownMethods()))
+		return
+	}
+	if !slices.Contains(p.app.Grants.Methods, f.Method) {
+		m.fail(l, f.ReqID, errorf(CodeNotGranted, "%s is not in the grants.methods of app %s", f.Method, p.app.ID))
+		return
+	}
+	args, err := decodeArgs(f.Method, f.Args)
+	if err != nil {
+		m.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
+		return
+	}
+	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
+	switch d, err := m.consentOf(p); {
+	case err != nil:
+		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(err))
+		m.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
+	case d == policy.Deny:
+		m.fail(l, f.ReqID, errorf(CodeConsentDenied, "the person denied app %s the agent service; `octosupctl consent revoke %s` asks again", p.app.ID, p.app.ID))
+	case d == policy.Allow:
+		m.dispatch(r)
+	default:
+		r.move(reqWaitingConsent)
+		l.requests[r.id] = r
+		p.waiting = append(p.waiting, r)
+		m.askConsent(p, r)
+	}
+}
+
+func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {
+	if raw == nil {
+		raw = json.RawMessage("{}")
+	}
+	o := newObject("args", raw)
+	a := requestArgs{raw: raw}
+	switch method {
+	case policy.MethodSessionOpen:
+		a.Account = o.str("account", false)
+		a.Title = o.str("title", false)
+		if o.err == nil && len(a.Title) > 256 {
+			o.fail(`"title": over 256 bytes`)
+		}
+	case policy.MethodSessionHistory, policy.MethodContextClose:
+		a.ContextID = o.id("context_id", true)
+	case policy.MethodTurnStart:
+		a.ContextID = o.id("context_id", true)
+		a.Input = o.raw("input", true)
+	case policy.MethodTurnInterrupt:
+		a.ContextID = o.id("context_id", true)
+		a.TurnID = o.id("turn_id", true)
+	}
+	return a, o.done()
+}
+
+// dispatch runs a request whose app has consent. m.mu is held.
+func (m *Manager) dispatch(r *request) {
+	l := r.link
+	if r.method != policy.MethodSessionOpen {
+		c := m.contexts[r.args.ContextID]
+		if c == nil || c.link != l {
+			// Another app's, a closed or a made-up id: one answer for all,
+			// so an app learns nothing about contexts it does not own.
+			m.finish(r, errorf(CodeUnknownContext, "no context %q on this link", r.args.ContextID))
+			return
+		}
+		r.ctx = c
+	}
+	switch r.method {
+	case policy.MethodSessionOpen:
+		m.openSession(r)
+	case policy.MethodSessionHistory:
+		turns, err := m.store.Turns(r.ctx.session.ID)
+		if err != nil {
+			m.log.Error("read history", zap.String("app", l.appID), zap.Error(err))
+			m.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
+			return
+		}
+		m.finishOK(r, map[string]any{"turns": turns})
+	case policy.MethodContextClose:
+		m.closeContext(r.ctx, "closed_by_app", true)
+		m.finishOK(r, struct{}{})
+	case policy.MethodTurnStart, policy.MethodTurnInterrupt:
+		m.toKernel(r)
+	}
+}
+
+// finish answers a request with an error and retires it.
+func (m *Manager) finish(r *request, e *Error) {
+	if r.state != reqDone {
+		r.move(reqDone)
+	}
+	m.fail(r.link, r.id, e)
+}
+
+func (m *Manager) finishOK(r *request, data any) {
+	if r.state != reqDone {
+		r.move(reqDone)
+	}
+	m.reply(r.link, r.id, data)
+}
+
+func (m *Manager) openSession(r *request) {
+	l := r.link
+	accounts := l.p.app.Sandbox.Accounts
+	account := r.args.Account
+	switch {
+	case account == "" && len(accounts) > 0:
+		account = accounts[0]
+	case account != "" && !slices.Contains(accounts, account):
+		m.finish(r, errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, l.appID))
+		return
+	}
+	s, err := m.store.OpenSession(l.appID, account, r.args.Title, m.cfg.Now())
+	if err != nil {
+		m.log.Error("open session", zap.String("app", l.appID), zap.Error(err))
+		m.finish(r, errorf(CodeInternal, "the daemon could not record the session"))
+		return
+	}
+	m.nextHandle++
+	c := &appContext{
+		id:       fmt.Sprintf("%s-%d", m.cfg.Nonce, m.nextHandle),
+		link:     l,
+		account:  account,
+		client:   l.appID,
+		session:  s,
+		requests: map[string]*request{},
+		turns:    map[string]*request{},
+	}
+	m.contexts[c.id] = c
+	l.contexts[c.id] = c
+	m.finishOK(r, map[string]string{"context_id": c.id})
+}
+
+// closeContext ends a context: its turns end (turn.end, or a cancelled
+// reply for a turn the kernel has not answered), then the app gets
+// context_closed (when tell, and its link is up) and the kernel
+// context.closed.
+func (m *Manager) closeContext(c *appContext, reason string, tell bool) {
+	for _, r := range sortedRequests(c.requests) {
+		m.endRequest(r, reason, errorf(CodeCancelled, "context %s closed (%s)", c.id, reason))
+	}
+	delete(m.contexts, c.id)
+	delete(c.link.contexts, c.id)
+	if tell {
+		c.link.sendFrame(&ContextClosed{ContextID: c.id, Reason: reason})
+	}
+	if m.kernel != nil {
+		m.kernel.k.ContextClosed(c.link.appID, c.id, reason)
+	}
+}
+
+// sortedRequests orders requests by req_id so that teardown is
+// deterministic.
+func sortedRequests(rs map[string]*request) []*request {
+	out := make([]*request, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *request) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
