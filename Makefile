@@ -8,11 +8,23 @@ PKGS      := ./...
 EXAMPLES  := $(notdir $(wildcard examples/*))
 export CGO_ENABLED := 1
 
-.PHONY: all build examples run test lint fuzz bench chaos install clean
+.PHONY: all deps build examples run test lint fuzz bench chaos install clean
 
 all: build
 
-build:
+# The jail compiles its seccomp filter with libseccomp (cgo): a fresh
+# Debian machine lacks the headers. Installed here when we can (root with
+# apt-get), else a clear word of what to install.
+deps:
+	@if [ ! -e /usr/include/seccomp.h ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing libseccomp-dev (the seccomp headers the jail builds with)"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q libseccomp-dev >/dev/null 2>&1 || \
+			{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libseccomp-dev >/dev/null; }; \
+		else echo "missing /usr/include/seccomp.h: install libseccomp-dev (sudo apt-get install libseccomp-dev)"; exit 1; fi; \
+	fi
+
+build: deps
 	$(GO) build -o $(BIN)/ ./cmd/octosupd ./cmd/octosupctl
 	$(MAKE) --no-print-directory examples
 
