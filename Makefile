@@ -59,6 +59,19 @@ lint:
 		if [ -n "$$out" ]; then echo "systemd-analyze verify:"; echo "$$out"; exit 1; fi; \
 	else echo "systemd-analyze not found: units not verified"; fi
 
+# make fuzz: every decoder's fuzz target for FUZZTIME each (hub frames,
+# control requests, the manifest, the jail spec, ...). A crasher the
+# fuzzer finds lands in that package's testdata/fuzz/FuzzX/, which
+# make test replays as a regression case from then on: commit it.
+FUZZTIME ?= 20s
+fuzz: deps
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg; \
+		done; \
+	done
+
 install: build
 	install -d $(HOME)/.local/bin $(HOME)/.config/systemd/user
 	install -m 0755 $(BIN)/octosupd $(BIN)/octosupctl $(HOME)/.local/bin/
