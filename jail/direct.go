@@ -246,7 +246,7 @@ func (l *Launcher) startDirect(spec Spec, stdout, stderr, hub *os.File) (p *Proc
 }
 
 // directSpawn runs on the locked thread: restrict it, then fork the app.
-func directSpawn(spec Spec, rep Report, rulesetFD int, llFlags uintptr, prog []unix.SockFilter, files []uintptr) directResult {
+func directSpawn(spec Spec, rep Report, rulesetFD int, llFlags uint32, prog []unix.SockFilter, files []uintptr) directResult {
 	fail := func(lerr *LayerError) directResult { return directResult{err: lerr} }
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail(layerErr("no_new_privs", "prctl", err))

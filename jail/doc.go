@@ -22,6 +22,8 @@
 // thread that forked it). Start forks the helper — this same binary,
 // re-executed as [exe, HelperArg] — with the Spec in a memfd (never on
 // argv) and a status pipe, and returns at once with the pid and a pidfd.
+// With Request.CgroupFD the fork puts the helper, and so the app, into
+// that cgroup (CLONE_INTO_CGROUP).
 // main must therefore begin with
 //
 //	if jail.IsHelper(os.Args) {
@@ -45,7 +47,10 @@
 //
 // # Layers and kernels
 //
-// Each layer is best effort down the Landlock ABIs, and the Report says
+// Landlock is go-landlock's: Config.NewRulesetFD builds the ruleset, best
+// effort down the ABIs, and the one thread that execs enforces it
+// (LandlockRestrictSelf, not go-landlock's all-threads Restrict). Each
+// layer is best effort down the Landlock ABIs, and the Report says
 // which took (Layers) and which the kernel lacks (Missing), never a layer
 // that did not take. Strictness Strict refuses an app whose kernel cannot
 // give it every restriction its Spec asks for (Landlock.MinABI).

@@ -3,84 +3,84 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"unsafe"
+	"os"
 
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
-// Landlock through its three syscalls (x/sys/unix), for the calling thread
-// only: the helper holds that thread locked and execs from it, so there
-// are no other threads to cover. go-landlock's Restrict covers every
-// thread through libcap's psx, which this module does not carry (see
-// docs/jail.md); its per-ABI rules are mirrored in abiRights.
+// Landlock through go-landlock: Config.NewRulesetFD builds the ruleset
+// (best effort down the ABIs, its rule types carrying the semantics) and
+// the calling thread alone enforces it with ll.LandlockRestrictSelf. The
+// helper holds that thread locked and execs from it, so no other thread
+// needs covering; go-landlock's Restrict, which covers every thread
+// (psx below ABI 8, TSYNC from 8), would also restrict the daemon in a
+// direct spawn.
 
-// LandlockABI asks the kernel which Landlock ABI it has
-// (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION); 0 when
-// Landlock is absent or disabled at boot.
+// errataScopeSignal is the Landlock erratum whose fix makes signal
+// scoping (ABI 6) trustworthy; go-landlock treats a kernel without it as
+// ABI 5, and so does the report.
+const errataScopeSignal = 0x2
+
+// LandlockABI says which Landlock ABI the kernel gives, as go-landlock
+// uses it: the kernel's version (landlock_create_ruleset with
+// LANDLOCK_CREATE_RULESET_VERSION), taken down to 5 when the signal
+// scoping erratum is not fixed; 0 when Landlock is absent or disabled at
+// boot.
 func LandlockABI() int {
-	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if e != 0 || int(v) < 0 {
+	v, err := ll.LandlockGetABIVersion()
+	if err != nil || v < 0 {
 		return 0
 	}
-	return int(v)
+	if v >= 6 {
+		if e, err := ll.LandlockGetErrata(); err != nil || e&errataScopeSignal == 0 {
+			v = 5
+		}
+	}
+	return v
 }
 
-// abiRights is what an ABI can enforce.
-type abiRights struct {
-	fs, net, scoped uint64
-	logFlags        bool
+// landlockConfig is what ls asks Landlock to handle: go-landlock's newest
+// preset (V11: files incl. pathname-socket connect, TCP and UDP, both
+// scopes), without the kinds ls leaves alone, best effort so that
+// NewRulesetFD takes it down to what the kernel has. UDP is handled and
+// never granted: an app has no UDP from ABI 10, as seccomp already makes
+// it (docs/jail.md).
+func landlockConfig(ls LandlockSpec) landlock.Config {
+	cfg := landlock.V11
+	if !ls.FS {
+		cfg.HandledAccessFS = 0
+	}
+	if !ls.Net {
+		cfg.HandledAccessNet = 0
+	}
+	if !ls.Scope {
+		cfg.Scoped = 0
+	}
+	if ls.LogApp {
+		// LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON (ABI 7): the app's own
+		// denials reach the audit log, not only the helper's.
+		cfg = cfg.EnableLoggingForSubprocesses()
+	}
+	return cfg.BestEffort()
 }
 
-func rightsAt(abi int) abiRights {
-	var r abiRights
-	if abi < 1 {
-		return r
-	}
-	r.fs = 1<<13 - 1 // execute … make_sym
-	if abi >= 2 {
-		r.fs |= unix.LANDLOCK_ACCESS_FS_REFER
-	}
-	if abi >= 3 {
-		r.fs |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
-	}
-	if abi >= 4 {
-		r.net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
-	}
-	if abi >= 5 {
-		r.fs |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
-	}
-	if abi >= 6 {
-		r.scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
-	}
-	if abi >= 7 {
-		r.logFlags = true
-	}
-	if abi >= 9 {
-		r.fs |= unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
-	}
-	if abi >= 10 {
-		// Handled but never granted: no UDP at all (docs/jail.md).
-		r.net |= unix.LANDLOCK_ACCESS_NET_BIND_UDP | unix.LANDLOCK_ACCESS_NET_CONNECT_SEND_UDP
-	}
-	return r
-}
+// The go-landlock canned rules whose rights are exactly one of ours (the
+// tests hold them to it); every other set goes through PathAccess.
+const (
+	rxDir  = ll.AccessFSExecute | ll.AccessFSReadFile | ll.AccessFSReadDir // RODirs
+	rxFile = ll.AccessFSExecute | ll.AccessFSReadFile                      // ROFiles
+)
 
-// handled is what ls asks for, cut down to what abi can enforce (best
-// effort down the ABIs, done here so that the report says exactly what
-// took).
-func handled(ls LandlockSpec, abi int) unix.LandlockRulesetAttr {
-	r := rightsAt(abi)
-	var a unix.LandlockRulesetAttr
-	if ls.FS {
-		a.Handled_access_fs = r.fs
+func pathRule(path string, rights uint64, dir bool) landlock.FSRule {
+	switch {
+	case dir && rights == rxDir:
+		return landlock.RODirs(path)
+	case !dir && rights == rxFile:
+		return landlock.ROFiles(path)
 	}
-	if ls.Net {
-		a.Handled_access_net = r.net
-	}
-	if ls.Scope {
-		a.Scoped = r.scoped
-	}
-	return a
+	return landlock.PathAccess(landlock.AccessFSSet(rights), path)
 }
 
 // fsRights maps our vocabulary onto Landlock's rights; a regular file
@@ -88,40 +88,79 @@ func handled(ls LandlockSpec, abi int) unix.LandlockRulesetAttr {
 func fsRights(a Access, dir bool) uint64 {
 	var r uint64
 	if a&AccessRead != 0 {
-		r |= unix.LANDLOCK_ACCESS_FS_READ_FILE
+		r |= ll.AccessFSReadFile
 	}
 	if a&AccessExec != 0 {
-		r |= unix.LANDLOCK_ACCESS_FS_EXECUTE
+		r |= ll.AccessFSExecute
 	}
 	if a&AccessWrite != 0 {
-		r |= unix.LANDLOCK_ACCESS_FS_WRITE_FILE
+		r |= ll.AccessFSWriteFile
 	}
 	if a&AccessTruncate != 0 {
-		r |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+		r |= ll.AccessFSTruncate
 	}
 	if a&AccessDevIoctl != 0 {
-		r |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+		r |= ll.AccessFSIoctlDev
 	}
 	if dir {
 		if a&AccessList != 0 {
-			r |= unix.LANDLOCK_ACCESS_FS_READ_DIR
+			r |= ll.AccessFSReadDir
 		}
 		if a&AccessCreate != 0 {
-			r |= unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_DIR | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
-				unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+			r |= ll.AccessFSMakeReg | ll.AccessFSMakeDir | ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeSym
 		}
 		if a&AccessWrite != 0 {
 			// Connecting to a pathname socket (ABI 9) is writing to it.
-			r |= unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
+			r |= ll.AccessFSResolveUnix
 		}
 		if a&AccessRemove != 0 {
-			r |= unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR
+			r |= ll.AccessFSRemoveFile | ll.AccessFSRemoveDir
 		}
 		if a&AccessRefer != 0 {
-			r |= unix.LANDLOCK_ACCESS_FS_REFER
+			r |= ll.AccessFSRefer
 		}
 	}
 	return r
+}
+
+// landlockRules turns ls into go-landlock rules for a kernel at abi. Each
+// path is looked at first: a regular file takes the file rights only, and
+// a missing required path fails with its name and errno.
+func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
+	var rules []landlock.Rule
+	if ls.FS {
+		for _, p := range ls.Paths {
+			st, err := os.Stat(p.Path)
+			if err != nil {
+				if p.Optional && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
+					continue
+				}
+				return nil, layerErr("landlock", "open "+p.Path, err)
+			}
+			rights := fsRights(p.Access, st.IsDir())
+			if abi < 2 {
+				// go-landlock drops the whole ruleset when a rule asks
+				// for refer on ABI 1; without the right, renames across
+				// directories are refused there, which is the stricter
+				// way to degrade.
+				rights &^= ll.AccessFSRefer
+			}
+			r := pathRule(p.Path, rights, st.IsDir())
+			if p.Optional {
+				r = r.IgnoreIfMissing()
+			}
+			rules = append(rules, r)
+		}
+	}
+	if ls.Net {
+		for _, port := range ls.ConnectTCP {
+			rules = append(rules, landlock.ConnectTCP(port))
+		}
+		for _, port := range ls.BindTCP {
+			rules = append(rules, landlock.BindTCP(port))
+		}
+	}
+	return rules, nil
 }
 
 // landlockMissing lists what ls asks for that abi cannot enforce.
@@ -142,12 +181,6 @@ func landlockMissing(ls LandlockSpec, abi int) []string {
 	return out
 }
 
-// netPortAttr is struct landlock_net_port_attr (x/sys lacks it).
-type netPortAttr struct {
-	allowedAccess uint64
-	port          uint64
-}
-
 // applyLandlock restricts the calling thread to ls at the kernel's abi and
 // reports whether a domain was enforced. no_new_privs must be set.
 func applyLandlock(ls LandlockSpec, abi int) (bool, *LayerError) {
@@ -162,95 +195,31 @@ func applyLandlock(ls LandlockSpec, abi int) (bool, *LayerError) {
 	return true, nil
 }
 
-// buildRuleset creates the ruleset for ls at abi (close-on-exec), or
-// returns -1 when abi can enforce nothing of it. Building opens files and
-// restricts nothing: it may run on any thread.
-func buildRuleset(ls LandlockSpec, abi int) (int, uintptr, *LayerError) {
-	attr := handled(ls, abi)
-	if attr.Handled_access_fs == 0 && attr.Handled_access_net == 0 && attr.Scoped == 0 {
+// buildRuleset creates the ruleset for ls (close-on-exec), or returns -1
+// when there is nothing to enforce: Landlock is absent, or nothing ls
+// asks for exists at this ABI. Building opens files and restricts
+// nothing: it may run on any thread.
+func buildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
+	if abi < 1 {
+		// NewRulesetFD would say the same (-1), but only after opening
+		// every path for nothing.
 		return -1, 0, nil
 	}
-	size := unsafe.Offsetof(attr.Quiet_access_fs) // the fields before quieting (ABI 10)
-	r, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if e != 0 {
-		return -1, 0, layerErr("landlock", "create ruleset", e)
-	}
-	fd := int(r)
-	fail := func(lerr *LayerError) (int, uintptr, *LayerError) {
-		unix.Close(fd)
+	rules, lerr := landlockRules(ls, abi)
+	if lerr != nil {
 		return -1, 0, lerr
 	}
-	for _, p := range ls.Paths {
-		if lerr := addPathRule(fd, p, attr.Handled_access_fs); lerr != nil {
-			return fail(lerr)
-		}
-	}
-	for _, port := range ls.ConnectTCP {
-		if lerr := addPortRule(fd, unix.LANDLOCK_ACCESS_NET_CONNECT_TCP&attr.Handled_access_net, port); lerr != nil {
-			return fail(lerr)
-		}
-	}
-	for _, port := range ls.BindTCP {
-		if lerr := addPortRule(fd, unix.LANDLOCK_ACCESS_NET_BIND_TCP&attr.Handled_access_net, port); lerr != nil {
-			return fail(lerr)
-		}
-	}
-	var flags uintptr
-	if ls.LogApp && rightsAt(abi).logFlags {
-		flags = unix.LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+	fd, flags, err := landlockConfig(ls).NewRulesetFD(rules...)
+	if err != nil {
+		return -1, 0, layerErr("landlock", "ruleset: "+err.Error(), err)
 	}
 	return fd, flags, nil
 }
 
-// restrictSelf enforces a ruleset on the calling thread only.
-func restrictSelf(rulesetFD int, flags uintptr) *LayerError {
-	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rulesetFD), flags, 0); e != 0 {
-		return layerErr("landlock", "restrict", e)
-	}
-	return nil
-}
-
-func addPathRule(rulesetFD int, p PathRule, handledFS uint64) *LayerError {
-	fd, err := unix.Open(p.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if p.Optional && (err == unix.ENOENT || err == unix.ENOTDIR) {
-			return nil
-		}
-		return layerErr("landlock", "open "+p.Path, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return layerErr("landlock", "stat "+p.Path, err)
-	}
-	rights := fsRights(p.Access, st.Mode&unix.S_IFMT == unix.S_IFDIR) & handledFS
-	if rights == 0 {
-		return nil // nothing this ABI handles: adding it would be EINVAL
-	}
-	return addRawPathRule(rulesetFD, fd, rights, p.Path)
-}
-
-func addRawPathRule(rulesetFD, fd int, rights uint64, path string) *LayerError {
-	attr := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
-	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), unix.LANDLOCK_RULE_PATH_BENEATH,
-		uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
-	if e != 0 {
-		return layerErr("landlock", "add rule "+path, e)
-	}
-	return nil
-}
-
-const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT
-
-func addPortRule(rulesetFD int, access uint64, port uint16) *LayerError {
-	if access == 0 {
-		return nil
-	}
-	attr := netPortAttr{allowedAccess: access, port: uint64(port)}
-	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), landlockRuleNetPort,
-		uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
-	if e != 0 {
-		return layerErr("landlock", fmt.Sprintf("add port rule %d", port), e)
+// restrictSelf enforces a ruleset on the calling thread only (no TSYNC).
+func restrictSelf(rulesetFD int, flags uint32) *LayerError {
+	if err := ll.LandlockRestrictSelf(rulesetFD, flags); err != nil {
+		return layerErr("landlock", "restrict", err)
 	}
 	return nil
 }

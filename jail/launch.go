@@ -33,6 +33,14 @@ type Request struct {
 	// becomes fd 3; required). The caller keeps ownership and closes its
 	// copies after Start.
 	Stdout, Stderr, Hub *os.File
+	// CgroupFD, when positive, is an open cgroup v2 directory the process
+	// is forked into (CLONE_INTO_CGROUP), so that it and every descendant
+	// are in it from the first instruction. -1 (or 0, which is stdin and
+	// never a cgroup) leaves the process in the daemon's cgroup. The
+	// caller keeps ownership. Such a process always takes the helper: a
+	// direct spawn forks from a thread under the app's own filter, where
+	// clone3 is ENOSYS.
+	CgroupFD int
 }
 
 // Report says which jail layers took for a process, and at which Landlock
@@ -228,7 +236,7 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 	if err := prepareDirs(req); err != nil {
 		return nil, fmt.Errorf("start %s: %w", app.ID, err)
 	}
-	if l.cfg.DirectSpawn && directable(spec) && req.Hub != nil {
+	if l.cfg.DirectSpawn && directable(spec) && req.Hub != nil && req.CgroupFD <= 0 {
 		p, ok, err := l.startDirect(spec, req.Stdout, req.Stderr, req.Hub)
 		if ok {
 			if err == nil {
@@ -237,12 +245,18 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 			return p, err
 		}
 	}
-	return l.startSpec(spec, req.Stdout, req.Stderr, req.Hub)
+	return l.startHelper(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
 }
 
-// startSpec forks the helper with spec. Tests use it to start specs no
-// manifest can produce.
+// startSpec forks the helper with spec, in the daemon's cgroup. Tests use
+// it to start specs no manifest can produce.
 func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
+	return l.startHelper(spec, stdout, stderr, hub, -1)
+}
+
+// startHelper forks the helper with spec, into the cgroup cgroupFD when it
+// is positive.
+func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) (*Process, error) {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: encode spec: %w", spec.App, err)
@@ -298,6 +312,10 @@ func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process,
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
 			PidFD:     &pidfd,
+			// clone3 with CLONE_INTO_CGROUP: the helper, and so the app
+			// and all it forks, start in the leaf.
+			UseCgroupFD: cgroupFD > 0,
+			CgroupFD:    max(cgroupFD, 0),
 		},
 	})
 	if err != nil {

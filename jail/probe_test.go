@@ -295,6 +295,14 @@ func probe(action string, a []string) (string, error) {
 		return strings.Join(env, "\n"), nil
 	case "getpid":
 		return strconv.Itoa(os.Getpid()), nil
+	case "cgroup":
+		b, err := os.ReadFile("/proc/self/cgroup")
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if strings.HasPrefix(line, "0::") {
+				return line, nil
+			}
+		}
+		return "", err
 	}
 	return "", fmt.Errorf("unknown probe action %q", action)
 }
