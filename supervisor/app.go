@@ -58,7 +58,8 @@ type proc struct {
 	outputs  []*os.File    // read ends, closed by their readers
 	ioDone   chan struct{} // closed when both readers have returned
 	started  time.Time
-	attached bool // the hub went to Links
+	attached bool   // the hub went to Links
+	cgroup   string // the process's cgroup leaf; "": its process group
 }
 
 // runner is one app's lifecycle. Its goroutine (run) is the only place
@@ -105,7 +106,7 @@ func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
 		removeC: remove,
 		quitC:   s.quit,
 		entry:   app,
-		status:  AppStatus{ID: app.ID, State: Stopped, Since: s.cfg.Now(), Stopper: StopperProcessGroup},
+		status:  AppStatus{ID: app.ID, State: Stopped, Since: s.cfg.Now(), Stopper: s.stopper()},
 		policy:  newRestartPolicy(app.Restart),
 	}
 }
@@ -309,44 +310,53 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	restarts := r.starts
 	r.starts++
 	r.move(Starting, func(st *AppStatus) {
-		st.Pid, st.Restarts, st.Reason, st.Jail = 0, restarts, "", nil
+		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper = 0, restarts, "", nil, s.stopper()
 	})
 
 	c, err := newCaptures(r.id)
 	if err != nil {
 		return r.fail(nil, err)
 	}
+	leaf, leafDir := r.newLeaf()
+	cgroupFD := -1
+	if leafDir != nil {
+		cgroupFD = int(leafDir.Fd())
+	}
 	reply := make(chan spawnResult, 1)
 	s.spawnReqs <- spawnRequest{
 		req: jail.Request{
 			App: entry, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
-			Stdout: c.outW, Stderr: c.errW, Hub: c.hubChild,
+			Stdout: c.outW, Stderr: c.errW, Hub: c.hubChild, CgroupFD: cgroupFD,
 		},
 		reply: reply,
 	}
 	res := <-reply
 	c.closeChild()
+	if leafDir != nil {
+		leafDir.Close()
+	}
 	sp := res.proc
+	// fail ends a start that cannot go on, with nothing left behind.
+	fail := func(err error) (AppStatus, error) {
+		c.closeDaemon()
+		r.discard(sp)
+		r.removeLeaf(leaf)
+		return r.fail(nil, err)
+	}
 	if res.err == nil && sp.confirm == nil {
 		res.err = errors.New("launcher returned no process and no error (a launcher bug)")
 	}
 	if res.err != nil {
-		c.closeDaemon()
-		r.discard(sp)
-		return r.fail(nil, res.err)
+		return fail(res.err)
 	}
 	if sp.pidfd < 0 {
 		// Without a pidfd the process can be neither waited for the
 		// netpoller way nor signalled safely; the launcher must use
 		// CLONE_PIDFD (Linux 5.3+).
-		c.closeDaemon()
-		r.discard(sp)
-		return r.fail(nil, errors.New("launcher returned no pidfd (octosup needs Linux 5.3 or later)"))
+		return fail(errors.New("launcher returned no pidfd (octosup needs Linux 5.3 or later)"))
 	}
 	if err := unix.SetNonblock(sp.pidfd, true); err != nil {
-		c.closeDaemon()
-		r.discard(sp)
-		return r.fail(nil, fmt.Errorf("pidfd: %w", err))
+		return fail(fmt.Errorf("pidfd: %w", err))
 	}
 	p := &proc{
 		pid:     sp.pid,
@@ -355,6 +365,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		outputs: []*os.File{c.outR, c.errR},
 		ioDone:  make(chan struct{}),
 		started: now,
+		cgroup:  leaf,
 	}
 	r.proc = p
 	s.mu.Lock()
@@ -390,7 +401,12 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		r.drainConfirm(confirmed, p.pid)
 		return r.fail(&exit, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
 	}
-	r.move(Starting, func(st *AppStatus) { st.Pid = p.pid })
+	r.move(Starting, func(st *AppStatus) {
+		st.Pid = p.pid
+		if p.cgroup == "" {
+			st.Stopper = StopperProcessGroup
+		}
+	})
 	return r.awaitStart(entry, c.hub, confirmed, restarts)
 }
 
@@ -554,11 +570,47 @@ func (r *runner) beginStop() {
 	r.killTimer = time.NewTimer(r.s.cfg.StopGrace)
 }
 
-// signal sends sig to the app's process group. Only the run goroutine
-// calls it, and only while the leader is unreaped.
+// signal sends sig to the app's process group and, for SIGKILL, to every
+// process in its cgroup leaf (cgroup.kill), which holds the descendants
+// that left the group too. Only the run goroutine calls it, and only
+// while the leader is unreaped.
 func (r *runner) signal(sig unix.Signal) {
 	if err := killGroup(r.proc.pid, sig); err != nil {
 		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
+	}
+	if sig == unix.SIGKILL && r.proc.cgroup != "" {
+		if err := killLeaf(r.proc.cgroup); err != nil {
+			r.s.log.Error("cannot kill app's cgroup", zap.String("app", r.id), zap.Error(err))
+		}
+	}
+}
+
+// newLeaf makes the cgroup leaf of the next process and opens it for the
+// fork; "" and nil where the process group is the stopper, or where the
+// leaf could not be made (that process then falls back to its group,
+// logged, and its status says so).
+func (r *runner) newLeaf() (string, *os.File) {
+	s := r.s
+	if s.cgroups == nil {
+		return "", nil
+	}
+	path, dir, err := s.cgroups.leaf(r.id)
+	if err != nil {
+		s.log.Warn("app process falls back to its process group", zap.String("app", r.id), zap.Error(err))
+		return "", nil
+	}
+	return path, dir
+}
+
+// removeLeaf kills what is left in a process's leaf, waits for it to
+// empty and removes it; a leaf that does not empty is logged and left
+// for the next daemon start.
+func (r *runner) removeLeaf(leaf string) {
+	if leaf == "" {
+		return
+	}
+	if err := removeLeaf(leaf); err != nil {
+		r.s.log.Warn("app's cgroup stays", zap.String("app", r.id), zap.Error(err))
 	}
 }
 
@@ -578,6 +630,9 @@ func (r *runner) collect() Exit {
 		s.log.Error("lost an app's exit status", zap.String("app", r.id), zap.Int("pid", p.pid), zap.Error(err))
 	}
 	p.pidfd.Close()
+	// The leaf was killed with the group: once it is empty, nothing of the
+	// app is left, wherever its descendants went.
+	r.removeLeaf(p.cgroup)
 	if r.killTimer != nil {
 		r.killTimer.Stop()
 		r.killTimer = nil

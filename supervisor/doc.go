@@ -47,11 +47,20 @@
 // reaps the leader it SIGKILLs the leader's process group: what remains of
 // an app once its main process is gone (helpers it forked) dies with it,
 // like systemd's KillMode=control-group, and the kill cannot hit a reused
-// pid because the unreaped leader still holds the group id. A descendant
-// that calls setsid leaves the group and is not stopped (no cgroup yet:
-// AppStatus.Stopper is always "process-group").
+// pid because the unreaped leader still holds the group id.
 //
-// Stop sends SIGTERM to the group and SIGKILL after Config.StopGrace.
+// Where the daemon may create cgroups in its own cgroup v2 (root, or a
+// systemd service with Delegate=yes; cgroup.go), each process is forked
+// straight into a leaf of its own (jail.Request.CgroupFD,
+// CLONE_INTO_CGROUP), and the SIGKILLs above also go to the whole leaf
+// through cgroup.kill, which reaches the descendants that left the group
+// (setsid, double fork); the leaf is removed once empty. AppStatus.Stopper
+// says "cgroup" then, "process-group" elsewhere (Config.NoCgroup forces
+// it). At start the supervisor kills and removes the leaves of a daemon
+// that is gone (one SIGKILLed, whose apps' descendants outlived it).
+//
+// Stop sends SIGTERM to the group and SIGKILL (group and leaf) after
+// Config.StopGrace.
 //
 // An app is starting from the fork until the jail reports that the app's
 // program runs; its pid shows as soon as it is known. The report is read
@@ -68,15 +77,20 @@
 // real-time signals) and number, and Code -1, or "unknown" (the status
 // was lost; Code -1). Only an exit with status 0 is clean.
 //
-// # What is not guaranteed yet
+// # What is not guaranteed
 //
-// Without a cgroup the supervisor knows an app's processes only through
-// the app's process group. A descendant that leaves the group (setsid,
-// setpgid) is neither stopped with the app nor found by Owner. When the
-// daemon itself dies (SIGKILL, a crash), each app's leader dies with it
-// (its parent-death signal), but the leader's descendants get no such
-// signal and can outlive the daemon; TestDaemonKilled checks the leaders
-// only. A cgroup per app will close both gaps.//
+// With the process-group stopper the supervisor knows an app's processes
+// only through the app's process group: a descendant that leaves it
+// (setsid, setpgid) is neither stopped with the app nor found by Owner.
+// When the daemon itself dies (SIGKILL, a crash), each app's leader dies
+// with it (its parent-death signal), but the leader's descendants get no
+// such signal and can outlive the daemon (TestDaemonKilled checks the
+// leaders only). With the cgroup stopper those descendants die at the next
+// daemon start, and under systemd at once, since systemd kills the
+// service's cgroup. SIGTERM (a stop's first signal) still goes to the
+// process group only: cgroup.kill has no gentler signal. Owner finds a
+// process by its leaf, so a setsid descendant is found too.
+//
 // # Restart policy
 //
 // restart "on-request" (the default): a process that ends on its own

@@ -55,17 +55,23 @@ func child(mode string) int {
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("ready")
 		sleepForever()
-	case "grandchild":
+	case "grandchild", "setsid-grandchild":
 		// A helper in the app's own process group that ignores SIGTERM:
 		// only the group SIGKILL can end it. Its pid is printed only once
-		// it has said, over a pipe, that it ignores SIGTERM.
+		// it has said, over a pipe, that it ignores SIGTERM. The setsid
+		// one leaves the group (and the session) first: only the app's
+		// cgroup still holds it.
+		gcMode := "ignoreterm-fd3"
+		if mode == "setsid-grandchild" {
+			gcMode = "setsid-fd3"
+		}
 		r, w, err := os.Pipe()
 		if err != nil {
 			fmt.Println("error", err)
 			return 1
 		}
 		gc := exec.Command(os.Args[0])
-		gc.Env = append(os.Environ(), modeEnv+"=ignoreterm-fd3")
+		gc.Env = append(os.Environ(), modeEnv+"="+gcMode)
 		gc.ExtraFiles = []*os.File{w}
 		if err := gc.Start(); err != nil {
 			fmt.Println("error", err)
@@ -78,7 +84,12 @@ func child(mode string) int {
 		}
 		fmt.Println("grandchild", gc.Process.Pid)
 		sleepForever()
-	case "ignoreterm-fd3":
+	case "ignoreterm-fd3", "setsid-fd3":
+		if mode == "setsid-fd3" {
+			if _, err := syscall.Setsid(); err != nil {
+				return 1
+			}
+		}
 		signal.Ignore(syscall.SIGTERM)
 		ready := os.NewFile(3, "ready")
 		_, _ = ready.WriteString("ready")

@@ -40,7 +40,8 @@ const (
 )
 
 // StopperProcessGroup is AppStatus.Stopper for apps stopped through their
-// process group (the only stopper so far; a cgroup one would be "cgroup").
+// process group, where no delegated cgroup v2 is available (StopperCgroup
+// otherwise).
 const StopperProcessGroup = "process-group"
 
 // Launcher starts one app process; *jail.Launcher satisfies it.
@@ -86,6 +87,9 @@ type Config struct {
 	LogLines int
 	// Now is the clock of the restart policy (default time.Now).
 	Now func() time.Time
+	// NoCgroup stops apps through their process groups even where the
+	// daemon could give each process a cgroup leaf (cgroup.go).
+	NoCgroup bool
 }
 
 // AppStatus is an app's state as status reports it.
@@ -100,7 +104,7 @@ type AppStatus struct {
 	LastExit *Exit        `json:"last_exit,omitempty"`
 	Reason   string       `json:"reason,omitempty"`
 	Jail     *jail.Report `json:"jail,omitempty"`
-	Stopper  string       `json:"stopper"` // "process-group" or "cgroup"
+	Stopper  string       `json:"stopper"` // StopperCgroup or StopperProcessGroup
 }
 
 // Supervisor runs the apps of a manifest. Create it with New, run it with
@@ -136,6 +140,8 @@ type Supervisor struct {
 	launch launchFunc
 	// slowHook: a LinkHandler call that takes longer is logged.
 	slowHook time.Duration
+	// cgroups is where each process gets a leaf; nil: process groups.
+	cgroups *cgroupTree
 }
 
 // New checks cfg and returns a Supervisor with no apps.
@@ -174,7 +180,24 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.launch = launcherFunc(cfg.Launcher)
 	s.slowHook = slowHook
+	if !cfg.NoCgroup {
+		t, err := openCgroupTree(cfg.Log)
+		if err != nil {
+			cfg.Log.Info("apps are stopped through their process groups", zap.Error(err))
+		} else {
+			s.cgroups = t
+			cfg.Log.Info("each app process runs in a cgroup of its own", zap.String("cgroup", t.dir))
+		}
+	}
 	return s, nil
+}
+
+// stopper is what stops this supervisor's apps.
+func (s *Supervisor) stopper() string {
+	if s.cgroups != nil {
+		return StopperCgroup
+	}
+	return StopperProcessGroup
 }
 
 // logDropped logs subscribers a publish dropped. Callers hold no lock.
@@ -211,6 +234,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	close(s.spawnStop)
 	<-s.spawnerDone
 	s.io.Wait()
+	if s.cgroups != nil {
+		s.cgroups.close()
+	}
 	s.subs.closeAll(ErrShutdown)
 	return nil
 }
@@ -389,6 +415,19 @@ func (s *Supervisor) Status(id string) ([]AppStatus, error) {
 	return out, nil
 }
 
+// Entry returns the manifest entry of the app id and the manifest's
+// developer mode: what its next start compiles its jail from (octosupctl
+// jail shows that). ok is false when the app is not in the manifest.
+func (s *Supervisor) Entry(id string) (app policy.App, developerMode, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.apps[id]
+	if !ok {
+		return policy.App{}, false, false
+	}
+	return r.entry, s.devMode, true
+}
+
 // Logs returns up to n of the app's last output lines, oldest first (all
 // that are kept when n <= 0).
 func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
@@ -413,11 +452,23 @@ func (s *Supervisor) Subscribe(buffer int, kinds ...EventKind) *Subscription {
 const maxOwnerDepth = 64
 
 // Owner reports whether pid is an app's process or a descendant of one,
-// and which app's. It walks the parent chain in /proc and also matches on
+// and which app's. With the cgroup stopper, the leaf a process is in says
+// it. Otherwise it walks the parent chain in /proc and also matches on
 // the process group, which catches orphans that were reparented but kept
-// the app's group. A descendant that left the group with setsid and was
-// reparented is not found.
+// the app's group; a descendant that left the group with setsid and was
+// reparented is not found then.
 func (s *Supervisor) Owner(pid int) (appID string, ok bool) {
+	if s.cgroups != nil {
+		// The leaf holds every descendant, wherever it went.
+		if id, ok := s.cgroups.appOf(pid); ok {
+			s.mu.Lock()
+			_, known := s.apps[id]
+			s.mu.Unlock()
+			if known {
+				return id, true
+			}
+		}
+	}
 	for range maxOwnerDepth {
 		if pid <= 1 {
 			return "", false

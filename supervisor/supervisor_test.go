@@ -171,7 +171,7 @@ func TestSpawnCrashRestart(t *testing.T) {
 	apply(t, sup, testApp(exe, "crashy", "sleep", true))
 
 	st := status(t, sup, "crashy")
-	if st.State != Running || st.Pid <= 0 || st.Restarts != 0 || st.Stopper != StopperProcessGroup || st.Jail == nil {
+	if st.State != Running || st.Pid <= 0 || st.Restarts != 0 || st.Stopper != sup.stopper() || st.Jail == nil {
 		t.Fatalf("after autostart: %+v", st)
 	}
 	if id, ok := sup.Owner(st.Pid); !ok || id != "crashy" {

@@ -1,0 +1,352 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A cgroup v2 leaf per app process: where the daemon's own cgroup is one
+// it may create children in (root, or a systemd service with
+// Delegate=yes), every process is forked into a fresh leaf
+// (CLONE_INTO_CGROUP), and what is left of it once its leader is gone, or
+// after a stop's grace, is killed through cgroup.kill (Linux 5.14): a
+// descendant that called setsid or double-forked cannot slip out of it.
+// Elsewhere the process group is the stopper, as before.
+//
+// The leaves live in a subtree of the daemon's cgroup named after the
+// daemon process, octosup.<pid>.<start time>: several daemons (or test
+// binaries) sharing a cgroup keep apart, and a subtree whose daemon is
+// gone (SIGKILLed) is recognised, killed and removed at the next start.
+
+// StopperCgroup is AppStatus.Stopper for apps whose processes are in a
+// cgroup leaf of their own and stopped through cgroup.kill.
+const StopperCgroup = "cgroup"
+
+// ErrNoCgroup is wrapped when the daemon cannot put apps in cgroup leaves;
+// the supervisor then stops them through their process groups.
+var ErrNoCgroup = errors.New("no delegated cgroup v2")
+
+// cgroupDrain bounds the wait for a killed leaf to empty before it is
+// removed; a leaf still busy then is left for the next start.
+const cgroupDrain = 5 * time.Second
+
+const subtreePrefix = "octosup."
+
+// cgroupTree is this daemon's subtree, where its leaves are made.
+type cgroupTree struct {
+	mnt, dir string
+	log      *zap.Logger
+}
+
+// openCgroupTree finds the daemon's cgroup v2 directory, checks it can
+// hold leaves with cgroup.kill, clears the subtrees of daemons that are
+// gone, and makes this daemon's subtree.
+func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
+	mnt, err := cgroup2Mount("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	own, err := cgroupDir(mnt, "/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Access(own, unix.W_OK); err != nil {
+		return nil, fmt.Errorf("%w: cannot write %s (run under systemd with Delegate=yes, or as root): %v", ErrNoCgroup, own, err)
+	}
+	// Leaves need no controllers, so the no-internal-processes rule does
+	// not stand between the daemon and its children here. A cgroup with
+	// controllers on for its children must not hold processes itself, so
+	// one that does and holds the daemon is the root, which is exempt.
+	clearLeftovers(own, log)
+	name, err := subtreeName(os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
+	}
+	dir := filepath.Join(own, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("%w: no cgroup.kill in %s (needs Linux 5.14)", ErrNoCgroup, dir)
+	}
+	return &cgroupTree{mnt: mnt, dir: dir, log: log}, nil
+}
+
+// ownCgroup is the directory of this process's cgroup v2: its "0::" line
+// in /proc/self/cgroup under the cgroup2 mount found in mountinfo (which
+// is /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
+// hybrid one).
+func ownCgroup(mountinfo, cgroup string) (string, error) {
+	mnt, err := cgroup2Mount(mountinfo)
+	if err != nil {
+		return "", err
+	}
+	return cgroupDir(mnt, cgroup)
+}
+
+// cgroupDir is the cgroup v2 directory a /proc/PID/cgroup file names,
+// under the mount point mnt.
+func cgroupDir(mnt, cgroup string) (string, error) {
+	b, err := os.ReadFile(cgroup)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(rel, "/") {
+			return filepath.Join(mnt, rel), nil
+		}
+	}
+	return "", fmt.Errorf("%w: no cgroup v2 line in %s", ErrNoCgroup, cgroup)
+}
+
+// cgroup2Mount finds where the cgroup2 filesystem is mounted, from a
+// mountinfo file.
+func cgroup2Mount(mountinfo string) (string, error) {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+	}
+	defer f.Close()
+	mnt, err := parseMountinfo(f)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrNoCgroup, mountinfo, err)
+	}
+	return mnt, nil
+}
+
+// errNoCgroup2 is parseMountinfo's answer when no cgroup2 is mounted.
+var errNoCgroup2 = errors.New("no cgroup2 filesystem is mounted")
+
+// parseMountinfo returns the mount point of the first mount of a cgroup2
+// hierarchy's root in r, which is in the format of /proc/PID/mountinfo
+// (proc(5): the fields after " - " start with the filesystem type).
+func parseMountinfo(r io.Reader) (string, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, typ := strings.Fields(pre), strings.Fields(post)
+		// Only a mount of the hierarchy's root: the paths in
+		// /proc/self/cgroup are relative to it, not to a bind-mounted
+		// subtree.
+		if ok && len(fields) >= 5 && len(typ) >= 1 && typ[0] == "cgroup2" && fields[3] == "/" {
+			mnt := unescapeMount(fields[4])
+			if !filepath.IsAbs(mnt) {
+				continue
+			}
+			return filepath.Clean(mnt), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", errNoCgroup2
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// subtreeName names the subtree of the daemon pid: its pid and start time
+// (in clock ticks since boot), which together never name another process.
+func subtreeName(pid int) (string, error) {
+	start, err := startTime(pid)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s%d.%d", subtreePrefix, pid, start), nil
+}
+
+// startTime is field 22 of /proc/PID/stat.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat of %d: no ')'", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("stat of %d: %d fields", pid, len(f))
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// clearLeftovers kills and removes the subtrees in parent of daemons that
+// are gone: what their apps left (descendants outside the process group
+// that outlived a SIGKILLed daemon) dies now.
+func clearLeftovers(parent string, log *zap.Logger) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), subtreePrefix) {
+			continue
+		}
+		pidS, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), subtreePrefix), ".")
+		pid, err := strconv.Atoi(pidS)
+		if !ok || err != nil {
+			continue
+		}
+		if live, err := subtreeName(pid); err == nil && live == e.Name() {
+			continue // its daemon runs
+		}
+		dir := filepath.Join(parent, e.Name())
+		leaves, _ := os.ReadDir(dir)
+		for _, l := range leaves {
+			if l.IsDir() {
+				leaf := filepath.Join(dir, l.Name())
+				if populated(leaf) {
+					log.Warn("killing what a gone daemon's app left running", zap.String("cgroup", leaf))
+				}
+				if err := removeLeaf(leaf); err != nil {
+					log.Warn("cannot clear a gone daemon's cgroup", zap.String("cgroup", leaf), zap.Error(err))
+				}
+			}
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("cannot remove a gone daemon's cgroup", zap.String("cgroup", dir), zap.Error(err))
+		}
+	}
+}
+
+// leaf makes a fresh leaf for one process of app and opens it for
+// CLONE_INTO_CGROUP. The name is unique, so a leaf still draining never
+// meets the next process of the same app.
+func (t *cgroupTree) leaf(app string) (path string, dirFD *os.File, err error) {
+	path, err = os.MkdirTemp(t.dir, app+".")
+	if err != nil {
+		return "", nil, fmt.Errorf("create a cgroup for %s: %w", app, err)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(path)
+		return "", nil, fmt.Errorf("open the cgroup of %s: %w", app, err)
+	}
+	return path, os.NewFile(uintptr(fd), path), nil
+}
+
+// appOf says which app's leaf of this subtree holds pid. Leaves are named
+// <app id>.<random>, and app ids have no dot.
+func (t *cgroupTree) appOf(pid int) (string, bool) {
+	dir, err := cgroupDir(t.mnt, "/proc/"+strconv.Itoa(pid)+"/cgroup")
+	if err != nil || filepath.Dir(dir) != t.dir {
+		return "", false
+	}
+	id, _, ok := strings.Cut(filepath.Base(dir), ".")
+	return id, ok
+}
+
+// close removes the subtree once its leaves are gone (another supervisor
+// of the same process may still have some: then it stays for it).
+func (t *cgroupTree) close() {
+	if err := os.Remove(t.dir); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, fs.ErrNotExist) {
+		t.log.Warn("cannot remove the daemon's cgroup", zap.String("cgroup", t.dir), zap.Error(err))
+	}
+}
+
+// killLeaf SIGKILLs every process in the leaf at once (cgroup.kill).
+func killLeaf(leaf string) error {
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("kill cgroup %s: %w", leaf, err)
+	}
+	return nil
+}
+
+// removeLeaf kills the leaf, waits until it is empty (at most
+// cgroupDrain) and removes it.
+func removeLeaf(leaf string) error {
+	if err := killLeaf(leaf); err != nil {
+		return err
+	}
+	if err := awaitEmpty(leaf, cgroupDrain); err != nil {
+		return err
+	}
+	if err := os.Remove(leaf); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove cgroup %s: %w", leaf, err)
+	}
+	return nil
+}
+
+// populated reads "populated" from the leaf's cgroup.events; a leaf that
+// is gone or unreadable counts as empty.
+func populated(leaf string) bool {
+	b, err := os.ReadFile(filepath.Join(leaf, "cgroup.events"))
+	return err == nil && populatedIn(b)
+}
+
+func populatedIn(events []byte) bool {
+	for line := range strings.SplitSeq(string(events), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
+}
+
+// awaitEmpty waits until the leaf has no process left. The kernel wakes
+// a poll of cgroup.events (POLLPRI) at each change of the file; inotify
+// would do too, but closing an inotify instance waits for an RCU grace
+// period (~10 ms), which every app exit would pay.
+func awaitEmpty(leaf string, limit time.Duration) error {
+	fd, err := unix.Open(filepath.Join(leaf, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // already removed
+		}
+		return fmt.Errorf("watch cgroup %s: %w", leaf, err)
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(limit)
+	buf := make([]byte, 512)
+	for {
+		n, err := unix.Pread(fd, buf, 0)
+		if err != nil {
+			return fmt.Errorf("read cgroup %s: %w", leaf, err)
+		}
+		if !populatedIn(buf[:n]) {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("cgroup %s still has processes %s after cgroup.kill", leaf, limit)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("watch cgroup %s: %w", leaf, err)
+		}
+	}
+}

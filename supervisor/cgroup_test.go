@@ -1,0 +1,272 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+)
+
+func TestOwnCgroup(t *testing.T) {
+	for _, c := range []struct {
+		mountinfo, cgroup string
+		want              string
+		err               string
+	}{
+		{"mountinfo-hybrid", "cgroup-hybrid", "/sys/fs/cgroup/unified", ""},
+		{"mountinfo-unified", "cgroup-service", "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/octosupd.service", ""},
+		{"mountinfo-bind-then-root", "cgroup-hybrid", "/run/my cgroup", ""},
+		{"mountinfo-v1", "cgroup-hybrid", "", "no cgroup2 filesystem is mounted"},
+		{"mountinfo-unified", "cgroup-v1", "", "no cgroup v2 line"},
+		{"mountinfo-none", "cgroup-hybrid", "", "no such file"},
+	} {
+		t.Run(c.mountinfo+"+"+c.cgroup, func(t *testing.T) {
+			got, err := ownCgroup(filepath.Join("testdata", c.mountinfo), filepath.Join("testdata", c.cgroup))
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrNoCgroup) {
+					t.Fatalf("%q, %v; want an ErrNoCgroup saying %q", got, err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("%q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+func FuzzParseMountinfo(f *testing.F) {
+	for _, name := range []string{"mountinfo-hybrid", "mountinfo-unified", "mountinfo-v1", "mountinfo-bind-then-root"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("1 2 3 / x - cgroup2\n1 2 3 / /a\\0 - cgroup2 c rw\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mnt, err := parseMountinfo(strings.NewReader(string(b)))
+		if err == nil && (!filepath.IsAbs(mnt) || filepath.Clean(mnt) != mnt) {
+			t.Fatalf("mount point %q is not a clean absolute path", mnt)
+		}
+	})
+}
+
+// cgroupOrSkip skips a test that needs this process to be able to make
+// cgroup leaves.
+func cgroupOrSkip(t *testing.T) string {
+	t.Helper()
+	own, err := ownCgroup("/proc/self/mountinfo", "/proc/self/cgroup")
+	if err == nil {
+		err = unix.Access(own, unix.W_OK)
+	}
+	if err != nil {
+		t.Skipf("no cgroup v2 this user may create cgroups in (%v): run as root or under systemd with Delegate=yes", err)
+	}
+	return own
+}
+
+// TestCgroupStopsSetsidDescendant: a descendant that left the app's
+// process group and session is stopped with the app by the cgroup
+// stopper, on a stop and when the app's leader dies; the process-group
+// fallback cannot reach it.
+func TestCgroupStopsSetsidDescendant(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		noCgroup bool
+		end      string // "stop" or "leader killed"
+	}{
+		{"cgroup stop", false, "stop"},
+		{"cgroup leader killed", false, "leader killed"},
+		{"process-group fallback", true, "stop"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !c.noCgroup {
+				cgroupOrSkip(t)
+			}
+			exe := testExe(t)
+			// A grace far longer than the test waits: the leader dies of
+			// SIGTERM, and only the kill at its death can end the rest.
+			sup := startSup(t, func(cfg *Config) { cfg.StopGrace = 10 * time.Minute; cfg.NoCgroup = c.noCgroup })
+			sub := sup.Subscribe(1024)
+			defer sub.Close()
+			apply(t, sup, testApp(exe, "tree", "setsid-grandchild", true))
+			line := waitLog(t, sub, "tree", "grandchild ")
+			gpid, err := strconv.Atoi(strings.TrimPrefix(line, "grandchild "))
+			if err != nil {
+				t.Fatalf("bad line %q", line)
+			}
+			gfd := pidfd(t, gpid)
+			st := status(t, sup, "tree")
+			if sid, err := unix.Getsid(gpid); err != nil || sid == st.Pid || sid != gpid {
+				t.Fatalf("grandchild %d: session %d, %v; want its own, not the app's (%d)", gpid, sid, err, st.Pid)
+			}
+			want := StopperCgroup
+			if c.noCgroup {
+				want = StopperProcessGroup
+			}
+			if st.Stopper != want {
+				t.Fatalf("stopper %q, want %q", st.Stopper, want)
+			}
+			if id, ok := sup.Owner(gpid); !ok || id != "tree" {
+				t.Errorf("Owner(setsid grandchild) = %q, %v; want tree", id, ok)
+			}
+			var leaf string
+			if !c.noCgroup {
+				leaf, err = ownCgroup("/proc/self/mountinfo", fmt.Sprintf("/proc/%d/cgroup", gpid))
+				if err != nil || filepath.Dir(leaf) != sup.cgroups.dir || !strings.HasPrefix(filepath.Base(leaf), "tree.") {
+					t.Fatalf("grandchild's cgroup %q, %v; want a leaf tree.* of %s", leaf, err, sup.cgroups.dir)
+				}
+				// Owner's first answer, whatever the process tree says.
+				if id, ok := sup.cgroups.appOf(gpid); !ok || id != "tree" {
+					t.Errorf("appOf(setsid grandchild) = %q, %v; want tree", id, ok)
+				}
+				if id, ok := sup.cgroups.appOf(os.Getpid()); ok {
+					t.Errorf("appOf(the test) = %q: the daemon is in no app's leaf", id)
+				}
+			}
+
+			switch c.end {
+			case "stop":
+				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+				defer cancel()
+				if _, err := sup.Stop(ctx, "tree"); err != nil {
+					t.Fatal(err)
+				}
+			case "leader killed":
+				if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				waitState(t, sub, "tree", inState(Stopped))
+			}
+			if c.noCgroup {
+				// The gap the cgroup closes: the descendant lives on.
+				if err := unix.PidfdSendSignal(gfd, 0, nil, 0); err != nil {
+					t.Fatalf("the setsid descendant died without a cgroup (%v): is the fallback really the process group?", err)
+				}
+				if err := unix.PidfdSendSignal(gfd, unix.SIGKILL, nil, 0); err != nil {
+					t.Fatal(err)
+				}
+				awaitGone(t, gfd, "grandchild")
+				return
+			}
+			awaitGone(t, gfd, "setsid grandchild")
+			if _, err := os.Stat(leaf); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("leaf %s still there after the app stopped: %v", leaf, err)
+			}
+		})
+	}
+}
+
+// TestCgroupLeftovers: the subtree of a daemon that is gone (its name
+// does not match a live process) is killed and removed at the next start;
+// the subtree of a live one is left alone.
+func TestCgroupLeftovers(t *testing.T) {
+	own := cgroupOrSkip(t)
+	// This very pid with another start time: a daemon that was.
+	gone := filepath.Join(own, fmt.Sprintf("%s%d.1", subtreePrefix, os.Getpid()))
+	leaf := filepath.Join(gone, "app.1")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeLeaf(leaf); _ = os.Remove(gone) })
+	dir, err := os.Open(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outside any process group of ours, as a setsid descendant would be.
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	err = cmd.Start()
+	dir.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if !populated(leaf) {
+		t.Fatalf("%s is empty after starting a process in it", leaf)
+	}
+
+	tree, err := openCgroupTree(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.close()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("leftover process ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(waitFor):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("the leftover process still runs after the next start")
+	}
+	if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the gone daemon's subtree is still there: %v", err)
+	}
+	if _, err := os.Stat(tree.dir); err != nil {
+		t.Errorf("the live daemon's subtree: %v", err)
+	}
+}
+
+// TestAwaitEmptyWakes: the kernel wakes a poll of cgroup.events when the
+// leaf empties, which is what awaitEmpty sleeps on; without that wakeup
+// every kill would wait out cgroupDrain.
+func TestAwaitEmptyWakes(t *testing.T) {
+	cgroupOrSkip(t)
+	tree, err := openCgroupTree(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.close()
+	leaf, dir, err := tree.leaf("wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	err = cmd.Start()
+	dir.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(filepath.Join(leaf, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 512)
+	if n, err := unix.Pread(fd, buf, 0); err != nil || !populatedIn(buf[:n]) {
+		t.Fatalf("cgroup.events %q, %v: want populated 1", buf[:n], err)
+	}
+	if err := killLeaf(leaf); err != nil {
+		t.Fatal(err)
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+	n, err := unix.Poll(fds, int(waitFor/time.Millisecond))
+	for errors.Is(err, unix.EINTR) {
+		n, err = unix.Poll(fds, int(waitFor/time.Millisecond))
+	}
+	if err != nil || n != 1 || fds[0].Revents&unix.POLLPRI == 0 {
+		t.Errorf("poll: %d, %v, revents %#x; want POLLPRI once the leaf changed", n, err, fds[0].Revents)
+	}
+	if err := removeLeaf(leaf); err != nil {
+		t.Error(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("the process in the killed leaf exited 0")
+	}
+}
