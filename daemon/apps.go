@@ -18,6 +18,9 @@ type Apps interface {
 	Logs(id string, n int) ([]supervisor.LogLine, error)
 	Subscribe(buffer int) Subscription
 	Owner(pid int) (appID string, ok bool)
+	// Entry is the app's manifest entry and the manifest's developer
+	// mode, from which its next start's jail is compiled.
+	Entry(id string) (app policy.App, developerMode, ok bool)
 }
 
 // Subscription is a supervisor event subscription.

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"octosup/control"
 	"octosup/jail"
 	"octosup/policy"
 	"octosup/supervisor"
@@ -39,12 +38,6 @@ type Config struct {
 	// LogLines is the size of each app's log ring; 0 leaves the
 	// supervisor's default.
 	LogLines int
-
-	// Links receives each app's hub (the peer link); nil runs apps
-	// without one.
-	Links supervisor.LinkHandler
-	// LinkStatus fills status's link member; nil reports none.
-	LinkStatus func(appID string) control.LinkStatus
 	// Setup runs once the server exists and before it serves: the place
 	// to register more ops (Server.Handle) and topics (Server.AddTopic)
 	// and to keep the Server for Publish.
@@ -86,6 +79,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("manifest loaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)))
 
+	// The state store before anything else: a second daemon on the same
+	// state stops here, having touched nothing.
+	links, err := openPeerLink(dirs, log.Named("peer"))
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after every app was stopped.
+	defer links.Close()
+	links.m.SetManifest(m)
+
 	jcfg := cfg.Jail
 	if jcfg.Log == nil {
 		jcfg.Log = log.Named("jail")
@@ -94,9 +97,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if newApps == nil {
 		newApps = newSupervisor
 	}
+	// One launcher: the jail op compiles specs with the very settings
+	// (strictness, narrowing, direct spawn) the apps start under.
+	launcher := jail.NewLauncher(jcfg)
 	apps, runApps, err := newApps(supervisor.Config{
-		Launcher:  jail.NewLauncher(jcfg),
-		Links:     cfg.Links,
+		Launcher:  launcher,
+		Links:     links.m,
 		Dirs:      dirs,
 		BaseEnv:   environ,
 		Log:       log.Named("supervisor"),
@@ -130,7 +136,16 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := NewServer(ServerConfig{
 		Apps:       apps,
 		Log:        log.Named("control"),
-		LinkStatus: cfg.LinkStatus,
+		LinkStatus: links.linkStatus,
+		JailSpec: func(id string) (jail.Spec, error) {
+			entry, dev, ok := apps.Entry(id)
+			if !ok {
+				return jail.Spec{}, fmt.Errorf("jail %s: %w", id, supervisor.ErrUnknownApp)
+			}
+			// The request the supervisor makes at start, without the
+			// descriptors.
+			return launcher.Spec(jail.Request{App: entry, DeveloperMode: dev, Dirs: dirs, BaseEnv: environ})
+		},
 		Reload: func(ctx context.Context) (int, error) {
 			reloadMu.Lock()
 			defer reloadMu.Unlock()
@@ -139,6 +154,9 @@ func Run(ctx context.Context, cfg Config) error {
 				log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
 				return 0, err
 			}
+			// Grants change at once, for running apps too; the rest of an
+			// entry takes effect at the app's next start.
+			links.m.SetManifest(m)
 			if err := apps.Apply(ctx, m); err != nil {
 				return 0, fmt.Errorf("apply %s: %w", manifestPath, err)
 			}
@@ -146,6 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return len(m.Apps), nil
 		},
 	})
+	links.register(srv)
 	if cfg.Setup != nil {
 		if err := cfg.Setup(ctx, srv, apps); err != nil {
 			ln.Close()

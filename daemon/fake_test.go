@@ -131,6 +131,15 @@ func (f *fakeApps) Owner(pid int) (string, bool) {
 	return id, ok
 }
 
+func (f *fakeApps) Entry(id string) (policy.App, bool, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.apps[id]; !ok {
+		return policy.App{}, false, false
+	}
+	return policy.App{ID: id, Exec: []string{"/bin/true"}}, false, true
+}
+
 func (f *fakeApps) Subscribe(buffer int) Subscription {
 	f.mu.Lock()
 	defer f.mu.Unlock()

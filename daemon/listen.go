@@ -12,6 +12,8 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"go.uber.org/zap"
+
+	"octosup/policy"
 )
 
 // ErrAlreadyRunning is returned by Run when a live daemon answers on the
@@ -53,28 +55,20 @@ func activated(log *zap.Logger) (net.Listener, error) {
 }
 
 // listenUnix listens on path the way a per-user daemon must: the
-// directory private (0700, created when missing), a live daemon's socket
+// directory private (policy.EnsurePrivateDir: created 0700 when missing,
+// refused when it is not this user's own), a live daemon's socket
 // never replaced (it is dialed first), a stale one removed, the socket
 // itself 0600.
 func listenUnix(ctx context.Context, path string, privateDir bool) (net.Listener, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the control socket's directory: %w", err)
-	}
 	if privateDir {
 		// The fallback runtime dir lives in /tmp, where another user
-		// could have made it first: it must be ours.
-		fi, err := os.Lstat(dir)
-		if err != nil {
-			return nil, fmt.Errorf("check the control socket's directory: %w", err)
+		// could have made it first: it must be ours and nobody else's.
+		if err := policy.EnsurePrivateDir(dir); err != nil {
+			return nil, fmt.Errorf("the control socket's directory: %w", err)
 		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() {
-			return nil, fmt.Errorf("%s is not a directory of uid %d: remove it and start again", dir, os.Getuid())
-		}
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("make %s private: %w", dir, err)
-		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the control socket's directory: %w", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/jail"
 	"octosup/policy"
 	"octosup/supervisor"
 )
@@ -24,7 +25,41 @@ func builtinOps(s *Server) map[string]Handler {
 		control.OpLogs:      s.opLogs,
 		control.OpSubscribe: s.opSubscribe,
 		control.OpReload:    s.opReload,
+		OpJail:              s.opJail,
 	}
+}
+
+// OpJail asks for the jail an app gets when it starts now: args
+// control.AppArgs, answer JailData. (It belongs in package control with
+// the other ops; it is here until control carries it.)
+const OpJail = "jail"
+
+// JailData is the answer of the jail op: the spec for scripts, and the
+// same spec rendered by jail.Describe for a person.
+type JailData struct {
+	Spec jail.Spec `json:"spec"`
+	Text string    `json:"text"`
+}
+
+func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.AppArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if args.App == "" {
+		return nil, control.Errorf(control.CodeBadRequest, "jail needs args.app, the id of an app")
+	}
+	if s.cfg.JailSpec == nil {
+		return nil, control.Errorf(control.CodeInternal, "this daemon cannot compile jails")
+	}
+	spec, err := s.cfg.JailSpec(args.App)
+	if err != nil {
+		if errors.Is(err, supervisor.ErrUnknownApp) {
+			return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
+		}
+		return nil, control.Errorf(control.CodeFailed, "%v", err)
+	}
+	return JailData{Spec: spec, Text: jail.Describe(spec)}, nil
 }
 
 func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {

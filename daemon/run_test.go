@@ -505,7 +505,61 @@ func TestListenUnixRefusesAForeignDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := listenUnix(context.Background(), filepath.Join(dir, "control.sock"), true)
-	if err == nil || !strings.Contains(err.Error(), "is not a directory of uid 0") {
+	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534, not to this user (uid 0)") {
 		t.Fatalf("listen in a directory of uid 65534: %v", err)
+	}
+}
+
+// TestListenUnixPrivateDir: the control socket's directory is this
+// user's alone, or the daemon does not listen in it.
+func TestListenUnixPrivateDir(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		err   string // "" when it listens
+	}{
+		{"missing: created 0700", func(*testing.T, string) {}, ""},
+		{"readable by others: made private", func(t *testing.T, dir string) { mkdir(t, dir, 0o755) }, ""},
+		{"writable by others", func(t *testing.T, dir string) { mkdir(t, dir, 0o777) }, "others could have put files in it"},
+		{"a symlink", func(t *testing.T, dir string) {
+			target := dir + ".target"
+			mkdir(t, target, 0o700)
+			if err := os.Symlink(target, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, "is not a directory but a symlink"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "octosup")
+			c.setup(t, dir)
+			ln, err := listenUnix(context.Background(), filepath.Join(dir, "control.sock"), true)
+			if c.err != "" {
+				if err == nil {
+					ln.Close()
+					t.Fatalf("listened, want an error with %q", c.err)
+				}
+				if !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("%v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.Close()
+			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+				t.Errorf("directory %v, %v: want a 0700 directory", fi.Mode(), err)
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // past the umask
+		t.Fatal(err)
 	}
 }

@@ -10,12 +10,15 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/jail"
+	"octosup/peer"
 	"octosup/supervisor"
 )
 
@@ -48,6 +51,10 @@ type ServerConfig struct {
 	// LinkStatus fills each app's link member in status; nil reports no
 	// link.
 	LinkStatus func(appID string) control.LinkStatus
+	// JailSpec compiles the jail the app would get if it started now, for
+	// the jail op (the daemon's launcher and environment); nil refuses
+	// the op. An unknown app wraps supervisor.ErrUnknownApp.
+	JailSpec func(appID string) (jail.Spec, error)
 }
 
 // Server is the control socket's server. Handle and AddTopic may be
@@ -307,6 +314,10 @@ type Conn struct {
 
 	subMu sync.Mutex
 	sub   *stream // the subscribe op's stream, once subscribed
+
+	// kernel is the peer link's kernel session once this connection ran
+	// kernel.attach (peer_ops.go).
+	kernel atomic.Pointer[peer.KernelSession]
 }
 
 // Peer is who is at the other end of a connection (SO_PEERCRED).

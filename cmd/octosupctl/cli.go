@@ -118,6 +118,10 @@ Exit codes: 0 done; 1 the daemon refused or failed the operation;
 		c.watchCommand(),
 		c.reloadCommand(),
 		c.validateCommand(),
+		c.jailCommand(),
+		c.approvalsCommand(),
+		c.approveCommand(),
+		c.consentCommand(),
 	)
 	return root
 }

@@ -20,6 +20,7 @@ import (
 	"octosup/control"
 	"octosup/daemon"
 	"octosup/jail"
+	"octosup/policy"
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +66,8 @@ func TestWithoutDaemon(t *testing.T) {
 		{"validate bad json", []string{"--json", "validate", "testdata/bad.json"}, exitInvalid, `"valid": false`, `is invalid`},
 		{"validate missing", []string{"validate", "testdata/none.json"}, exitFailed, `^$`, `^octosupctl: validate: no file testdata/none.json\n$`},
 		{"completion", []string{"completion", "bash"}, exitOK, `octosupctl`, `^$`},
+		{"jail not running", []string{"--socket", missing, "jail", "x"}, exitNotRunning, `^$`, `octosupd is not running`},
+		{"jail no app", []string{"jail"}, exitUsage, `^$`, `accepts 1 arg`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,6 +134,24 @@ func startDaemon(t *testing.T, manifest string) (socket, manifestPath string) {
 			t.Errorf("daemon: %v", err)
 		}
 	})
+	// Setup runs before the daemon applies the manifest, and applying one
+	// whose apps do not autostart publishes no event: poll status, bounded,
+	// until it lists them.
+	m, err := policy.Load(manifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &control.Client{Path: socket}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var data control.StatusData
+		err := c.Do(context.Background(), control.OpStatus, control.StatusArgs{}, &data)
+		if err == nil && len(data.Apps) == len(m.Apps) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not list the manifest's %d apps within 10s: %v, %+v", len(m.Apps), err, data.Apps)
+		}
+	}
 	return socket, manifestPath
 }
 
@@ -161,7 +182,11 @@ func TestWithDaemon(t *testing.T) {
 				`talker\s+stopped\s+-\s+-\s+0\s+-\s+-\n` +
 				`idle\s+stopped\s+-\s+-\s+0\s+-\s+-\n$`, `^$`},
 		{"start", []string{"start", "talker"}, nil, exitOK, `^talker: running \(pid \d+\)\n$`, `^$`},
-		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+\S+`, `^$`},
+		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+(landlock \d+, )?seccomp( \(missing [a-z., ]+\))?\n$`, `^$`},
+		{"jail", []string{"jail", "talker"}, nil, exitOK,
+			`(?s)^app talker\n  program  /bin/sh\n.*  files    not narrowed \(policy broad\)\n.*  syscalls refused:\n    ptrace `, `^$`},
+		{"jail json", []string{"--json", "jail", "idle"}, nil, exitOK, `(?s)^\{\n  "version": 1,\n  "app": "idle",\n  "program": "/bin/sleep",.*"seccomp": \[`, `^$`},
+		{"jail unknown", []string{"jail", "nope"}, nil, exitFailed, `^$`, `^octosupctl: jail nope: no app "nope" in the manifest\n$`},
 		{"start unknown", []string{"start", "nope"}, nil, exitFailed, `^$`, `^octosupctl: start nope: [^\n]*nope[^\n]*\n$`},
 		{"restart", []string{"restart", "talker"}, nil, exitOK, `^talker: running \(pid \d+\)\n$`, `^$`},
 		{"logs", []string{"logs", "talker", "-n", "10"}, nil, exitOK, `hello from talker`, `^$`},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -64,21 +63,6 @@ func printStatus(c *cli, data control.StatusData, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, state, pid, uptime, a.Restarts, last, jailSummary(a.Jail))
 	}
 	tw.Flush()
-}
-
-// jailSummary is the layers that took, and those that did not.
-func jailSummary(j *control.JailReport) string {
-	if j == nil {
-		return "-"
-	}
-	s := strings.Join(j.Layers, ",")
-	if s == "" {
-		s = "none"
-	}
-	if len(j.Missing) > 0 {
-		s += " (missing " + strings.Join(j.Missing, ",") + ")"
-	}
-	return s
 }
 
 // duration is a short human duration: 45s, 3m12s, 5h04m, 2d03h.

@@ -77,10 +77,10 @@ func (c *cli) printJSONLine(v any) {
 func (c *cli) watchCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "watch",
-		Short: "Print each app's state, then every change as it happens, one line each",
+		Short: "Print each app's state and the pending approvals, then every change as it happens, one line each",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			conn, err := c.client().Subscribe(cmd.Context(), control.TopicState)
+			conn, err := c.client().Subscribe(cmd.Context(), control.TopicState, control.TopicApproval)
 			if err != nil {
 				return opError("watch", err)
 			}
@@ -94,17 +94,39 @@ func (c *cli) watchCommand() *cobra.Command {
 			for _, a := range now.Apps {
 				c.printState(control.StateEvent{App: a.ID, State: a.State, Pid: a.Pid, Restarts: a.Restarts, Since: a.Since, LastExit: a.LastExit, Reason: a.Reason})
 			}
+			var pending control.ApprovalsData
+			if err := conn.Do(cmd.Context(), control.OpApprovals, struct{}{}, &pending); err != nil {
+				return opError("watch", err)
+			}
+			for _, a := range pending.Approvals {
+				c.printApproval(a)
+			}
 			return c.follow(cmd.Context(), conn, "watch", func(ev control.Event) {
-				if ev.Name != control.TopicState {
-					return
-				}
-				var st control.StateEvent
-				if ev.Decode(&st) == nil {
-					c.printState(st)
+				switch ev.Name {
+				case control.TopicState:
+					var st control.StateEvent
+					if ev.Decode(&st) == nil {
+						c.printState(st)
+					}
+				case control.TopicApproval:
+					var a control.Approval
+					if ev.Decode(&a) == nil {
+						c.printApproval(a)
+					}
 				}
 			})
 		},
 	}
+}
+
+func (c *cli) printApproval(a control.Approval) {
+	if c.json {
+		if b, err := control.EncodeEvent(control.TopicApproval, a); err == nil {
+			c.stdout.Write(append(b, '\n'))
+		}
+		return
+	}
+	fmt.Fprintln(c.stdout, approvalLine(a))
 }
 
 func (c *cli) printState(st control.StateEvent) {

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"octosup/control"
+)
+
+func (c *cli) approvalsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "approvals",
+		Short: "List the questions waiting for a person: first-use consent and tool confirmations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var data control.ApprovalsData
+			if err := c.client().Do(cmd.Context(), control.OpApprovals, struct{}{}, &data); err != nil {
+				return opError("approvals", err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			if len(data.Approvals) == 0 {
+				fmt.Fprintln(c.stdout, "no pending approvals")
+				return nil
+			}
+			now := time.Now()
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tAPP\tKIND\tASKS\tEXPIRES IN")
+			for _, a := range data.Approvals {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.App, a.Kind, approvalAsks(a), duration(a.Expires.Sub(now)))
+			}
+			tw.Flush()
+			fmt.Fprintln(c.stdout, "answer with: octosupctl approve ID allow|deny [--remember]")
+			return nil
+		},
+	}
+}
+
+// approvalAsks says in a few words what an approval asks the person.
+func approvalAsks(a control.Approval) string {
+	switch a.Kind {
+	case "consent":
+		if a.Method != "" {
+			return "use the agent service (first request: " + a.Method + ")"
+		}
+		return "use the agent service"
+	case "tool":
+		s := "run " + a.Tool
+		if a.Risk != "" {
+			s += " (" + a.Risk + ")"
+		}
+		if a.Args != "" {
+			s += " " + a.Args
+		}
+		return s
+	}
+	return a.Kind
+}
+
+func (c *cli) approveCommand() *cobra.Command {
+	var remember bool
+	cmd := &cobra.Command{
+		Use:   "approve ID allow|deny",
+		Short: "Answer a pending approval; --remember makes a tool decision a standing rule",
+		Long: `Answer a pending approval (see octosupctl approvals).
+
+A consent decision is always kept: the app is not asked again until
+octosupctl consent revoke APP. For a tool confirmation, --remember keeps
+the decision as a standing rule for that app and tool (octosupctl rules).`,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"allow", "deny"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "approve " + args[0]
+			if args[1] != "allow" && args[1] != "deny" {
+				return &exitError{code: exitUsage, err: fmt.Errorf("%s: the decision is %q: say allow or deny", what, args[1])}
+			}
+			var data control.ApproveData
+			req := control.ApproveArgs{ApprovalID: args[0], Decision: args[1], Remember: remember}
+			if err := c.client().Do(cmd.Context(), control.OpApprove, req, &data); err != nil {
+				return opError(what, err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			fmt.Fprintf(c.stdout, "%s: %s\n", args[0], data.Decision)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&remember, "remember", false, "keep a tool decision as a standing rule")
+	return cmd
+}
+
+func (c *cli) consentCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "consent",
+		Short: "List or revoke the kept first-use consent decisions",
+	}
+	list := &cobra.Command{
+		Use:   "list [APP]",
+		Short: "List the kept decisions",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := control.ConsentArgs{Action: "list"}
+			if len(args) == 1 {
+				req.App = args[0]
+			}
+			var data control.ConsentData
+			if err := c.client().Do(cmd.Context(), control.OpConsent, req, &data); err != nil {
+				return opError("consent list", err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			if len(data.Consents) == 0 {
+				fmt.Fprintln(c.stdout, "no consent decisions kept")
+				return nil
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "APP\tDECISION\tSINCE")
+			for _, d := range data.Consents {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", d.App, d.Decision, d.At.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use:               "revoke APP",
+		Short:             "Forget an app's decision: its next request asks again",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data control.ConsentData
+			if err := c.client().Do(cmd.Context(), control.OpConsent, control.ConsentArgs{Action: "revoke", App: args[0]}, &data); err != nil {
+				return opError("consent revoke "+args[0], err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			if data.Revoked != nil && *data.Revoked {
+				fmt.Fprintf(c.stdout, "%s: consent revoked; its next request asks again\n", args[0])
+			} else {
+				fmt.Fprintf(c.stdout, "%s: no decision was kept\n", args[0])
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list, revoke)
+	return cmd
+}
+
+// approvalLine is an approval event for a person.
+func approvalLine(a control.Approval) string {
+	at := a.Created
+	if a.State != "pending" {
+		at = time.Now()
+	}
+	s := fmt.Sprintf("%s %s approval %s %s: %s", at.Local().Format("15:04:05"), a.App, a.ApprovalID, a.State, approvalAsks(a))
+	if a.State == "pending" {
+		s += fmt.Sprintf(" (octosupctl approve %s allow|deny)", a.ApprovalID)
+	}
+	return s
+}

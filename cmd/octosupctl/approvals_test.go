@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+
+	"octosup/control"
+)
+
+// TestApprovals: an app's first request shows in watch and approvals,
+// approve answers it, consent keeps it, revoke forgets it.
+func TestApprovals(t *testing.T) {
+	socket, _ := startDaemon(t, "testdata/asker.json")
+	sock := []string{"--socket", socket}
+
+	if r := ctl(t, append(sock, "approvals")...); r.code != exitOK || r.stdout != "no pending approvals\n" {
+		t.Fatalf("approvals before any request: %+v", r)
+	}
+	watch, stopWatch := streaming(t, append(sock, "watch")...)
+	waitLine(t, watch, `^\d\d:\d\d:\d\d asker stopped$`)
+	if r := ctl(t, append(sock, "start", "asker")...); r.code != exitOK {
+		t.Fatalf("start: %+v", r)
+	}
+	line := waitLine(t, watch, `^\d\d:\d\d:\d\d asker approval \S+ pending: use the agent service \(first request: octos.session.open\) \(octosupctl approve \S+ allow\|deny\)$`)
+	id := regexp.MustCompile(`approval (\S+) pending`).FindStringSubmatch(line)[1]
+
+	r := ctl(t, append(sock, "approvals")...)
+	if r.code != exitOK || !regexp.MustCompile(`(?m)^ID +APP +KIND +ASKS +EXPIRES IN\n`+regexp.QuoteMeta(id)+` +asker +consent +use the agent service`).MatchString(r.stdout) {
+		t.Fatalf("approvals: %+v", r)
+	}
+	var data control.ApprovalsData
+	r = ctl(t, append(sock, "--json", "approvals")...)
+	if err := json.Unmarshal([]byte(r.stdout), &data); err != nil || len(data.Approvals) != 1 || data.Approvals[0].ApprovalID != id {
+		t.Fatalf("approvals --json: %v %+v", err, r)
+	}
+
+	if r := ctl(t, append(sock, "approve", id, "maybe")...); r.code != exitUsage {
+		t.Errorf("approve with a bad decision: %+v", r)
+	}
+	if r := ctl(t, append(sock, "approve", "nope", "allow")...); r.code != exitFailed || !regexp.MustCompile(`^octosupctl: approve nope: `).MatchString(r.stderr) {
+		t.Errorf("approve of an unknown id: %+v", r)
+	}
+	if r := ctl(t, append(sock, "approve", id, "allow")...); r.code != exitOK || r.stdout != id+": allow\n" {
+		t.Fatalf("approve: %+v", r)
+	}
+	waitLine(t, watch, `^\d\d:\d\d:\d\d asker approval `+regexp.QuoteMeta(id)+` allowed: `)
+	stopWatch()
+
+	r = ctl(t, append(sock, "consent", "list")...)
+	if r.code != exitOK || !regexp.MustCompile(`(?m)^APP +DECISION +SINCE\nasker +allow +\d{4}-`).MatchString(r.stdout) {
+		t.Fatalf("consent list: %+v", r)
+	}
+	if r := ctl(t, append(sock, "consent", "revoke", "asker")...); r.code != exitOK || r.stdout != "asker: consent revoked; its next request asks again\n" {
+		t.Fatalf("consent revoke: %+v", r)
+	}
+	if r := ctl(t, append(sock, "consent", "revoke", "asker")...); r.code != exitOK || r.stdout != "asker: no decision was kept\n" {
+		t.Fatalf("consent revoke again: %+v", r)
+	}
+	if r := ctl(t, append(sock, "consent", "list")...); r.code != exitOK || r.stdout != "no consent decisions kept\n" {
+		t.Fatalf("consent list after revoke: %+v", r)
+	}
+}

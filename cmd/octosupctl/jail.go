@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"octosup/control"
+)
+
+// opJail is daemon.OpJail: the control package does not carry it yet, and
+// octosupctl does not link the daemon.
+const opJail = "jail"
+
+// jailData is daemon.JailData with the spec kept as the daemon sent it.
+type jailData struct {
+	Spec json.RawMessage `json:"spec"`
+	Text string          `json:"text"`
+}
+
+func (c *cli) jailCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "jail APP",
+		Short: "Show the jail an app gets: what it may reach, its syscall rules, its environment",
+		Long: `Show the jail an app gets if it starts now, compiled by the daemon from
+the app's manifest entry with the daemon's own settings (strictness,
+OCTOSUP_SANDBOX_NARROW, developer mode). --json prints the spec itself.
+What took at the last start is in "octosupctl status".`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data jailData
+			if err := c.client().Do(cmd.Context(), opJail, control.AppArgs{App: args[0]}, &data); err != nil {
+				return opError("jail "+args[0], err)
+			}
+			if c.json {
+				return c.printJSON(data.Spec)
+			}
+			fmt.Fprint(c.stdout, data.Text)
+			return nil
+		},
+	}
+}
+
+// baseLayers are the layers every jailed app has: an app whose jail
+// lacks one does not start, so status names them only when one is not
+// there.
+var baseLayers = []string{"env", "fds", "no_new_privs", "caps"}
+
+// jailSummary is the jail of a running app in a few words: Landlock with
+// its ABI and seccomp when they took, and what the kernel lacked, e.g.
+// "landlock 7, seccomp" or "seccomp (missing landlock)".
+func jailSummary(j *control.JailReport) string {
+	if j == nil {
+		return "-"
+	}
+	var parts []string
+	base := true
+	for _, l := range baseLayers {
+		base = base && slices.Contains(j.Layers, l)
+	}
+	for _, l := range j.Layers {
+		switch {
+		case base && slices.Contains(baseLayers, l):
+		case l == "landlock":
+			parts = append(parts, fmt.Sprintf("landlock %d", j.LandlockABI))
+		default:
+			parts = append(parts, l)
+		}
+	}
+	s := strings.Join(parts, ", ")
+	if s == "" {
+		s = "base only"
+	}
+	if len(j.Missing) > 0 {
+		s += " (missing " + strings.Join(j.Missing, ", ") + ")"
+	}
+	return s
+}

@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"octosup/control"
+	"octosup/peer"
+	"octosup/policy"
+)
+
+// peerLink is the daemon's side of the peer link: the store that keeps
+// consent and sessions, and the peer.Manager that runs every app's hub.
+// It is the Manager's Events: approvals and pass-through frames become
+// control-socket events.
+type peerLink struct {
+	store *policy.Store
+	m     *peer.Manager
+	log   *zap.Logger
+	// srv is set once the server exists, before any app can start: an
+	// event with no server yet has nobody to reach and is dropped.
+	srv atomic.Pointer[Server]
+}
+
+// openPeerLink opens the state store first of all: a second daemon on the
+// same state stops here with a clear error, before touching anything.
+func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
+	st, err := policy.OpenStore(filepath.Join(dirs.State, policy.StoreFile))
+	if err != nil {
+		return nil, fmt.Errorf("open the state store: %w", err)
+	}
+	p := &peerLink{store: st, log: log}
+	p.m = peer.New(peer.Config{Store: st, Events: p, Log: log})
+	return p, nil
+}
+
+// Close ends every link, then the store; call it once the supervisor has
+// stopped every app.
+func (p *peerLink) Close() {
+	p.m.Close()
+	if err := p.store.Close(); err != nil {
+		p.log.Warn("close the state store", zap.Error(err))
+	}
+}
+
+// Approval publishes an approval as it is raised and as it is settled.
+func (p *peerLink) Approval(a peer.Approval) {
+	if s := p.srv.Load(); s != nil {
+		s.Publish(control.TopicApproval, a)
+	}
+}
+
+// AppFrame publishes a pass-through frame of an app, unchanged.
+func (p *peerLink) AppFrame(app string, frame json.RawMessage) {
+	if s := p.srv.Load(); s != nil {
+		s.Publish(control.TopicAppFrame, control.AppFrameEvent{App: app, Frame: frame})
+	}
+}
+
+func (p *peerLink) linkStatus(id string) control.LinkStatus {
+	return control.LinkStatus(p.m.LinkStatus(id))
+}
+
+// register adds the peer link's ops to s and makes s the target of its
+// events.
+func (p *peerLink) register(s *Server) {
+	p.srv.Store(s)
+	s.Handle(control.OpApprovals, p.opApprovals)
+	s.Handle(control.OpApprove, p.opApprove)
+	s.Handle(control.OpConsent, p.opConsent)
+	s.Handle(control.OpAppSend, p.opAppSend)
+	s.Handle(control.OpKernelAttach, p.opKernelAttach)
+	s.Handle(control.OpRequestReply, p.opRequestReply)
+	s.Handle(control.OpRequestEvent, p.opRequestEvent)
+}
+
+// peerError puts a peer error on the wire with its stable code.
+func peerError(what string, err error) error {
+	var cerr *control.Error
+	if errors.As(err, &cerr) {
+		return cerr
+	}
+	return control.Errorf(peer.Code(err), "%s: %v", what, err)
+}
+
+func (p *peerLink) opApprovals(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args struct{}
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	// peer.Approval marshals to control.Approval's members.
+	return struct {
+		Approvals []peer.Approval `json:"approvals"`
+	}{p.m.Approvals()}, nil
+}
+
+func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.ApproveArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if args.ApprovalID == "" {
+		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id: list them with the approvals op (octosupctl approvals)")
+	}
+	d, err := policy.ParseDecision(args.Decision)
+	if err != nil {
+		return nil, control.Errorf(control.CodeBadRequest, "approve: %v", err)
+	}
+	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
+		return nil, peerError("approve", err)
+	}
+	return control.ApproveData{Decision: string(d)}, nil
+}
+
+func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.ConsentArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	switch args.Action {
+	case "list":
+		all, err := p.m.Consents()
+		if err != nil {
+			return nil, peerError("consent list", err)
+		}
+		out := []control.Consent{}
+		for _, c := range all {
+			if args.App == "" || c.App == args.App {
+				out = append(out, control.Consent{App: c.App, Decision: string(c.Decision), At: c.At})
+			}
+		}
+		return control.ConsentData{Consents: out}, nil
+	case "revoke":
+		if args.App == "" {
+			return nil, control.Errorf(control.CodeBadRequest, "consent revoke needs args.app, the app whose decision to forget")
+		}
+		found, err := p.m.RevokeConsent(args.App)
+		if err != nil {
+			return nil, peerError("consent revoke", err)
+		}
+		return control.ConsentData{Revoked: &found}, nil
+	default:
+		return nil, control.Errorf(control.CodeBadRequest, "consent: args.action is %q: use \"list\" or \"revoke\"", args.Action)
+	}
+}
+
+func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.AppSendArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if args.App == "" || len(args.Frame) == 0 {
+		return nil, control.Errorf(control.CodeBadRequest, "app.send needs args.app and args.frame (one JSON object)")
+	}
+	if err := p.m.Send(args.App, args.Frame); err != nil {
+		return nil, peerError("app.send "+args.App, err)
+	}
+	return nil, nil
+}
+
+// connKernel is an attached kernel as the peer link sees it: events on
+// its control connection. Conn.Event never blocks (a kernel that does not
+// read is dropped), which is what peer.Kernel asks of it.
+type connKernel struct{ c *Conn }
+
+func (k connKernel) Request(r peer.KernelRequest) error { return k.c.Event(control.EventRequest, r) }
+
+func (k connKernel) ContextClosed(app, contextID, reason string) {
+	if err := k.c.Event(control.EventContextClosed, control.ContextClosedEvent{App: app, ContextID: contextID, Reason: reason}); err != nil {
+		k.c.Log().Warn("kernel missed context.closed", zap.String("app", app), zap.String("context_id", contextID), zap.Error(err))
+	}
+}
+
+// kernelOf is the kernel session of a connection that ran kernel.attach,
+// nil for any other.
+func kernelOf(c *Conn) *peer.KernelSession { return c.kernel.Load() }
+
+func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	var args struct{}
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if kernelOf(c) != nil {
+		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
+	}
+	ks, err := p.m.AttachKernel(connKernel{c})
+	if err != nil {
+		return nil, peerError("kernel.attach", err)
+	}
+	c.kernel.Store(ks)
+	// The connection owns the session: when it ends, for whatever reason,
+	// the kernel is detached and the apps' open turns fail.
+	go func() {
+		<-c.Done()
+		ks.Detach()
+	}()
+	return control.AttachData{Attached: true}, nil
+}
+
+func attached(c *Conn, op string) (*peer.KernelSession, error) {
+	ks := kernelOf(c)
+	if ks == nil {
+		return nil, control.Errorf(control.CodeNotAttached, "%s: this connection is not the kernel: send kernel.attach first", op)
+	}
+	return ks, nil
+}
+
+func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	ks, err := attached(c, control.OpRequestReply)
+	if err != nil {
+		return nil, err
+	}
+	var r peer.KernelReply
+	if err := control.DecodeArgs(raw, &r); err != nil {
+		return nil, err
+	}
+	if err := ks.Reply(r); err != nil {
+		return nil, peerError(control.OpRequestReply, err)
+	}
+	return nil, nil
+}
+
+func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	ks, err := attached(c, control.OpRequestEvent)
+	if err != nil {
+		return nil, err
+	}
+	var e peer.KernelEvent
+	if err := control.DecodeArgs(raw, &e); err != nil {
+		return nil, err
+	}
+	if err := ks.Event(e); err != nil {
+		return nil, peerError(control.OpRequestEvent, err)
+	}
+	return nil, nil
+}
