@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv("OCTOSUP_TEST_DIAL"); path != "" {
 		os.Exit(dialAndPrint(path))
 	}
+	if os.Getenv("DAEMON_TEST_PROBE") == "1" {
+		os.Exit(probeApp())
+	}
 	if os.Getenv("DAEMON_TEST_PINGAPP") == "1" {
 		os.Exit(pingApp())
 	}
