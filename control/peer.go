@@ -39,9 +39,12 @@ type Approval struct {
 	Created    time.Time `json:"created"`
 	Expires    time.Time `json:"expires"`
 	// The members of a tool confirmation.
-	Tool string `json:"tool,omitempty"`
-	Risk string `json:"risk,omitempty"`
-	Args string `json:"args,omitempty"` // a summary of the call's args
+	CallID  string `json:"call_id,omitempty"`
+	Tool    string `json:"tool,omitempty"`
+	Risk    string `json:"risk,omitempty"`
+	Args    string `json:"args,omitempty"` // a summary of the call's args
+	Account string `json:"account,omitempty"`
+	Caller  string `json:"caller,omitempty"`
 }
 
 // ApprovalsData answers approvals, oldest first.

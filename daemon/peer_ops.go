@@ -78,6 +78,7 @@ func (p *peerLink) register(s *Server) {
 	s.Handle(control.OpKernelAttach, p.opKernelAttach)
 	s.Handle(control.OpRequestReply, p.opRequestReply)
 	s.Handle(control.OpRequestEvent, p.opRequestEvent)
+	RegisterToolOps(s, p.m, kernelOf)
 }
 
 // peerError puts a peer error on the wire with its stable code.
@@ -189,7 +190,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 	if kernelOf(c) != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
-	ks, err := p.m.AttachKernel(connKernel{c})
+	ks, err := p.m.AttachKernel(WithToolEvents(c, connKernel{c}))
 	if err != nil {
 		return nil, peerError("kernel.attach", err)
 	}

@@ -14,6 +14,7 @@ import (
 // Approval kinds and states, as the control socket shows them.
 const (
 	KindConsent = "consent"
+	KindTool    = "tool" // a confirm: host tool call
 
 	ApprovalPending   = "pending"
 	ApprovalAllowed   = "allowed"
@@ -25,11 +26,19 @@ const (
 // Approval is a question to the person: the "approval" event and an entry
 // of op approvals.
 type Approval struct {
-	ID      string    `json:"approval_id"`
-	App     string    `json:"app"`
-	Kind    string    `json:"kind"`
-	State   string    `json:"state"`
-	Method  string    `json:"method,omitempty"` // the request that raised it
+	ID     string `json:"approval_id"`
+	App    string `json:"app"`
+	Kind   string `json:"kind"`
+	State  string `json:"state"`
+	Method string `json:"method,omitempty"` // the request that raised it
+	// A tool approval's call: its id, tool, risk, args (shortened to 256
+	// bytes), the context's account and the kernel's caller.
+	CallID  string    `json:"call_id,omitempty"`
+	Tool    string    `json:"tool,omitempty"`
+	Risk    string    `json:"risk,omitempty"`
+	Args    string    `json:"args,omitempty"`
+	Account string    `json:"account,omitempty"`
+	Caller  string    `json:"caller,omitempty"`
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires"`
 }
@@ -37,7 +46,8 @@ type Approval struct {
 type approval struct {
 	Approval
 	peer  *peer
-	timer *time.Timer
+	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
+	call  *call       // a tool sheet's call
 }
 
 // consentCache holds a peer's persisted decision once read ("" when the
@@ -91,7 +101,9 @@ func (m *Manager) askConsent(p *peer, r *request) {
 // settle closes an approval with a final state and publishes it. m.mu is
 // held.
 func (m *Manager) settle(a *approval, state string) {
-	a.timer.Stop()
+	if a.timer != nil {
+		a.timer.Stop()
+	}
 	delete(m.approvals, a.ID)
 	if a.peer.ask == a {
 		a.peer.ask = nil
@@ -128,10 +140,17 @@ func (m *Manager) Approvals() []Approval {
 	return out
 }
 
-// Approve answers a pending approval (op approve). A consent decision is
-// persisted (fsync'd) before anything acts on it, and always: remember
-// only matters for tool confirmations. The requests that waited on the
-// prompt then run (allow) or fail consent_denied (deny), in arrival order.
+// Approve answers a pending approval (op approve).
+//
+// Consent: the decision is persisted (fsync'd) before anything acts on
+// it, and always (remember does not matter); the requests that waited on
+// the prompt then run (allow) or fail consent_denied (deny), in arrival
+// order.
+//
+// Tool: allow writes the call to its app, deny ends it Error{declined}.
+// With remember the decision is first persisted as a standing rule for
+// the app and tool (a failure to persist changes nothing), and it answers
+// the app's other open sheets for that tool too.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
 		return fmt.Errorf("approve %s: %w: %v", id, ErrInvalid, err)
@@ -141,6 +160,12 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	a := m.approvals[id]
 	if a == nil {
 		return fmt.Errorf("approve %s: %w", id, ErrUnknownApproval)
+	}
+	if a.Kind == KindTool {
+		if err := m.answerTool(a, d, remember); err != nil {
+			return fmt.Errorf("approve %s: %w", id, err)
+		}
+		return nil
 	}
 	p := a.peer
 	if err := m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: m.cfg.Now().UTC()}); err != nil {
@@ -213,6 +238,11 @@ func (m *Manager) teardown(l *link) {
 	}
 	for _, r := range sortedRequests(l.requests) {
 		r.move(reqDone)
+	}
+	// Every call has a context, so none should be left; if one is, it
+	// still gets its outcome.
+	for _, c := range l.calls {
+		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's process ended"), "")
 	}
 	if p.link == l {
 		p.link = nil

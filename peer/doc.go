@@ -20,6 +20,19 @@
 //	ks, err := m.AttachKernel(kernelConn) // a control connection's kernel.attach
 //	defer ks.Detach()
 //
+// Tool calls go the other way (docs/protocol.md, "Tool calls"): the
+// agent hands a call to ToolCall (the control socket's tool.call, through
+// the attached KernelSession), and the installed ToolRelay hears exactly
+// one Acknowledged and then one Finished for it. Each call is one explicit
+// state machine (tool_call.go) with its deadline on the monotonic clock;
+// host confirmations are approvals of kind "tool" answered by Approve or a
+// standing rule (policy.Store rules); every finished call is written to
+// the audit trail in batches.
+//
+//	m.SetToolRelay(relay)   // or attach a Kernel that is also a ToolRelay
+//	err := m.ToolCall("notes", peer.KernelToolCall{CallID: "c1", Name: "notes.search",
+//		Args: args, Risk: peer.RiskRead, TimeoutMS: 30000, ContextID: ctx})
+//
 // Identity never comes from a frame: the app is the slot whose hub the
 // line arrived on, and strict decoding refuses members the protocol does
 // not define (an "app" or "account" member is bad_frame, not ignored).

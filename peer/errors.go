@@ -21,6 +21,20 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the Manager was closed.
 	ErrClosed = errors.New("peer manager closed")
+
+	// Refusals of a tool call (ToolCall), besides ErrNotConnected and
+	// ErrInvalid.
+
+	// ErrDuplicate: the call_id is outstanding for that app, or finished
+	// recently (the daemon remembers the last DuplicateWindow ids per app).
+	ErrDuplicate = errors.New("duplicate call_id: it is in use or was used recently for this app")
+	// ErrUnknownContext: the context is not one the app has open.
+	ErrUnknownContext = errors.New("unknown context: the app has no such open context")
+	// ErrDeclined: the app may not receive the call (no grants.tools entry
+	// for the tool, or the context's account is outside sandbox.accounts).
+	ErrDeclined = errors.New("declined")
+	// ErrUnknownCall: no outstanding call has that id (ToolCancel).
+	ErrUnknownCall = errors.New("no outstanding call with that id")
 )
 
 // Code returns the control-socket error code for an error of this package
@@ -39,6 +53,14 @@ func Code(err error) string {
 		return "unknown_request"
 	case errors.Is(err, ErrInvalid):
 		return "bad_request"
+	case errors.Is(err, ErrDuplicate):
+		return CodeDuplicate
+	case errors.Is(err, ErrUnknownContext):
+		return CodeUnknownContext
+	case errors.Is(err, ErrDeclined):
+		return CodeDeclined
+	case errors.Is(err, ErrUnknownCall):
+		return "unknown_call"
 	}
 	var e *Error
 	if errors.As(err, &e) {

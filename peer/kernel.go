@@ -67,6 +67,9 @@ type KernelSession struct {
 }
 
 // AttachKernel makes k the agent kernel. Only one is attached at a time.
+// A k that also implements ToolRelay is the tool relay while attached
+// (outcomes queued while none was installed are handed to it first); on
+// Detach outcomes queue again until the next relay.
 func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -78,6 +81,10 @@ func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 	}
 	s := &KernelSession{m: m, k: k}
 	m.kernel = s
+	if r, ok := k.(ToolRelay); ok {
+		m.relayOwner = s
+		m.installRelay(r)
+	}
 	m.log.Info("kernel attached")
 	return s, nil
 }
@@ -97,6 +104,10 @@ func (s *KernelSession) Detach() {
 		return
 	}
 	m.kernel = nil
+	if m.relayOwner == s {
+		m.relayOwner = nil
+		m.installRelay(nil)
+	}
 	n := 0
 	for _, p := range m.peers {
 		if p.link == nil {
@@ -339,4 +350,27 @@ func endReason(data json.RawMessage) string {
 		return r
 	}
 	return "completed"
+}
+
+// AcceptToolCall is Manager.AcceptToolCall for a call the kernel makes
+// (op tool.call); a detached session is refused ErrKernelDetached.
+func (s *KernelSession) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
+	if !s.attached() {
+		return nil, ErrKernelDetached
+	}
+	return s.m.AcceptToolCall(app, kc)
+}
+
+// ToolCancel is Manager.ToolCancel for the kernel (op tool.cancel).
+func (s *KernelSession) ToolCancel(app, callID string) error {
+	if !s.attached() {
+		return ErrKernelDetached
+	}
+	return s.m.ToolCancel(app, callID)
+}
+
+func (s *KernelSession) attached() bool {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return !s.detached && s.m.kernel == s
 }

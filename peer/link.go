@@ -31,6 +31,7 @@ type link struct {
 	// Guarded by m.mu.
 	requests map[string]*request    // open requests, by req_id
 	contexts map[string]*appContext // contexts this process opened
+	calls    map[string]*call       // outstanding tool calls, by call_id
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by shut
@@ -45,6 +46,7 @@ func newLink(m *Manager, p *peer, conn net.Conn) *link {
 		out:      make(chan []byte, m.cfg.QueueFrames),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
+		calls:    map[string]*call{},
 		closing:  make(chan struct{}),
 		wrote:    make(chan struct{}),
 		done:     make(chan struct{}),
@@ -104,16 +106,39 @@ func (l *link) sendFrame(f Down) bool {
 	return l.send(b)
 }
 
+// writeBatch caps the bytes the writer gathers into one write.
+const writeBatch = 64 << 10
+
+// writeLoop writes queued frames, gathering whatever is queued at the
+// moment into one write: one syscall per burst under load, no added
+// latency when idle.
 func (l *link) writeLoop() {
 	defer close(l.wrote)
+	buf := make([]byte, 0, writeBatch)
 	for {
 		select {
 		case <-l.closing:
 			return
 		case b := <-l.out:
+			buf = append(buf[:0], b...)
+		gather:
+			for len(buf) < writeBatch {
+				select {
+				case more := <-l.out:
+					l.queued.Add(-int64(len(b)))
+					b = more
+					buf = append(buf, b...)
+				default:
+					break gather
+				}
+			}
 			l.queued.Add(-int64(len(b)))
 			l.conn.SetWriteDeadline(time.Now().Add(l.m.cfg.WriteTimeout))
-			if _, err := l.conn.Write(b); err != nil {
+			_, err := l.conn.Write(buf)
+			if cap(buf) > 2*writeBatch {
+				buf = make([]byte, 0, writeBatch) // a huge frame's buffer is not kept
+			}
+			if err != nil {
 				reason := "hub write failed: " + err.Error()
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
@@ -166,10 +191,7 @@ func (l *link) handleLine(line []byte) {
 		case *Request:
 			l.m.onRequest(l, f)
 		case *ToolResult:
-			// Tool calls are not sent yet (the tool-call layer builds on
-			// this link): a result names no call of ours.
-			l.m.log.Info("tool_result for a call this app was never sent: ignored",
-				zap.String("app", l.appID), zap.String("call_id", f.CallID))
+			l.m.onToolResult(l, f)
 		}
 	}
 }

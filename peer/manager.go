@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -51,8 +52,21 @@ type Config struct {
 	// Nonce prefixes context ids; random per Manager (per daemon start)
 	// when empty.
 	Nonce string
-	// Now is time.Now unless a test injects a clock.
+	// Now is time.Now unless a test injects a clock. It stamps records
+	// (approvals, the audit); deadlines run on the monotonic clock.
 	Now func() time.Time
+
+	// MaxToolTimeout is the longest timeout_ms a tool call may ask for.
+	MaxToolTimeout time.Duration
+	// RelayQueue bounds the tool-call callbacks kept while no ToolRelay is
+	// installed; past it the oldest are dropped (and logged).
+	RelayQueue int
+	// DuplicateWindow is how many finished call ids per app are still
+	// refused as duplicates.
+	DuplicateWindow int
+	// AuditKeep is how many audit entries the store keeps
+	// (policy.DefaultAuditKeep when 0).
+	AuditKeep int
 }
 
 // Events receives what the control socket publishes to subscribers.
@@ -88,6 +102,18 @@ type Manager struct {
 	kernel       *KernelSession
 	nextHandle   uint64
 	nextApproval uint64
+
+	// The tool relay: the installed one (nil: callbacks queue in relayQ),
+	// and the kernel session that installed it, if one did.
+	relay        ToolRelay
+	relayOwner   *KernelSession
+	relayQ       []relayNote
+	relayDropped int
+
+	audit *auditLog
+	// liveTimers counts call deadlines not yet stopped or fired: zero
+	// whenever no call is outstanding (the tests hold it to that).
+	liveTimers atomic.Int64
 }
 
 // peer is what the daemon keeps of an app across its processes.
@@ -97,6 +123,11 @@ type peer struct {
 	consent consentCache
 	ask     *approval  // the pending consent prompt, if any
 	waiting []*request // requests waiting for that prompt, in arrival order
+
+	// The duplicate window: the last finished call ids, across processes.
+	recentCalls map[string]struct{}
+	recentRing  []string
+	recentNext  int
 }
 
 // New returns a Manager. It starts no goroutine until an app is attached.
@@ -130,13 +161,24 @@ func New(cfg Config) *Manager {
 	if cfg.Events == nil {
 		cfg.Events = nopEvents{}
 	}
+	if cfg.MaxToolTimeout <= 0 {
+		cfg.MaxToolTimeout = DefaultMaxToolTimeout
+	}
+	if cfg.RelayQueue <= 0 {
+		cfg.RelayQueue = DefaultRelayQueue
+	}
+	if cfg.DuplicateWindow <= 0 {
+		cfg.DuplicateWindow = DefaultDuplicateWindow
+	}
+	log := cfg.Log.Named("peer")
 	return &Manager{
 		cfg:       cfg,
-		log:       cfg.Log.Named("peer"),
+		log:       log,
 		store:     cfg.Store,
 		peers:     map[string]*peer{},
 		contexts:  map[string]*appContext{},
 		approvals: map[string]*approval{},
+		audit:     newAuditLog(cfg.Store, cfg.AuditKeep, log),
 	}
 }
 
@@ -218,8 +260,9 @@ func (m *Manager) currentLink(appID string) *link {
 	return nil
 }
 
-// Close ends every link and pending approval. The Manager is unusable
-// after.
+// Close ends every link and pending approval (outstanding calls get
+// their outcomes) and writes the rest of the audit trail. The Manager is
+// unusable after.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -236,10 +279,13 @@ func (m *Manager) Close() {
 	}
 	m.mu.Lock()
 	for id, a := range m.approvals {
-		a.timer.Stop()
+		if a.timer != nil {
+			a.timer.Stop()
+		}
 		delete(m.approvals, id)
 	}
 	m.mu.Unlock()
+	m.audit.close()
 }
 
 // Send writes a pass-through frame (control op app.send) to the app. The
@@ -280,7 +326,7 @@ func (m *Manager) LinkStatus(appID string) LinkStatus {
 	if l == nil {
 		return LinkStatus{}
 	}
-	return LinkStatus{Connected: true, Contexts: len(l.contexts)}
+	return LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
 }
 
 func (m *Manager) serviceGranted(app policy.App) bool {

@@ -101,6 +101,7 @@ type appContext struct {
 	session  policy.Session
 	requests map[string]*request // open requests naming it, by req_id
 	turns    map[string]*request // streaming turns, by turn_id
+	calls    map[string]*call    // outstanding tool calls in it, by call_id
 }
 
 func (m *Manager) reply(l *link, reqID string, data any) {
@@ -264,17 +265,19 @@ func (m *Manager) openSession(r *request) {
 		session:  s,
 		requests: map[string]*request{},
 		turns:    map[string]*request{},
+		calls:    map[string]*call{},
 	}
 	m.contexts[c.id] = c
 	l.contexts[c.id] = c
 	m.finishOK(r, map[string]string{"context_id": c.id})
 }
 
-// closeContext ends a context: its turns end (turn.end, or a cancelled
-// reply for a turn the kernel has not answered), then the app gets
-// context_closed (when tell, and its link is up) and the kernel
-// context.closed.
+// closeContext ends a context: its tool calls are cancelled (tool_cancel
+// each, when tell), its turns end (turn.end, or a cancelled reply for a
+// turn the kernel has not answered), then the app gets context_closed
+// (when tell, and its link is up) and the kernel context.closed.
 func (m *Manager) closeContext(c *appContext, reason string, tell bool) {
+	m.endContextCalls(c, reason, tell)
 	for _, r := range sortedRequests(c.requests) {
 		m.endRequest(r, reason, errorf(CodeCancelled, "context %s closed (%s)", c.id, reason))
 	}

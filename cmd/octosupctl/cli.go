@@ -122,6 +122,9 @@ Exit codes: 0 done; 1 the daemon refused or failed the operation;
 		c.approvalsCommand(),
 		c.approveCommand(),
 		c.consentCommand(),
+		c.callCommand(),
+		c.rulesCommand(),
+		c.auditCommand(),
 	)
 	return root
 }

@@ -7,12 +7,26 @@
 // approve ID allow`). It logs every frame it receives to stdout (see
 // `octosupctl logs notes`) and serves two tools the agent may call:
 //
-//	notes.search {"query": "milk"}  risk read: the lines of notes.txt that match
-//	notes.append {"text": "..."}    risk write: appends a line; when the call says
-//	                                confirm_required it first answers
-//	                                awaiting_confirmation, then the result
+//	notes.search {"query": "milk", "delay_ms"?: 5000}
+//	    risk read: the lines of notes.txt that match (after delay_ms, unless
+//	    the call is cancelled meanwhile: try --timeout or Ctrl-C)
+//	notes.append {"text": "...", "skip_confirmation"?: true}
+//	    risk write: appends a line; when the call says confirm_required it
+//	    first answers awaiting_confirmation, then the result (with
+//	    skip_confirmation it misbehaves on purpose and does not ask: the
+//	    daemon refuses the result, confirmation_skipped)
 //
 // The notes live in $OCTOSUP_JAIL/notes.txt, the app's private directory.
+//
+// Every path of a tool call can be tried from a terminal once the consent
+// prompt is answered:
+//
+//	octosupctl call notes notes.search '{"query": "milk"}'                  # read
+//	octosupctl call notes notes.append '{"text": "buy milk"}' --risk write --confirm app
+//	octosupctl call notes notes.search '{}' --confirm host                  # then approve, --remember
+//	octosupctl call notes notes.append '{"text": "x", "skip_confirmation": true}' --risk write --confirm app
+//	octosupctl call notes notes.search '{"delay_ms": 5000}' --timeout 1s    # a deadline (or Ctrl-C)
+//	octosupctl audit notes; octosupctl rules
 package main
 
 import (
@@ -49,6 +63,9 @@ type app struct {
 	notes string
 	wmu   sync.Mutex // one frame at a time on the hub
 	seq   int
+
+	mu        sync.Mutex
+	cancelled map[string]bool // calls the daemon withdrew: never answered
 }
 
 func run(ctx context.Context) error {
@@ -70,7 +87,7 @@ func run(ctx context.Context) error {
 	if dir == "" {
 		return errors.New("OCTOSUP_JAIL is not set: the manifest entry needs storage.jail")
 	}
-	a := &app{hub: hub, notes: filepath.Join(dir, "notes.txt")}
+	a := &app{hub: hub, notes: filepath.Join(dir, "notes.txt"), cancelled: map[string]bool{}}
 	fmt.Printf("notes %s started (pid %d), notes in %s\n", os.Getenv("OCTOSUP_APP_ID"), os.Getpid(), a.notes)
 
 	go func() { <-ctx.Done(); hub.Close() }() // unblocks the reader
@@ -149,6 +166,9 @@ func (a *app) handle(f map[string]json.RawMessage) {
 		a.toolCall(f)
 	case "tool_cancel":
 		fmt.Printf("call %s cancelled: %s\n", str(f, "call_id"), str(f, "reason"))
+		a.mu.Lock()
+		a.cancelled[str(f, "call_id")] = true
+		a.mu.Unlock()
 	case "context_closed":
 		fmt.Printf("context %s closed: %s\n", str(f, "context_id"), str(f, "reason"))
 	}
@@ -166,19 +186,36 @@ func (a *app) toolCall(f map[string]json.RawMessage) {
 	}
 	switch name := str(f, "name"); name {
 	case "notes.search":
-		matches, err := a.search(str(args, "query"))
-		if err != nil {
-			fail("internal", err.Error())
+		var delay int64
+		json.Unmarshal(args["delay_ms"], &delay)
+		answer := func() {
+			a.mu.Lock()
+			gone := a.cancelled[callID]
+			a.mu.Unlock()
+			if gone {
+				return // nothing is sent for a call after its tool_cancel
+			}
+			matches, err := a.search(str(args, "query"))
+			if err != nil {
+				fail("internal", err.Error())
+				return
+			}
+			a.send(map[string]any{"type": "tool_result", "call_id": callID, "ok": true, "data": map[string]any{"matches": matches}})
+		}
+		if delay > 0 {
+			time.AfterFunc(time.Duration(min(delay, 600_000))*time.Millisecond, answer)
 			return
 		}
-		a.send(map[string]any{"type": "tool_result", "call_id": callID, "ok": true, "data": map[string]any{"matches": matches}})
+		answer()
 	case "notes.append":
 		text := str(args, "text")
 		if text == "" || strings.ContainsAny(text, "\r\n") {
 			fail("bad_frame", `notes.append wants {"text": "one line"}`)
 			return
 		}
-		if confirm {
+		var skip bool
+		json.Unmarshal(args["skip_confirmation"], &skip)
+		if confirm && !skip {
 			// A real app would show its own sheet here; the demo says it
 			// is asking, then takes the answer as yes.
 			a.send(map[string]any{"type": "tool_result", "call_id": callID, "awaiting_confirmation": true})

@@ -99,6 +99,20 @@ func TestNotesApp(t *testing.T) {
 	if string(notes) != "buy milk\ncall mom\n" {
 		t.Fatalf("notes.txt %q", notes)
 	}
+	// skip_confirmation: the demo misbehaves on purpose and answers at
+	// once although confirmation was required.
+	h.send(`{"octos_peer":{"type":"tool_call","call_id":"c5","name":"notes.append","args":{"text":"z","skip_confirmation":true},"risk":"write","confirm_required":true,"timeout_ms":1000,"account":"personal","context_id":"n-1","client":"notes","caller":"assistant"}}`)
+	if f := h.next(); f["call_id"] != "c5" || f["ok"] != true {
+		t.Fatalf("want ok without awaiting_confirmation, got %v", f)
+	}
+	// A delayed search that is cancelled is never answered: the next
+	// frame is the answer to the call after it.
+	h.send(`{"octos_peer":{"type":"tool_call","call_id":"c6","name":"notes.search","args":{"query":"milk","delay_ms":200},"risk":"read","confirm_required":false,"timeout_ms":1000,"account":"personal","context_id":"n-1","client":"notes","caller":"assistant"}}`)
+	h.send(`{"octos_peer":{"type":"tool_cancel","call_id":"c6","reason":"timeout"}}`)
+	h.send(`{"octos_peer":{"type":"tool_call","call_id":"c7","name":"notes.search","args":{"query":"milk","delay_ms":400},"risk":"read","confirm_required":false,"timeout_ms":1000,"account":"personal","context_id":"n-1","client":"notes","caller":"assistant"}}`)
+	if f := h.next(); f["call_id"] != "c7" || f["ok"] != true {
+		t.Fatalf("want the answer to c7 (c6 was cancelled), got %v", f)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, out.String())

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"octosup/control"
+	"octosup/daemon"
+	"octosup/peer"
+)
+
+// cancelWait bounds how long an interrupted call waits for its outcome
+// after octosupctl cancelled it.
+const cancelWait = 5 * time.Second
+
+func (c *cli) callCommand() *cobra.Command {
+	var risk, confirm, contextID, account, caller string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "call APP TOOL JSON",
+		Short: "Call an app's tool as the agent kernel would, and print its outcome",
+		Long: `Call an app's tool as the agent kernel would, and print its outcome.
+
+octosupctl attaches as the kernel for this one call (so no other kernel may
+be attached), makes the call in one of the app's open contexts and prints
+"acknowledged" and then the outcome. With --confirm host the daemon asks
+the person first (answer with octosupctl approvals / approve). Ctrl-C
+cancels the call. Exit 0 when the tool succeeded, 1 otherwise.`,
+		Example: `  octosupctl call notes notes.search '{"query": "milk"}'
+  octosupctl call notes notes.append '{"text": "buy milk"}' --risk write --confirm app`,
+		Args:              cobra.ExactArgs(3),
+		ValidArgsFunction: c.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, tool := args[0], args[1]
+			if !json.Valid([]byte(args[2])) || !strings.HasPrefix(strings.TrimSpace(args[2]), "{") {
+				return &exitError{code: exitUsage, err: fmt.Errorf("call: the tool's args must be one JSON object, like '{\"query\": \"milk\"}'")}
+			}
+			if timeout < time.Millisecond {
+				return &exitError{code: exitUsage, err: fmt.Errorf("call: --timeout must be at least 1ms")}
+			}
+			return c.call(cmd.Context(), app, peer.KernelToolCall{
+				CallID: fmt.Sprintf("octosupctl-%d", time.Now().UnixNano()), Name: tool,
+				Args: json.RawMessage(args[2]), Risk: risk, Confirm: confirm,
+				TimeoutMS: timeout.Milliseconds(), ContextID: contextID, Caller: caller,
+			}, account)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&risk, "risk", peer.RiskRead, "read, write or destructive (anything else counts as destructive)")
+	f.StringVar(&confirm, "confirm", peer.ConfirmNone, "none, host (the person approves first) or app (the app asks its person)")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "the call's deadline")
+	f.StringVar(&contextID, "context", "", "the app context to call in (default: the app's first open context)")
+	f.StringVar(&account, "account", "", "pick the app's first open context with this account")
+	f.StringVar(&caller, "caller", "octosupctl", "who the app is told is calling")
+	return cmd
+}
+
+func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, account string) error {
+	what := "call " + app + " " + kc.Name
+	conn, err := c.client().Connect(ctx)
+	if err != nil {
+		return opError(what, err)
+	}
+	// Attaching hands this connection every outcome queued while no
+	// kernel was attached: a reader takes the events from the start, so
+	// that they never hold up the answers, and keeps this call's.
+	mine := make(chan control.Event, 4) // at most acknowledged and finished
+	reader := make(chan struct{})
+	go func() {
+		defer close(reader)
+		defer close(mine)
+		for ev := range conn.Events() {
+			var te daemon.ToolEvent
+			if ev.Decode(&te) == nil && te.App == app && te.CallID == kc.CallID {
+				mine <- ev
+			}
+		}
+	}()
+	defer func() { conn.Close(); <-reader }()
+	if err := attachKernel(ctx, conn); err != nil {
+		var cerr *control.Error
+		if errors.As(err, &cerr) && cerr.Code == codeKernelAttached {
+			return &exitError{code: exitFailed, err: fmt.Errorf("%s: another agent kernel is attached; octosupctl call needs to be the kernel for its call", what)}
+		}
+		return opError(what, err)
+	}
+	if kc.ContextID == "" {
+		var data daemon.ContextsData
+		if err := conn.Do(ctx, daemon.OpContextList, control.AppArgs{App: app}, &data); err != nil {
+			return opError(what, err)
+		}
+		for _, cx := range data.Contexts {
+			if account == "" || cx.Account == account {
+				kc.ContextID = cx.ContextID
+				break
+			}
+		}
+		if kc.ContextID == "" {
+			hint := "it has no open context (is it running, and did it open a session?)"
+			if account != "" {
+				hint = fmt.Sprintf("it has no open context with account %q", account)
+			}
+			return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, hint)}
+		}
+	}
+	var accepted daemon.ToolCallData
+	if err := conn.Do(ctx, daemon.OpToolCall, daemon.ToolCallArgs{App: app, Call: kc}, &accepted); err != nil {
+		return opError(what, err)
+	}
+	c.callEvent("accepted", daemon.ToolEvent{App: app, CallID: kc.CallID}, kc)
+	events := mine
+	interrupted := false
+	var giveUp <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return opError(what, fmt.Errorf("the daemon closed the connection before the call finished: %w", conn.Err()))
+			}
+			var te daemon.ToolEvent
+			ev.Decode(&te) // the reader decoded it once already
+			switch ev.Name {
+			case daemon.EventToolAcknowledged:
+				c.callEvent("acknowledged", te, kc)
+			case daemon.EventToolFinished:
+				c.callEvent("finished", te, kc)
+				if te.Outcome != peer.OutcomeOK.String() || interrupted {
+					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, outcomeText(te))}
+				}
+				return nil
+			}
+		case <-done:
+			// Cancel the call and wait (bounded) for its outcome: the
+			// daemon owes one.
+			done, interrupted = nil, true
+			cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+			err := conn.Do(cctx, daemon.OpToolCancel, daemon.CallArgs{App: app, CallID: kc.CallID}, nil)
+			cancel()
+			if err != nil {
+				return opError(what+": cancel", err)
+			}
+			giveUp = time.After(cancelWait)
+		case <-giveUp:
+			return &exitError{code: exitFailed, err: fmt.Errorf("%s: cancelled, and no outcome came within %s", what, cancelWait)}
+		}
+	}
+}
+
+// codeKernelAttached is peer.Code(peer.ErrKernelAttached).
+const codeKernelAttached = "kernel_attached"
+
+// attachWait bounds how long call waits for the kernel slot: the daemon
+// detaches a kernel once it noticed its connection closed, so a call
+// right after another one may find the slot still taken for a moment.
+const attachWait = 2 * time.Second
+
+// attachKernel makes conn the kernel, retrying (bounded) while another
+// kernel holds the slot: no event says when it is let go.
+func attachKernel(ctx context.Context, conn *control.Conn) error {
+	deadline := time.Now().Add(attachWait)
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		err := conn.Do(ctx, control.OpKernelAttach, struct{}{}, nil)
+		var cerr *control.Error
+		if err == nil || !errors.As(err, &cerr) || cerr.Code != codeKernelAttached || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// callEvent prints one step of a call.
+func (c *cli) callEvent(step string, te daemon.ToolEvent, kc peer.KernelToolCall) {
+	if c.json {
+		c.printJSONLine(struct {
+			Step string `json:"step"`
+			daemon.ToolEvent
+		}{step, te})
+		return
+	}
+	switch step {
+	case "accepted":
+		fmt.Fprintf(c.stdout, "%s: accepted (call %s)\n", kc.Name, kc.CallID)
+	case "acknowledged":
+		fmt.Fprintf(c.stdout, "%s: acknowledged\n", kc.Name)
+		if kc.Confirm == peer.ConfirmHost {
+			fmt.Fprintln(c.stdout, "the person is asked first (unless a standing rule answers): octosupctl approvals, then octosupctl approve ID allow|deny [--remember]")
+		}
+	default:
+		fmt.Fprintf(c.stdout, "%s: %s\n", kc.Name, outcomeText(te))
+	}
+}
+
+func outcomeText(te daemon.ToolEvent) string {
+	s := te.Outcome
+	if te.Error != nil {
+		s += fmt.Sprintf(" (%s: %s)", te.Error.Code, te.Error.Message)
+	}
+	if len(te.Data) > 0 {
+		s += " " + string(te.Data)
+	}
+	return s
+}
+
+func (c *cli) rulesCommand() *cobra.Command {
+	list := func(cmd *cobra.Command, args []string) error {
+		ra := daemon.RulesArgs{Action: "list"}
+		if len(args) == 1 {
+			ra.App = args[0]
+		}
+		var data daemon.RulesData
+		if err := c.client().Do(cmd.Context(), daemon.OpRules, ra, &data); err != nil {
+			return opError("rules", err)
+		}
+		if c.json {
+			return c.printJSON(data)
+		}
+		if len(data.Rules) == 0 {
+			fmt.Fprintln(c.stdout, "no standing rules (approve a tool confirmation with --remember to make one)")
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "APP\tTOOL\tDECISION\tSINCE")
+		for _, r := range data.Rules {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.App, r.Tool, r.Decision, r.At.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	}
+	cmd := &cobra.Command{
+		Use:   "rules [APP]",
+		Short: "List the standing tool rules (approve --remember); rules revoke forgets them",
+		Args:  cobra.MaximumNArgs(1),
+		RunE:  list,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list [APP]",
+		Short: "List the standing tool rules, of every app or of APP",
+		Args:  cobra.MaximumNArgs(1),
+		RunE:  list,
+	}, &cobra.Command{
+		Use:   "revoke APP [TOOL]",
+		Short: "Forget APP's standing rule for TOOL (every rule of APP without TOOL): the person is asked again",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ra := daemon.RulesArgs{Action: "revoke", App: args[0]}
+			if len(args) == 2 {
+				ra.Tool = args[1]
+			}
+			var data daemon.RulesData
+			if err := c.client().Do(cmd.Context(), daemon.OpRules, ra, &data); err != nil {
+				return opError("rules revoke "+args[0], err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			if len(data.Rules) == 0 {
+				return &exitError{code: exitFailed, err: fmt.Errorf("rules revoke %s: no such standing rule", strings.Join(args, " "))}
+			}
+			for _, r := range data.Rules {
+				fmt.Fprintf(c.stdout, "revoked: %s %s (%s)\n", r.App, r.Tool, r.Decision)
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func (c *cli) auditCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "audit [APP]",
+		Short: "Print the last tool calls into apps: tool, risk, who decided, outcome, duration",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			aa := daemon.AuditArgs{Limit: limit}
+			if len(args) == 1 {
+				aa.App = args[0]
+			}
+			var data daemon.AuditData
+			if err := c.client().Do(cmd.Context(), daemon.OpAudit, aa, &data); err != nil {
+				return opError("audit", err)
+			}
+			if c.json {
+				return c.printJSON(data)
+			}
+			if len(data.Entries) == 0 {
+				fmt.Fprintln(c.stdout, "no tool calls recorded")
+				return nil
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tAPP\tTOOL\tRISK\tDECISION\tOUTCOME\tDURATION")
+			for _, e := range data.Entries {
+				decision := e.Decision
+				if e.Approved != "" {
+					decision += " " + e.Approved
+				}
+				outcome := e.Outcome
+				if e.Error != "" {
+					outcome += " " + e.Error
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Started.Local().Format(time.DateTime), e.App, e.Tool, e.Risk,
+					decision, outcome, time.Duration(e.DurationMS*float64(time.Millisecond)).Round(time.Microsecond))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVarP(&limit, "lines", "n", 100, "how many of the last calls")
+	return cmd
+}

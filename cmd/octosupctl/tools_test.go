@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"octosup/control"
+	"octosup/daemon"
+)
+
+// buildNotes builds the demo app of examples/notes, the app these tests
+// call tools of.
+func buildNotes(t *testing.T) string {
+	t.Helper()
+	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		gobin = "go"
+	}
+	bin := filepath.Join(t.TempDir(), "notes")
+	out, err := exec.Command(gobin, "build", "-o", bin, "octosup/examples/notes").CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot build examples/notes here (%v): %s", err, out)
+	}
+	return bin
+}
+
+func TestToolCommandsWithDaemon(t *testing.T) {
+	notes := buildNotes(t)
+	manifest := filepath.Join(t.TempDir(), "apps.json")
+	m := fmt.Sprintf(`{"version": 1, "apps": [{
+	  "id": "notes", "exec": [%q], "autostart": true,
+	  "grants": {"services": ["agent.octos"], "methods": ["octos.session.open"], "tools": ["notes.search", "notes.append"]},
+	  "sandbox": {"policy": "broad", "accounts": ["personal"]},
+	  "storage": {"jail": true}
+	}]}`, notes)
+	if err := os.WriteFile(manifest, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket, _ := startDaemon(t, manifest)
+	c := &control.Client{Path: socket}
+	ctx := context.Background()
+	var link daemon.LinkData
+	if err := c.Do(ctx, daemon.OpLinkHas, control.AppArgs{App: "notes"}, &link); err != nil {
+		var cerr *control.Error
+		if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownOp {
+			t.Skip("this daemon does not register the tool ops (daemon.RegisterToolOps) yet")
+		}
+		t.Fatal(err)
+	}
+
+	// The app opens a session at start: answer its consent prompt, then
+	// wait for its context.
+	s := []string{"--socket", socket}
+	consent := waitApprovals(t, c, 1)[0]
+	if r := ctl(t, append(s, "approve", consent.ApprovalID, "allow")...); r.code != exitOK {
+		t.Fatalf("approve: %+v", r)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var data daemon.ContextsData
+		if err := c.Do(ctx, daemon.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
+			t.Fatal(err)
+		}
+		if len(data.Contexts) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the notes app opened no context")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	steps := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string // regexp
+		wantStderr string // regexp
+	}{
+		{"append confirm app", []string{"call", "notes", "notes.append", `{"text":"buy milk"}`, "--risk", "write", "--confirm", "app"}, exitOK,
+			`^notes.append: accepted \(call octosupctl-\d+\)\nnotes.append: acknowledged\nnotes.append: ok \{"line":1\}\n$`, `^$`},
+		{"search", []string{"call", "notes", "notes.search", `{"query":"MILK"}`}, exitOK,
+			`^notes.search: accepted \(call octosupctl-\d+\)\nnotes.search: acknowledged\nnotes.search: ok \{"matches":\[\{"line":1,"text":"buy milk"\}\]\}\n$`, `^$`},
+		{"search json", []string{"--json", "call", "notes", "notes.search", `{"query":"none"}`}, exitOK,
+			`^\{"step":"accepted","app":"notes","call_id":"octosupctl-\d+"\}\n\{"step":"acknowledged",[^\n]*\}\n\{"step":"finished",[^\n]*"outcome":"ok","data":\{"matches":\[\]\}\}\n$`, `^$`},
+		{"append skips confirmation", []string{"call", "notes", "notes.append", `{"text":"x"}`, "--risk", "write"}, exitOK,
+			`notes.append: ok \{"line":2\}\n$`, `^$`},
+		{"app error", []string{"call", "notes", "notes.append", `{"text":""}`}, exitFailed,
+			`notes.append: error \(bad_frame: notes.append wants`, `^octosupctl: call notes notes.append: error \(bad_frame`},
+		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: tool.call: .*declined.*grants.tools`},
+		{"bad timeout", []string{"call", "notes", "notes.search", `{}`, "--timeout", "0s"}, exitUsage, `^$`, `--timeout must be at least 1ms`},
+		{"args not an object", []string{"call", "notes", "notes.search", `[1]`}, exitUsage, `^$`, `must be one JSON object`},
+		{"no such account", []string{"call", "notes", "notes.search", `{}`, "--account", "work"}, exitFailed, `^$`, `no open context with account "work"`},
+		{"no rules", []string{"rules"}, exitOK, `^no standing rules`, `^$`},
+		{"revoke none", []string{"rules", "revoke", "notes", "notes.append"}, exitFailed, `^$`, `no such standing rule`},
+		{"audit", []string{"audit", "notes"}, exitOK,
+			`(?s)^TIME\s+APP\s+TOOL\s+RISK\s+DECISION\s+OUTCOME\s+DURATION\n[^\n]*notes\s+notes.append\s+write\s+none\s+ok\s+[0-9.]+[µm]?s\n.*notes.append\s+read\s+none\s+error bad_frame`, `^$`},
+		{"audit json", []string{"--json", "audit", "-n", "1"}, exitOK, `(?s)"entries": \[\n    \{\n      "seq": 5,.*"outcome": "error"`, `^$`},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			r := ctl(t, append(s, st.args...)...)
+			if r.code != st.wantCode {
+				t.Errorf("exit %d, want %d (stdout %q, stderr %q)", r.code, st.wantCode, r.stdout, r.stderr)
+			}
+			if !regexp.MustCompile(st.wantStdout).MatchString(r.stdout) {
+				t.Errorf("stdout %q does not match %q", r.stdout, st.wantStdout)
+			}
+			if !regexp.MustCompile(st.wantStderr).MatchString(r.stderr) {
+				t.Errorf("stderr %q does not match %q", r.stderr, st.wantStderr)
+			}
+		})
+	}
+
+	// confirm host: the person approves with --remember, which makes a
+	// standing rule; the next call needs no sheet.
+	done := make(chan result, 1)
+	go func() {
+		done <- ctl(t, append(s, "call", "notes", "notes.search", `{"query":"milk"}`, "--confirm", "host")...)
+	}()
+	sheet := waitApprovals(t, c, 1)[0]
+	if sheet.Kind != "tool" || sheet.Tool != "notes.search" || sheet.Risk != "read" || sheet.Args != `{"query":"milk"}` {
+		t.Fatalf("sheet %+v", sheet)
+	}
+	if r := ctl(t, append(s, "approve", sheet.ApprovalID, "allow", "--remember")...); r.code != exitOK {
+		t.Fatalf("approve: %+v", r)
+	}
+	if r := <-done; r.code != exitOK || !regexp.MustCompile(`(?s)acknowledged\n.*approve ID.*\nnotes.search: ok`).MatchString(r.stdout) {
+		t.Fatalf("host call: %+v", r)
+	}
+	if r := ctl(t, append(s, "call", "notes", "notes.search", `{"query":"milk"}`, "--confirm", "host")...); r.code != exitOK {
+		t.Fatalf("call under the rule: %+v", r)
+	}
+	if r := ctl(t, append(s, "rules")...); !regexp.MustCompile(`(?m)^notes\s+notes.search\s+allow\s+\d{4}-`).MatchString(r.stdout) {
+		t.Fatalf("rules: %+v", r)
+	}
+	if r := ctl(t, append(s, "audit", "notes", "-n", "2")...); !regexp.MustCompile(`(?s)sheet allow\s+ok.*\n.*rule allow\s+ok`).MatchString(r.stdout) {
+		t.Fatalf("audit: %+v", r)
+	}
+	if r := ctl(t, append(s, "rules", "revoke", "notes")...); r.code != exitOK || r.stdout != "revoked: notes notes.search (allow)\n" {
+		t.Fatalf("revoke: %+v", r)
+	}
+	// Ctrl-C while the sheet is open cancels the call: the outcome is
+	// printed, the sheet withdrawn.
+	ictx, interrupt := context.WithCancel(ctx)
+	interrupted := make(chan result, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		code := run(ictx, append(s, "call", "notes", "notes.append", `{"text":"y"}`, "--risk", "write", "--confirm", "host"), &out, &errOut)
+		interrupted <- result{code, out.String(), errOut.String()}
+	}()
+	waitApprovals(t, c, 1)
+	interrupt()
+	if r := <-interrupted; r.code != exitFailed || !regexp.MustCompile(`notes.append: error \(cancelled: the caller cancelled the call\)\n$`).MatchString(r.stdout) {
+		t.Fatalf("interrupted call: %+v", r)
+	}
+	waitApprovals(t, c, 0)
+
+	var rules daemon.RulesData
+	if err := c.Do(ctx, daemon.OpRules, daemon.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+		t.Fatalf("rules after revoke: %+v %v", rules, err)
+	}
+	raw, _ := json.Marshal(rules)
+	if string(raw) != `{"rules":[]}` {
+		t.Fatalf("rules json %s", raw)
+	}
+}
+
+// waitApprovals polls (bounded) until n approvals are pending: the test
+// holds no subscription to be told.
+func waitApprovals(t *testing.T, c *control.Client, n int) []control.Approval {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var data control.ApprovalsData
+		if err := c.Do(context.Background(), control.OpApprovals, struct{}{}, &data); err != nil {
+			t.Fatal(err)
+		}
+		if len(data.Approvals) == n {
+			return data.Approvals
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d approvals pending, want %d", len(data.Approvals), n)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"octosup/control"
+	"octosup/peer"
+	"octosup/policy"
+)
+
+// The tool-call ops of the control socket (SPEC §4): a thin adapter over
+// the peer package's relay seams. (Their names and args belong in package
+// control with the other ops; they are here until control carries them.)
+const (
+	OpToolCall     = "tool.call"
+	OpToolCancel   = "tool.cancel"
+	OpContextOwner = "context.owner"
+	OpContextList  = "context.list"
+	OpLinkHas      = "link.has"
+	OpAccountClose = "account.close"
+	OpRules        = "rules"
+	OpAudit        = "audit"
+)
+
+// Events a kernel connection receives for the calls it made.
+const (
+	EventToolAcknowledged = "tool.acknowledged"
+	EventToolFinished     = "tool.finished"
+)
+
+// ToolCallArgs are tool.call's args.
+type ToolCallArgs struct {
+	App  string              `json:"app"`
+	Call peer.KernelToolCall `json:"call"`
+}
+
+// ToolCallData is tool.call's answer: the call was accepted, and its
+// tool.acknowledged and tool.finished events follow on this connection.
+type ToolCallData struct {
+	CallID   string `json:"call_id"`
+	Accepted bool   `json:"accepted"`
+}
+
+// CallArgs are tool.cancel's args.
+type CallArgs struct {
+	App    string `json:"app"`
+	CallID string `json:"call_id"`
+}
+
+// ContextArgs are context.owner's args; its answer is a peer.ContextOwner.
+type ContextArgs struct {
+	App       string `json:"app"`
+	ContextID string `json:"context_id"`
+}
+
+// ContextsData is context.list's answer (args control.AppArgs): the
+// app's open contexts, by id.
+type ContextsData struct {
+	Contexts []peer.ContextInfo `json:"contexts"`
+}
+
+// LinkData is link.has's answer (args control.AppArgs).
+type LinkData struct {
+	Connected bool `json:"connected"`
+}
+
+// AccountArgs are account.close's args.
+type AccountArgs struct {
+	App     string `json:"app"`
+	Account string `json:"account"`
+}
+
+// AccountData is account.close's answer: how many contexts closed.
+type AccountData struct {
+	Closed int `json:"closed"`
+}
+
+// RulesArgs are rules's args: list (app optional) or revoke (app, and
+// tool, or every rule of app when tool is absent).
+type RulesArgs struct {
+	Action string `json:"action"`
+	App    string `json:"app,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+}
+
+// RulesData is rules's answer: the rules listed, or the ones revoked.
+type RulesData struct {
+	Rules []policy.Rule `json:"rules"`
+}
+
+// AuditArgs are audit's args: the last Limit (default 100) finished calls
+// of App ("" for all).
+type AuditArgs struct {
+	App   string `json:"app,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// AuditData is audit's answer, oldest first.
+type AuditData struct {
+	Entries []policy.AuditEntry `json:"entries"`
+}
+
+// ToolEvent is the body of tool.acknowledged and tool.finished.
+type ToolEvent struct {
+	App     string          `json:"app"`
+	CallID  string          `json:"call_id"`
+	Outcome string          `json:"outcome,omitempty"` // finished: ok, error, outcome_unknown
+	Data    json.RawMessage `json:"data,omitempty"`
+	Error   *peer.Error     `json:"error,omitempty"`
+}
+
+const defaultAuditLimit = 100
+
+// RegisterToolOps serves the tool-call ops with m. kernelOf returns the
+// kernel session a connection attached (kernel.attach), nil when it did
+// not: tool.call and tool.cancel need one, since the calls' events go to
+// the kernel's connection (see WithToolEvents).
+func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
+	t := toolOps{m: m, kernelOf: kernelOf}
+	s.Handle(OpToolCall, t.call)
+	s.Handle(OpToolCancel, t.cancel)
+	s.Handle(OpContextOwner, t.contextOwner)
+	s.Handle(OpContextList, t.contextList)
+	s.Handle(OpLinkHas, t.linkHas)
+	s.Handle(OpAccountClose, t.accountClose)
+	s.Handle(OpRules, t.rules)
+	s.Handle(OpAudit, t.audit)
+}
+
+// WithToolEvents makes a kernel connection's peer.Kernel also the tool
+// relay: attach WithToolEvents(c, k) and the outcomes of tool calls
+// (including the ones queued while no kernel was attached) arrive on c as
+// tool.acknowledged and tool.finished events.
+func WithToolEvents(c *Conn, k peer.Kernel) peer.Kernel {
+	return toolKernel{Kernel: k, toolEvents: toolEvents{c: c}}
+}
+
+type toolKernel struct {
+	peer.Kernel
+	toolEvents
+}
+
+// toolEvents is a peer.ToolRelay that writes events on a connection. Its
+// methods are called with the peer Manager's lock held: Conn.Event never
+// blocks (a kernel that does not read is dropped).
+type toolEvents struct{ c *Conn }
+
+func (e toolEvents) Acknowledged(app, callID string) {
+	e.c.Event(EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
+}
+
+func (e toolEvents) Finished(app, callID string, r peer.Result) {
+	e.c.Event(EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
+}
+
+type toolOps struct {
+	m        *peer.Manager
+	kernelOf func(*Conn) *peer.KernelSession
+}
+
+// toolError is the control error of a peer refusal, with its stable code
+// (not_connected, duplicate, unknown_context, declined, bad_request, ...).
+func toolError(what string, err error) error {
+	return control.Errorf(peer.Code(err), "%s: %v", what, err)
+}
+
+func needApp(op, app string) error {
+	if app == "" {
+		return control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
+	}
+	return nil
+}
+
+func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
+	ks := t.kernelOf(c)
+	if ks == nil {
+		return nil, control.Errorf(control.CodeNotAttached, "%s: this connection is not the agent kernel: send kernel.attach first (the call's events go to the kernel's connection)", op)
+	}
+	return ks, nil
+}
+
+func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	var args ToolCallArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpToolCall, args.App); err != nil {
+		return nil, err
+	}
+	ks, err := t.kernel(OpToolCall, c)
+	if err != nil {
+		return nil, err
+	}
+	place, err := ks.AcceptToolCall(args.App, args.Call)
+	if err != nil {
+		return nil, toolError(OpToolCall, err)
+	}
+	// Answer "accepted" before the call's first event.
+	return AfterReply(ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
+}
+
+func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+	var args CallArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpToolCancel, args.App); err != nil {
+		return nil, err
+	}
+	ks, err := t.kernel(OpToolCancel, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := ks.ToolCancel(args.App, args.CallID); err != nil {
+		return nil, toolError(OpToolCancel, err)
+	}
+	return struct{}{}, nil
+}
+
+func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args ContextArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpContextOwner, args.App); err != nil {
+		return nil, err
+	}
+	o, err := t.m.ContextOwner(args.App, args.ContextID)
+	if err != nil {
+		return nil, toolError(OpContextOwner, err)
+	}
+	return o, nil
+}
+
+func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.AppArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpContextList, args.App); err != nil {
+		return nil, err
+	}
+	return ContextsData{Contexts: t.m.Contexts(args.App)}, nil
+}
+
+func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args control.AppArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpLinkHas, args.App); err != nil {
+		return nil, err
+	}
+	return LinkData{Connected: t.m.HasLink(args.App)}, nil
+}
+
+func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args AccountArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if err := needApp(OpAccountClose, args.App); err != nil {
+		return nil, err
+	}
+	if args.Account == "" {
+		return nil, control.Errorf(control.CodeBadRequest, "%s needs args.account, the account to close", OpAccountClose)
+	}
+	return AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
+}
+
+func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args RulesArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	var rules []policy.Rule
+	var err error
+	switch args.Action {
+	case "", "list":
+		if args.Tool != "" {
+			return nil, control.Errorf(control.CodeBadRequest, "rules list takes an app, not a tool")
+		}
+		rules, err = t.m.Rules(args.App)
+	case "revoke":
+		if args.App == "" {
+			return nil, control.Errorf(control.CodeBadRequest, "rules revoke needs args.app (and args.tool, or every rule of the app goes)")
+		}
+		rules, err = t.m.RevokeRules(args.App, args.Tool)
+	default:
+		return nil, control.Errorf(control.CodeBadRequest, "rules: action %q: want \"list\" or \"revoke\"", args.Action)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rules %s: %w", args.Action, err)
+	}
+	if rules == nil {
+		rules = []policy.Rule{}
+	}
+	return RulesData{Rules: rules}, nil
+}
+
+func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args AuditArgs
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	if args.Limit < 0 {
+		return nil, control.Errorf(control.CodeBadRequest, "audit: limit must be positive (or absent for the last %d)", defaultAuditLimit)
+	}
+	limit := args.Limit
+	if limit == 0 {
+		limit = defaultAuditLimit
+	}
+	entries, err := t.m.Audit(args.App, limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return AuditData{Entries: entries}, nil
+}

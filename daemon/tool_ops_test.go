@@ -1,0 +1,280 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"octosup/control"
+	"octosup/peer"
+	"octosup/policy"
+)
+
+// toolRig is a control server with the tool ops over a real peer.Manager,
+// and one app on a real hub socketpair whose end the test holds.
+type toolRig struct {
+	t       testing.TB
+	ts      *testServer
+	m       *peer.Manager
+	store   *policy.Store
+	approve chan peer.Approval
+	hub     net.Conn
+	r       *peer.Reader
+	ctx     string // the app's context (account personal)
+}
+
+type toolRigEvents struct{ approvals chan peer.Approval }
+
+func (e toolRigEvents) Approval(a peer.Approval)         { e.approvals <- a }
+func (e toolRigEvents) AppFrame(string, json.RawMessage) {}
+
+type nopKernel struct{}
+
+func (nopKernel) Request(peer.KernelRequest) error     { return fmt.Errorf("no turns in this test") }
+func (nopKernel) ContextClosed(string, string, string) {}
+
+// opTestAttach attaches a connection as the kernel, as kernel.attach does
+// with WithToolEvents.
+const opTestAttach = "test.kernel.attach"
+
+func newToolRig(t testing.TB) *toolRig {
+	t.Helper()
+	store, err := policy.OpenStore(filepath.Join(t.TempDir(), policy.StoreFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := &toolRig{t: t, store: store, approve: make(chan peer.Approval, 100)}
+	rig.m = peer.New(peer.Config{Store: store, Events: toolRigEvents{rig.approve}, Log: testLogger(t), Nonce: "n"})
+	rig.ts = startServer(t, newFakeApps("notes"), nil)
+	t.Cleanup(func() { rig.m.Close(); store.Close() })
+
+	var mu sync.Mutex
+	kernels := map[*Conn]*peer.KernelSession{}
+	rig.ts.srv.Handle(opTestAttach, func(_ context.Context, c *Conn, _ json.RawMessage) (any, error) {
+		ks, err := rig.m.AttachKernel(WithToolEvents(c, nopKernel{}))
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		kernels[c] = ks
+		mu.Unlock()
+		go func() { <-c.Done(); ks.Detach() }()
+		return struct{}{}, nil
+	})
+	RegisterToolOps(rig.ts.srv, rig.m, func(c *Conn) *peer.KernelSession {
+		mu.Lock()
+		defer mu.Unlock()
+		return kernels[c]
+	})
+
+	// The app: a hub, consent, one context.
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appFile := os.NewFile(uintptr(fds[1]), "app")
+	rig.hub, err = net.FileConn(appFile)
+	appFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rig.hub.Close() })
+	rig.r = peer.NewReader(rig.hub, peer.MaxFrame)
+	app := policy.App{ID: "notes", Exec: []string{"/bin/true"},
+		Grants:  policy.Grants{Services: []string{policy.ServiceAgent}, Methods: policy.KnownMethods(), Tools: []string{"notes.search", "notes.append"}},
+		Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Accounts: []string{"personal"}}}
+	rig.m.Attach(app, os.NewFile(uintptr(fds[0]), "daemon"))
+	rig.appWrite(&peer.Request{ReqID: "o", Method: policy.MethodSessionOpen})
+	select {
+	case a := <-rig.approve:
+		if err := rig.m.Approve(a.ID, policy.Allow, false); err != nil {
+			t.Fatal(err)
+		}
+		<-rig.approve // settled
+	case <-time.After(10 * time.Second):
+		t.Fatal("no consent approval")
+	}
+	var data struct {
+		ContextID string `json:"context_id"`
+	}
+	json.Unmarshal(rig.appNext().(*peer.Reply).Data, &data)
+	rig.ctx = data.ContextID
+	return rig
+}
+
+func (r *toolRig) appWrite(f peer.Up) {
+	r.t.Helper()
+	b, err := peer.EncodeUp(f)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.hub.Write(b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *toolRig) appNext() peer.Down {
+	r.t.Helper()
+	r.hub.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := r.r.Next()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	d, err := peer.DecodeDown(line)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return d
+}
+
+// kernel dials the socket and attaches as the kernel.
+func (r *toolRig) kernel() *rawConn {
+	r.t.Helper()
+	k := dialRaw(r.t, r.ts.path)
+	k.send(`{"id":1,"op":"` + opTestAttach + `"}`)
+	if resp := k.response(); !resp.OK {
+		r.t.Fatalf("attach: %+v", resp.Error)
+	}
+	return k
+}
+
+func (c *rawConn) expectLine(want string) {
+	c.t.Helper()
+	if got := string(c.line()); got != want+"\n" {
+		c.t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestToolOpsRoundTrip(t *testing.T) {
+	rig := newToolRig(t)
+	k := rig.kernel()
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"assistant"}}}`, rig.ctx))
+	// The answer first, then the call's events.
+	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
+	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
+	tc := rig.appNext().(*peer.ToolCall)
+	if tc.CallID != "c1" || tc.Account != "personal" || tc.ContextID != rig.ctx || tc.Client != "notes" || tc.Caller != "assistant" {
+		t.Fatalf("app got %+v", tc)
+	}
+	rig.appWrite(&peer.ToolResult{CallID: "c1", OK: true, Data: json.RawMessage(`{"matches":[]}`)})
+	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"ok","data":{"matches":[]}}`)
+
+	// tool.cancel of a delivered write: the app is told, the kernel gets
+	// outcome_unknown.
+	k.send(fmt.Sprintf(`{"id":3,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c2","name":"notes.append","args":{},"risk":"write","timeout_ms":5000,"context_id":%q}}}`, rig.ctx))
+	k.expectLine(`{"id":3,"ok":true,"data":{"call_id":"c2","accepted":true}}`)
+	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c2"}`)
+	rig.appNext()
+	k.send(`{"id":4,"op":"tool.cancel","args":{"app":"notes","call_id":"c2"}}`)
+	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c2","outcome":"outcome_unknown","error":{"code":"cancelled","message":"the caller cancelled the call"}}`)
+	k.expectLine(`{"id":4,"ok":true,"data":{}}`)
+	if c, ok := rig.appNext().(*peer.ToolCancel); !ok || c.CallID != "c2" || c.Reason != "cancelled" {
+		t.Fatalf("app got %#v", c)
+	}
+
+	// The audit op reads both calls back.
+	var audit AuditData
+	if err := rig.ts.client.Do(t.Context(), OpAudit, AuditArgs{App: "notes"}, &audit); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.Entries) != 2 || audit.Entries[0].Outcome != "ok" || audit.Entries[1].Outcome != "outcome_unknown" || audit.Entries[1].End != "cancelled" {
+		t.Fatalf("audit %+v", audit.Entries)
+	}
+}
+
+func TestToolOpsRefusals(t *testing.T) {
+	rig := newToolRig(t)
+	k := rig.kernel()
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"dup","name":"notes.search","timeout_ms":5000,"context_id":%q}}}`, rig.ctx))
+	if resp := k.response(); !resp.OK {
+		t.Fatalf("%+v", resp.Error)
+	}
+	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"dup"}`)
+	call := func(app, id, name, ctx string, timeout int) string {
+		return fmt.Sprintf(`{"app":%q,"call":{"call_id":%q,"name":%q,"timeout_ms":%d,"context_id":%q}}`, app, id, name, timeout, ctx)
+	}
+	tests := []struct {
+		name, op, args, code string
+		kernel               bool
+	}{
+		{"not attached", OpToolCall, call("notes", "x", "notes.search", rig.ctx, 5000), control.CodeNotAttached, false},
+		{"not connected", OpToolCall, call("ghost", "x", "notes.search", rig.ctx, 5000), "not_connected", true},
+		{"duplicate", OpToolCall, call("notes", "dup", "notes.search", rig.ctx, 5000), "duplicate", true},
+		{"unknown context", OpToolCall, call("notes", "x", "notes.search", "n-99", 5000), "unknown_context", true},
+		{"declined", OpToolCall, call("notes", "x", "mail.send", rig.ctx, 5000), "declined", true},
+		{"timeout 0", OpToolCall, call("notes", "x", "notes.search", rig.ctx, 0), control.CodeBadRequest, true},
+		{"unknown member", OpToolCall, `{"app":"notes","call":{"call_id":"x","account":"bank"}}`, control.CodeBadRequest, true},
+		{"no app", OpToolCall, `{"call":{}}`, control.CodeBadRequest, true},
+		{"cancel unknown", OpToolCancel, `{"app":"notes","call_id":"nope"}`, "unknown_call", true},
+		{"cancel not attached", OpToolCancel, `{"app":"notes","call_id":"dup"}`, control.CodeNotAttached, false},
+		{"owner of another's", OpContextOwner, `{"app":"ghost","context_id":"` + rig.ctx + `"}`, "unknown_context", false},
+		{"account.close no account", OpAccountClose, `{"app":"notes"}`, control.CodeBadRequest, false},
+		{"rules bad action", OpRules, `{"action":"purge"}`, control.CodeBadRequest, false},
+		{"rules revoke no app", OpRules, `{"action":"revoke"}`, control.CodeBadRequest, false},
+		{"audit negative", OpAudit, `{"limit":-1}`, control.CodeBadRequest, false},
+	}
+	other := dialRaw(t, rig.ts.path)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := other
+			if tt.kernel {
+				c = k
+			}
+			c.t = t
+			c.send(fmt.Sprintf(`{"id":%d,"op":%q,"args":%s}`, 10+i, tt.op, tt.args))
+			resp := c.response()
+			if resp.OK || resp.Error.Code != tt.code {
+				t.Fatalf("got %+v %+v, want %s", resp.OK, resp.Error, tt.code)
+			}
+		})
+	}
+}
+
+func TestToolOpsContextsAndRules(t *testing.T) {
+	rig := newToolRig(t)
+	c := rig.ts.client
+	ctx := t.Context()
+	var owner peer.ContextOwner
+	if err := c.Do(ctx, OpContextOwner, ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
+		t.Fatalf("owner %+v %v", owner, err)
+	}
+	var list ContextsData
+	if err := c.Do(ctx, OpContextList, control.AppArgs{App: "notes"}, &list); err != nil || len(list.Contexts) != 1 ||
+		list.Contexts[0] != (peer.ContextInfo{ContextID: rig.ctx, Account: "personal", Client: "notes"}) {
+		t.Fatalf("context.list %+v %v", list, err)
+	}
+	for app, want := range map[string]bool{"notes": true, "ghost": false} {
+		var l LinkData
+		if err := c.Do(ctx, OpLinkHas, control.AppArgs{App: app}, &l); err != nil || l.Connected != want {
+			t.Fatalf("link.has %s: %+v %v", app, l, err)
+		}
+	}
+	var closed AccountData
+	if err := c.Do(ctx, OpAccountClose, AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
+		t.Fatalf("account.close %+v %v", closed, err)
+	}
+	if cc, ok := rig.appNext().(*peer.ContextClosed); !ok || cc.ContextID != rig.ctx || cc.Reason != "account_closed" {
+		t.Fatalf("app got %#v", cc)
+	}
+
+	if err := rig.store.SetRule(policy.Rule{App: "notes", Tool: "notes.append", Decision: policy.Allow}); err != nil {
+		t.Fatal(err)
+	}
+	var rules RulesData
+	if err := c.Do(ctx, OpRules, RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
+		t.Fatalf("rules %+v %v", rules, err)
+	}
+	if err := c.Do(ctx, OpRules, RulesArgs{Action: "revoke", App: "notes", Tool: "notes.append"}, &rules); err != nil || len(rules.Rules) != 1 {
+		t.Fatalf("revoke %+v %v", rules, err)
+	}
+	if err := c.Do(ctx, OpRules, RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+		t.Fatalf("rules after revoke %+v %v", rules, err)
+	}
+}

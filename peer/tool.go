@@ -1,0 +1,399 @@
+package peer
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// Risk levels of a tool call. A missing or unknown risk counts as
+// RiskDestructive; only RiskRead calls are treated as having no effect.
+const (
+	RiskRead        = "read"
+	RiskWrite       = "write"
+	RiskDestructive = "destructive"
+)
+
+// Confirmation modes of a tool call.
+const (
+	ConfirmNone = "none" // acknowledged when written to the app
+	ConfirmHost = "host" // acknowledged at once; a rule or the person decides before the app sees it
+	ConfirmApp  = "app"  // the app asks its person; its awaiting_confirmation acknowledges
+)
+
+// CodeDeclined is the error code of a tool call's outcome when a standing
+// rule or the person said no to it (SPEC §3 lists the link's codes; this
+// one only ever reaches the relay).
+const CodeDeclined = "declined"
+
+// Defaults of the tool-call layer's Config fields.
+const (
+	DefaultMaxToolTimeout  = 10 * time.Minute
+	DefaultRelayQueue      = 4096
+	DefaultDuplicateWindow = 4096
+	// maxArgsSummary bounds the args shown on a host confirmation sheet.
+	maxArgsSummary = 256
+)
+
+// KernelToolCall is a call the agent makes into an app (the "call" of op
+// tool.call). The account, client and context's owner come from the
+// daemon's own records of ContextID, never from here.
+type KernelToolCall struct {
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	Risk      string          `json:"risk,omitempty"`
+	Confirm   string          `json:"confirm,omitempty"` // none (or ""), host, app
+	TimeoutMS int64           `json:"timeout_ms"`
+	ContextID string          `json:"context_id"`
+	Caller    string          `json:"caller,omitempty"`
+}
+
+// Outcome is how a call ended.
+type Outcome int
+
+const (
+	OutcomeOK      Outcome = iota + 1 // the app ran it: Result.Data
+	OutcomeError                      // it did not happen: Result.Error says why
+	OutcomeUnknown                    // it reached the app and may or may not have happened
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeOK:
+		return "ok"
+	case OutcomeError:
+		return "error"
+	case OutcomeUnknown:
+		return "outcome_unknown"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// MarshalText writes the wire name (tool.finished's "outcome").
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Result is a call's one outcome. Data is set for OutcomeOK (nil when the
+// app sent none); Error for OutcomeError, and for OutcomeUnknown it says
+// why the outcome is not known (timeout, cancelled, the app exited).
+type Result struct {
+	Outcome Outcome
+	Data    json.RawMessage
+	Error   *Error
+}
+
+// ToolRelay receives the life of the calls handed to ToolCall: exactly one
+// Acknowledged, then exactly one Finished, per accepted call. Its methods
+// are called with the Manager's lock held, in the order things happened:
+// they must return promptly and must not call the Manager.
+type ToolRelay interface {
+	// Acknowledged: the call is in hand. confirm none: written to the
+	// app; host: accepted, before any sheet; app: the app reported
+	// awaiting_confirmation. A call that ends before that moment is
+	// acknowledged just before it finishes.
+	Acknowledged(app, callID string)
+	// Finished: the call's outcome. Nothing about the call follows.
+	Finished(app, callID string, r Result)
+}
+
+// ContextOwner is whom a context belongs to (op context.owner).
+type ContextOwner struct {
+	Account string `json:"account"`
+	Client  string `json:"client"`
+}
+
+// relayNote is one relay callback, queued while no relay is installed.
+type relayNote struct {
+	app, callID string
+	finished    bool
+	r           Result
+}
+
+// SetToolRelay installs r as the relay of every call's outcome (nil
+// uninstalls it). Outcomes produced while none was installed are handed
+// to r first, in order. An attached kernel that implements ToolRelay is
+// the relay while it is attached; SetToolRelay replaces it.
+func (m *Manager) SetToolRelay(r ToolRelay) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.relayOwner = nil
+	m.installRelay(r)
+}
+
+// installRelay sets the relay and drains the queue into it. m.mu is held.
+func (m *Manager) installRelay(r ToolRelay) {
+	m.relay = r
+	if r == nil {
+		return
+	}
+	q := m.relayQ
+	m.relayQ = nil
+	for _, n := range q {
+		m.deliverNote(n)
+	}
+	if m.relayDropped > 0 {
+		m.log.Error("tool outcomes were lost while no relay was installed", zap.Int("dropped", m.relayDropped))
+		m.relayDropped = 0
+	}
+}
+
+func (m *Manager) deliverNote(n relayNote) {
+	if n.finished {
+		m.relay.Finished(n.app, n.callID, n.r)
+	} else {
+		m.relay.Acknowledged(n.app, n.callID)
+	}
+}
+
+// note hands a callback to the relay or queues it. The queue is bounded:
+// past RelayQueue the oldest note is dropped and counted (logged when a
+// relay comes), so a daemon without a kernel cannot grow without bound.
+// m.mu is held.
+func (m *Manager) note(n relayNote) {
+	if m.relay != nil {
+		m.deliverNote(n)
+		return
+	}
+	if len(m.relayQ) >= m.cfg.RelayQueue {
+		m.relayQ = slices.Delete(m.relayQ, 0, 1)
+		m.relayDropped++
+	}
+	m.relayQ = append(m.relayQ, n)
+}
+
+// ToolCall hands a call to app (the relay seam). It returns nil once the
+// call is accepted, and from then on the relay gets exactly one
+// Acknowledged and one Finished for it, possibly before ToolCall returns.
+// A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
+// ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
+func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
+	place, err := m.AcceptToolCall(app, kc)
+	if err != nil {
+		return err
+	}
+	place()
+	return nil
+}
+
+// AcceptToolCall is ToolCall in two steps: it accepts (or refuses) the
+// call, and place sends it on its way (acknowledgement, rules, sheet,
+// delivery). The control socket answers "accepted" between the two, so
+// that the kernel hears of the acceptance before any event of the call.
+// The call's deadline runs from acceptance; place must be called once.
+func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.acceptCall(app, kc)
+	if err != nil {
+		return nil, fmt.Errorf("tool call %s into %s: %w", kc.CallID, app, err)
+	}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.place(c)
+	}, nil
+}
+
+// ToolCancel withdraws an outstanding call: the app gets tool_cancel if it
+// was sent the call, and the relay the call's outcome (OutcomeUnknown if
+// the app may have acted on it, else Error{cancelled}). A call that is not
+// outstanding (finished, never made) is ErrUnknownCall.
+func (m *Manager) ToolCancel(app, callID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.currentLink(app)
+	var c *call
+	if l != nil {
+		c = l.calls[callID]
+	}
+	if c == nil {
+		return fmt.Errorf("cancel %s of %s: %w", callID, app, ErrUnknownCall)
+	}
+	m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "cancelled")
+	return nil
+}
+
+// ContextOwner returns the account and client of one of app's open
+// contexts. Another app's, a closed or a made-up id are ErrUnknownContext
+// alike.
+func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.contexts[contextID]
+	if c == nil || c.link != m.currentLink(app) {
+		return ContextOwner{}, fmt.Errorf("context %s of %s: %w", contextID, app, ErrUnknownContext)
+	}
+	return ContextOwner{Account: c.account, Client: c.client}, nil
+}
+
+// ContextInfo is one open context of an app (op context.list).
+type ContextInfo struct {
+	ContextID string `json:"context_id"`
+	Account   string `json:"account"`
+	Client    string `json:"client"`
+}
+
+// Contexts lists app's open contexts, by id: what a kernel may name in a
+// tool call (octosupctl call picks one).
+func (m *Manager) Contexts(app string) []ContextInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []ContextInfo{}
+	if l := m.currentLink(app); l != nil {
+		for _, c := range l.contexts {
+			out = append(out, ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
+		}
+	}
+	slices.SortFunc(out, func(a, b ContextInfo) int { return compareStrings(a.ContextID, b.ContextID) })
+	return out
+}
+
+// HasLink reports whether app has a process on its hub.
+func (m *Manager) HasLink(app string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.currentLink(app) != nil
+}
+
+// CloseAccount signs app out of account: each of its contexts with that
+// account closes (its calls cancelled first, tool_cancel each, then
+// context_closed; the kernel gets context.closed). It returns how many
+// contexts closed; an app without a process has none.
+func (m *Manager) CloseAccount(app, account string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.currentLink(app)
+	if l == nil {
+		return 0
+	}
+	var closing []*appContext
+	for _, c := range l.contexts {
+		if c.account == account {
+			closing = append(closing, c)
+		}
+	}
+	slices.SortFunc(closing, func(a, b *appContext) int { return compareStrings(a.id, b.id) })
+	for _, c := range closing {
+		m.closeContext(c, "account_closed", true)
+	}
+	return len(closing)
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Rules lists the standing tool rules of app ("" for all).
+func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rules(app) }
+
+// RevokeRules forgets app's standing rule for tool (every rule of app when
+// tool is ""): its next host-confirmed call asks the person again. It
+// returns the rules removed.
+func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
+	return m.store.RevokeRules(app, tool)
+}
+
+// Audit returns the last limit finished calls of app ("" for all), oldest
+// first, including the ones not yet on disk.
+func (m *Manager) Audit(app string, limit int) ([]policy.AuditEntry, error) {
+	if err := m.audit.flush(); err != nil {
+		return nil, err
+	}
+	return m.store.Audit(app, limit)
+}
+
+// RecordingToolRelay is the test double of ToolRelay: it records every
+// callback in order. The zero value is ready; it is safe for concurrent
+// use.
+type RecordingToolRelay struct {
+	mu      sync.Mutex
+	events  []RelayEvent
+	changed chan struct{} // closed and replaced at each record
+}
+
+// RelayEvent is one recorded callback: Finished is nil for Acknowledged.
+type RelayEvent struct {
+	App      string
+	CallID   string
+	Finished *Result
+}
+
+// String is "ack APP CALL" or "fin APP CALL OUTCOME [CODE] [DATA]", the
+// form the tests compare.
+func (e RelayEvent) String() string {
+	if e.Finished == nil {
+		return "ack " + e.App + " " + e.CallID
+	}
+	s := "fin " + e.App + " " + e.CallID + " " + e.Finished.Outcome.String()
+	if e.Finished.Error != nil {
+		s += " " + e.Finished.Error.Code
+	}
+	if e.Finished.Outcome == OutcomeOK && e.Finished.Data != nil {
+		s += " " + string(e.Finished.Data)
+	}
+	return s
+}
+
+func (r *RecordingToolRelay) add(e RelayEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// Acknowledged records an acknowledgement.
+func (r *RecordingToolRelay) Acknowledged(app, callID string) {
+	r.add(RelayEvent{App: app, CallID: callID})
+}
+
+// Finished records an outcome.
+func (r *RecordingToolRelay) Finished(app, callID string, res Result) {
+	r.add(RelayEvent{App: app, CallID: callID, Finished: &res})
+}
+
+// Events returns what was recorded so far, in order.
+func (r *RecordingToolRelay) Events() []RelayEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// WaitFor blocks until at least n events were recorded or timeout
+// passed, and returns what was recorded by then.
+func (r *RecordingToolRelay) WaitFor(n int, timeout time.Duration) []RelayEvent {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.events) >= n {
+			out := slices.Clone(r.events)
+			r.mu.Unlock()
+			return out
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return r.Events()
+		}
+	}
+}

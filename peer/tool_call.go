@@ -1,0 +1,473 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// callState is where a tool call is. Only call.move changes it.
+//
+//	accepted     -> awaitingHost (confirm host, no standing rule) | delivered | finished | cancelled | timedOut
+//	awaitingHost -> delivered (allowed) | finished (declined) | cancelled | timedOut
+//	delivered    -> awaitingApp (confirm app: awaiting_confirmation) | finished | cancelled | timedOut
+//	awaitingApp  -> finished | cancelled | timedOut
+//
+// finished, cancelled and timedOut are terminal: the call has had its one
+// outcome and nothing about it is sent or accepted after.
+type callState int
+
+const (
+	callAccepted     callState = iota // accepted, not yet placed
+	callAwaitingHost                  // a host sheet is open for it
+	callDelivered                     // its tool_call was written to the app
+	callAwaitingApp                   // the app asks its person (awaiting_confirmation)
+	callFinished                      // a result, or the host's deny
+	callCancelled                     // withdrawn: ToolCancel, context or account closed, app gone
+	callTimedOut                      // its deadline passed
+)
+
+func (s callState) String() string {
+	return [...]string{"accepted", "awaiting_host", "delivered", "awaiting_app", "finished", "cancelled", "timed_out"}[s]
+}
+
+func (s callState) terminal() bool { return s >= callFinished }
+
+// call is one tool call from acceptance to its outcome.
+type call struct {
+	link    *link
+	ctx     *appContext
+	id      string
+	name    string
+	args    json.RawMessage
+	risk    string // normalized: read, write or destructive
+	confirm string // normalized: none, host or app
+	caller  string
+
+	state    callState
+	acked    bool
+	started  time.Time // monotonic: durations and the deadline
+	at       time.Time // Config.Now at acceptance, for the audit
+	deadline time.Time
+	timer    *time.Timer
+	approval *approval // the open host sheet, in awaitingHost
+	decision string    // audit: none, rule, sheet
+	approved policy.Decision
+}
+
+// move is the one place a call changes state; an illegal move is a bug,
+// logged and not obeyed.
+func (c *call) move(to callState) bool {
+	ok := false
+	switch c.state {
+	case callAccepted:
+		ok = to != callAccepted && to != callAwaitingApp
+	case callAwaitingHost:
+		ok = to == callDelivered || to.terminal()
+	case callDelivered:
+		ok = to == callAwaitingApp || to.terminal()
+	case callAwaitingApp:
+		ok = to.terminal()
+	}
+	if !ok {
+		c.link.m.log.Error("illegal tool call state move", zap.String("app", c.link.appID),
+			zap.String("call_id", c.id), zap.Stringer("from", c.state), zap.Stringer("to", to))
+		return false
+	}
+	c.state = to
+	return true
+}
+
+// sent reports whether the app was sent the call (and may act on it).
+func (c *call) sent() bool { return c.state == callDelivered || c.state == callAwaitingApp }
+
+// failResult is the outcome of a call that ended without the app's
+// result: OutcomeUnknown when the app was sent it and it may have had an
+// effect (risk other than read), else Error{code}.
+func failResult(c *call, code, msg string) Result {
+	if c.sent() && c.risk != RiskRead {
+		return Result{Outcome: OutcomeUnknown, Error: &Error{Code: code, Message: msg}}
+	}
+	return Result{Outcome: OutcomeError, Error: &Error{Code: code, Message: msg}}
+}
+
+func normalizeRisk(r string) string {
+	switch r {
+	case RiskRead, RiskWrite, RiskDestructive:
+		return r
+	}
+	return RiskDestructive // fails safe: missing or unknown
+}
+
+// acceptCall checks a call and, when it may go, records it as accepted
+// and starts its deadline. m.mu is held.
+func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if !ValidID(kc.CallID) {
+		return nil, fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+	}
+	if kc.Name == "" || len(kc.Name) > 128 {
+		return nil, fmt.Errorf("%w: name must be a tool name of 1 to 128 bytes", ErrInvalid)
+	}
+	if !ValidID(kc.ContextID) {
+		return nil, fmt.Errorf("%w: context_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+	}
+	if len(kc.Caller) > 256 {
+		return nil, fmt.Errorf("%w: caller over 256 bytes", ErrInvalid)
+	}
+	max := m.cfg.MaxToolTimeout
+	if kc.TimeoutMS < 1 || kc.TimeoutMS > max.Milliseconds() {
+		return nil, fmt.Errorf("%w: timeout_ms must be 1 to %d (the daemon's maximum), got %d", ErrInvalid, max.Milliseconds(), kc.TimeoutMS)
+	}
+	confirm := kc.Confirm
+	switch confirm {
+	case "":
+		confirm = ConfirmNone
+	case ConfirmNone, ConfirmHost, ConfirmApp:
+	default:
+		return nil, fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, ConfirmNone, ConfirmHost, ConfirmApp, kc.Confirm)
+	}
+	args := kc.Args
+	if args == nil {
+		args = json.RawMessage("{}")
+	}
+	args, err := compactFrameValue("args", args)
+	if err != nil {
+		return nil, err
+	}
+	if args[0] != '{' {
+		return nil, fmt.Errorf("%w: args must be a JSON object", ErrInvalid)
+	}
+
+	p := m.peers[app]
+	l := m.currentLink(app)
+	if l == nil {
+		return nil, ErrNotConnected
+	}
+	if l.calls[kc.CallID] != nil {
+		return nil, fmt.Errorf("%w: %q is outstanding", ErrDuplicate, kc.CallID)
+	}
+	if _, seen := p.recentCalls[kc.CallID]; seen {
+		return nil, fmt.Errorf("%w: %q finished recently", ErrDuplicate, kc.CallID)
+	}
+	if !slices.Contains(p.app.Grants.Tools, kc.Name) {
+		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, app)
+	}
+	ctx := m.contexts[kc.ContextID]
+	if ctx == nil || ctx.link != l {
+		return nil, ErrUnknownContext
+	}
+	if !slices.Contains(p.app.Sandbox.Accounts, ctx.account) {
+		return nil, fmt.Errorf("%w: account %q of context %s is not in the sandbox.accounts of app %s", ErrDeclined, ctx.account, ctx.id, app)
+	}
+
+	now := time.Now()
+	timeout := time.Duration(kc.TimeoutMS) * time.Millisecond
+	c := &call{
+		link: l, ctx: ctx, id: kc.CallID, name: kc.Name, args: args,
+		risk: normalizeRisk(kc.Risk), confirm: confirm, caller: kc.Caller,
+		started: now, at: m.cfg.Now(), deadline: now.Add(timeout),
+		decision: policy.AuditDecisionNone,
+	}
+	m.liveTimers.Add(1)
+	c.timer = time.AfterFunc(timeout, func() { m.callTimeout(c) })
+	l.calls[c.id] = c
+	ctx.calls[c.id] = c
+	return c, nil
+}
+
+// place sends an accepted call on its way. m.mu is held.
+func (m *Manager) place(c *call) {
+	if c.state != callAccepted {
+		return // it ended between acceptance and placing
+	}
+	switch c.confirm {
+	case ConfirmHost:
+		m.ack(c)
+		rule, ok, err := m.store.Rule(c.link.appID, c.name)
+		if err != nil {
+			// Fails safe: without the rules, the person decides.
+			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(err))
+		}
+		switch {
+		case ok && rule.Decision == policy.Allow:
+			c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
+			m.deliver(c)
+		case ok:
+			c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
+			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+				"a standing rule denies %s for app %s (`octosupctl rules revoke %s %s` asks again)", c.name, c.link.appID, c.link.appID, c.name)}, "")
+		default:
+			c.decision = policy.AuditDecisionSheet
+			c.move(callAwaitingHost)
+			m.askHost(c)
+		}
+	case ConfirmApp:
+		m.deliver(c) // acknowledged by the app's awaiting_confirmation
+	default:
+		if m.deliver(c) {
+			m.ack(c)
+		}
+	}
+}
+
+// deliver writes the call to its app. m.mu is held.
+func (m *Manager) deliver(c *call) bool {
+	left := time.Until(c.deadline)
+	ms := int64((left + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	ok := c.link.sendFrame(&ToolCall{
+		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
+		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
+		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
+	})
+	if !ok {
+		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
+		return false
+	}
+	c.move(callDelivered)
+	return true
+}
+
+func (m *Manager) ack(c *call) {
+	if c.acked {
+		return
+	}
+	c.acked = true
+	m.note(relayNote{app: c.link.appID, callID: c.id})
+}
+
+// endCall gives a call its one outcome. cancel, when not "", is the reason
+// of the tool_cancel the app gets if it was sent the call (and its hub is
+// still up). m.mu is held.
+func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
+	wasSent := c.sent()
+	if !c.move(to) {
+		return
+	}
+	if c.timer != nil {
+		if c.timer.Stop() {
+			m.liveTimers.Add(-1)
+		}
+		c.timer = nil
+	}
+	l := c.link
+	if cancel != "" && wasSent {
+		l.sendFrame(&ToolCancel{CallID: c.id, Reason: cancel})
+	}
+	if a := c.approval; a != nil {
+		c.approval = nil
+		state := ApprovalCancelled
+		if to == callTimedOut {
+			state = ApprovalExpired
+		}
+		m.settle(a, state)
+	}
+	delete(l.calls, c.id)
+	delete(c.ctx.calls, c.id)
+	l.p.rememberCall(c.id, m.cfg.DuplicateWindow)
+	m.ack(c)
+	m.note(relayNote{app: l.appID, callID: c.id, finished: true, r: r})
+	e := policy.AuditEntry{
+		App: l.appID, Tool: c.name, CallID: c.id, Risk: c.risk, Confirm: c.confirm,
+		Decision: c.decision, Approved: string(c.approved), Outcome: r.Outcome.String(),
+		End:     to.String(), // finished, cancelled, timed_out
+		Account: c.ctx.account, ContextID: c.ctx.id, Caller: c.caller,
+		Started: c.at.UTC(), DurationMS: float64(time.Since(c.started).Microseconds()) / 1000,
+	}
+	if r.Error != nil {
+		e.Error = r.Error.Code
+	}
+	m.audit.add(e)
+}
+
+// rememberCall keeps a finished call id for the duplicate window: the
+// last window ids of the app, across its processes.
+func (p *peer) rememberCall(id string, window int) {
+	if p.recentCalls == nil {
+		p.recentCalls = make(map[string]struct{}, window)
+		p.recentRing = make([]string, window)
+	}
+	if old := p.recentRing[p.recentNext]; old != "" {
+		delete(p.recentCalls, old)
+	}
+	p.recentRing[p.recentNext] = id
+	p.recentCalls[id] = struct{}{}
+	p.recentNext = (p.recentNext + 1) % window
+}
+
+func (m *Manager) callTimeout(c *call) {
+	m.liveTimers.Add(-1) // fired: endCall's Stop will report false
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.state.terminal() {
+		return // ended while its timer fired
+	}
+	left := "reach the app"
+	if c.sent() {
+		left = "be answered by the app"
+	} else if c.state == callAwaitingHost {
+		left = "be approved"
+	}
+	m.log.Info("tool call timed out", zap.String("app", c.link.appID), zap.String("call_id", c.id), zap.Stringer("state", c.state))
+	m.endCall(c, callTimedOut, failResult(c, CodeTimeout, fmt.Sprintf("the call did not %s within its timeout", left)), "timeout")
+}
+
+// onToolResult takes an app's tool_result. Anything that does not fit
+// the call's state is ignored and logged: terminal is final. m.mu is not
+// held.
+func (m *Manager) onToolResult(l *link, f *ToolResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.p.link != l || l.isShut() {
+		return
+	}
+	c := l.calls[f.CallID]
+	if c == nil || !c.sent() {
+		why := "a call this app was never sent"
+		if _, late := l.p.recentCalls[f.CallID]; late {
+			why = "a call that already has its outcome"
+		}
+		m.log.Info("tool_result ignored: "+why, zap.String("app", l.appID), zap.String("call_id", f.CallID))
+		return
+	}
+	if f.AwaitingConfirmation {
+		if c.confirm != ConfirmApp || c.state == callAwaitingApp {
+			m.log.Info("awaiting_confirmation ignored: the call did not ask for it, or it came twice",
+				zap.String("app", l.appID), zap.String("call_id", c.id))
+			return
+		}
+		c.move(callAwaitingApp)
+		m.ack(c)
+		return
+	}
+	if c.confirm == ConfirmApp && c.state == callDelivered {
+		m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
+			zap.String("app", l.appID), zap.String("call_id", c.id))
+		m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeConfirmationSkipped,
+			"app %s answered %s without asking its person first (confirm_required)", l.appID, c.name)}, CodeConfirmationSkipped)
+		return
+	}
+	r := Result{Outcome: OutcomeOK, Data: f.Data}
+	if !f.OK {
+		r = Result{Outcome: OutcomeError, Error: f.Error}
+	}
+	m.endCall(c, callFinished, r, "")
+}
+
+// endContextCalls ends a closing context's calls, in call id order; when
+// tell, the app gets tool_cancel for each it was sent. m.mu is held.
+func (m *Manager) endContextCalls(ctx *appContext, reason string, tell bool) {
+	if len(ctx.calls) == 0 {
+		return
+	}
+	calls := make([]*call, 0, len(ctx.calls))
+	for _, c := range ctx.calls {
+		calls = append(calls, c)
+	}
+	slices.SortFunc(calls, func(a, b *call) int { return compareStrings(a.id, b.id) })
+	cancel := ""
+	if tell {
+		cancel = reason
+	}
+	for _, c := range calls {
+		m.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
+	}
+}
+
+// askHost raises the host confirmation sheet of a call. It expires with
+// the call's deadline. m.mu is held.
+func (m *Manager) askHost(c *call) {
+	m.nextApproval++
+	a := &approval{
+		Approval: Approval{
+			ID:      m.cfg.Nonce + "-a" + fmt.Sprint(m.nextApproval),
+			App:     c.link.appID,
+			Kind:    KindTool,
+			State:   ApprovalPending,
+			CallID:  c.id,
+			Tool:    c.name,
+			Risk:    c.risk,
+			Args:    summarize(c.args),
+			Account: c.ctx.account,
+			Caller:  c.caller,
+			Created: c.at.UTC(),
+			Expires: c.at.Add(c.deadline.Sub(c.started)).UTC(),
+		},
+		peer: c.link.p,
+		call: c,
+	}
+	c.approval = a
+	m.approvals[a.ID] = a
+	m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
+		zap.String("call_id", c.id), zap.String("approval_id", a.ID))
+	m.cfg.Events.Approval(a.Approval)
+}
+
+// summarize shortens a call's args for a sheet.
+func summarize(args json.RawMessage) string {
+	if len(args) <= maxArgsSummary {
+		return string(args)
+	}
+	cut := maxArgsSummary
+	for cut > 0 && args[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
+		cut--
+	}
+	return string(bytes.Clone(args[:cut])) + "…"
+}
+
+// answerTool settles a host sheet: allow delivers the call, deny ends it
+// Error{declined}. remember persists a standing rule first, which then
+// also answers the app's other open sheets for the same tool. m.mu is
+// held.
+func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) error {
+	if remember {
+		if err := m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: m.cfg.Now().UTC()}); err != nil {
+			return err
+		}
+	}
+	m.settleTool(a, d, policy.AuditDecisionSheet)
+	if remember {
+		var others []*approval
+		for _, o := range m.approvals {
+			if o.Kind == KindTool && o.App == a.App && o.Tool == a.Tool {
+				others = append(others, o)
+			}
+		}
+		slices.SortFunc(others, func(x, y *approval) int { return compareStrings(x.CallID, y.CallID) })
+		for _, o := range others {
+			m.settleTool(o, d, policy.AuditDecisionRule)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) settleTool(a *approval, d policy.Decision, decision string) {
+	c := a.call
+	c.approval = nil
+	state := ApprovalAllowed
+	if d == policy.Deny {
+		state = ApprovalDenied
+	}
+	m.settle(a, state)
+	if c.state != callAwaitingHost {
+		return
+	}
+	c.decision, c.approved = decision, d
+	if d == policy.Allow {
+		m.deliver(c)
+		return
+	}
+	m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+		"the person declined %s for app %s", c.name, c.link.appID)}, "")
+}

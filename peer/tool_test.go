@@ -1,0 +1,655 @@
+package peer
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"octosup/policy"
+)
+
+// Each test here drives a real link (a socketpair, the app's end read and
+// written by the test) and checks the exact lines the app saw and the
+// exact callbacks the relay saw.
+
+func TestToolCallPlain(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	call := kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone)
+	h.call("notes", call)
+	tc := a.nextToolCall("c1")
+	// Stamped from the daemon's records and the kernel's call.
+	if tc.Account != "personal" || tc.ContextID != ctx || tc.Client != "notes" || tc.Caller != "assistant" ||
+		tc.Risk != RiskRead || tc.ConfirmRequired || tc.TimeoutMS != 60000 || string(tc.Args) != `{"q":"milk"}` {
+		t.Fatalf("tool_call %+v", tc)
+	}
+	expectRelay(t, relay, "ack notes c1") // acknowledged when written
+	if got := h.m.LinkStatus("notes").OutstandingCalls; got != 1 {
+		t.Fatalf("outstanding calls %d", got)
+	}
+	a.ok("c1", `{"matches":[]}`)
+	a.expectFrames()
+	expectRelay(t, relay, "ack notes c1", `fin notes c1 ok {"matches":[]}`)
+	if got := h.m.LinkStatus("notes").OutstandingCalls; got != 0 {
+		t.Fatalf("outstanding calls %d", got)
+	}
+	// An error result is the call's Error outcome, code and message as
+	// the app sent them.
+	h.call("notes", kc(ctx, "c2", "notes.append", RiskWrite, ConfirmNone))
+	a.nextToolCall("c2")
+	a.result(&ToolResult{CallID: "c2", Error: &Error{Code: "internal", Message: "disk full"}})
+	a.expectFrames()
+	ev := relay.WaitFor(4, wait)
+	if len(ev) != 4 || ev[3].Finished == nil || *ev[3].Finished.Error != (Error{Code: "internal", Message: "disk full"}) {
+		t.Fatalf("relay %v", ev)
+	}
+}
+
+func TestToolCallExactFrame(t *testing.T) {
+	h, _ := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	call := kc(ctx, "c1", "notes.append", RiskWrite, ConfirmApp)
+	h.call("notes", call)
+	a.expectFrames(toolCallLine("notes", ctx, call, RiskWrite))
+}
+
+func TestToolCallRefusals(t *testing.T) {
+	h, relay := newToolHarness(t, func(c *Config) { c.MaxToolTimeout = time.Minute })
+	a, ctx := h.toolApp(toolEntry("notes"))
+	other, otherCtx := h.toolApp(toolEntry("mail"))
+	limited := toolEntry("limited")
+	limited.Grants.Tools = []string{"notes.search"}
+	lim, limCtx := h.toolApp(limited)
+	// A finished call and an outstanding one, for the duplicate cases.
+	h.call("notes", kc(ctx, "done", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("done")
+	a.ok("done", "")
+	h.call("notes", kc(ctx, "open", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("open")
+	a.expectFrames()
+	before := len(relay.WaitFor(3, wait))
+
+	with := func(f func(*KernelToolCall)) KernelToolCall {
+		c := kc(ctx, "new", "notes.search", RiskRead, ConfirmNone)
+		f(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		app  string
+		call KernelToolCall
+		want error
+	}{
+		{"timeout 0", "notes", with(func(c *KernelToolCall) { c.TimeoutMS = 0 }), ErrInvalid},
+		{"timeout negative", "notes", with(func(c *KernelToolCall) { c.TimeoutMS = -5 }), ErrInvalid},
+		{"timeout over max", "notes", with(func(c *KernelToolCall) { c.TimeoutMS = 60001 }), ErrInvalid},
+		{"bad call_id", "notes", with(func(c *KernelToolCall) { c.CallID = "a\nb" }), ErrInvalid},
+		{"empty call_id", "notes", with(func(c *KernelToolCall) { c.CallID = "" }), ErrInvalid},
+		{"no name", "notes", with(func(c *KernelToolCall) { c.Name = "" }), ErrInvalid},
+		{"bad confirm", "notes", with(func(c *KernelToolCall) { c.Confirm = "maybe" }), ErrInvalid},
+		{"args not object", "notes", with(func(c *KernelToolCall) { c.Args = json.RawMessage(`[1]`) }), ErrInvalid},
+		{"args not json", "notes", with(func(c *KernelToolCall) { c.Args = json.RawMessage(`{`) }), ErrInvalid},
+		{"no context", "notes", with(func(c *KernelToolCall) { c.ContextID = "" }), ErrInvalid},
+		{"not connected", "ghost", with(func(*KernelToolCall) {}), ErrNotConnected},
+		{"duplicate outstanding", "notes", with(func(c *KernelToolCall) { c.CallID = "open" }), ErrDuplicate},
+		{"duplicate finished", "notes", with(func(c *KernelToolCall) { c.CallID = "done" }), ErrDuplicate},
+		{"made-up context", "notes", with(func(c *KernelToolCall) { c.ContextID = "n0nce-99" }), ErrUnknownContext},
+		{"other app's context", "notes", with(func(c *KernelToolCall) { c.ContextID = otherCtx }), ErrUnknownContext},
+		{"tool not granted", "notes", with(func(c *KernelToolCall) { c.Name = "mail.send" }), ErrDeclined},
+		{"tool not granted to this app", "limited", with(func(c *KernelToolCall) { c.Name = "notes.append"; c.ContextID = limCtx }), ErrDeclined},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := h.m.ToolCall(tt.app, tt.call)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if Code(err) == CodeInternal {
+				t.Fatalf("no code for %v", err)
+			}
+		})
+	}
+	// An account the manifest no longer grants: declined.
+	reloaded := toolEntry("notes")
+	reloaded.Sandbox.Accounts = []string{"work"}
+	h.m.SetManifest(&policy.Manifest{Version: 1, Apps: []policy.App{reloaded}})
+	if err := h.m.ToolCall("notes", with(func(*KernelToolCall) {})); !errors.Is(err, ErrDeclined) || !strings.Contains(err.Error(), "sandbox.accounts") {
+		t.Fatalf("account outside sandbox.accounts: %v", err)
+	}
+	// Nothing reached any app or the relay.
+	a.expectFrames()
+	other.expectFrames()
+	lim.expectFrames()
+	if got := relay.Events(); len(got) != before {
+		t.Fatalf("refusals reached the relay: %v", got[before:])
+	}
+}
+
+func TestToolSecondResultIgnored(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c1")
+	a.ok("c1", `1`)
+	a.ok("c1", `2`)
+	a.result(&ToolResult{CallID: "c1", Error: &Error{Code: "internal", Message: "late"}})
+	a.awaiting("c1")
+	a.expectFrames()
+	expectRelay(t, relay, "ack notes c1", "fin notes c1 ok 1")
+	if n := h.logs.FilterMessageSnippet("already has its outcome").Len(); n != 3 {
+		t.Fatalf("%d late results logged, want 3", n)
+	}
+}
+
+func TestToolResultForUnknownCall(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	b, bctx := h.toolApp(toolEntry("mail"))
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c1")
+	// Another app answers notes's call id, and a made-up one.
+	b.ok("c1", `"stolen"`)
+	b.ok("nope", "")
+	b.expectFrames()
+	// A call not sent yet (awaiting its host sheet) cannot be answered.
+	h.call("mail", kc(bctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost))
+	ap := h.events.nextApproval(t)
+	b.ok("h1", "")
+	b.expectFrames()
+	a.ok("c1", `"mine"`)
+	a.expectFrames()
+	expectRelay(t, relay, "ack notes c1", "ack mail h1", `fin notes c1 ok "mine"`)
+	if n := h.logs.FilterMessageSnippet("never sent").Len(); n != 3 {
+		t.Fatalf("%d ignored results logged, want 3", n)
+	}
+	if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+		t.Fatal(err)
+	}
+	expectRelay(t, relay, "ack notes c1", "ack mail h1", `fin notes c1 ok "mine"`, "fin mail h1 error declined")
+}
+
+func TestToolCancel(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "w", "notes.append", RiskWrite, ConfirmNone))
+	h.call("notes", kc(ctx, "r", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("w")
+	a.nextToolCall("r")
+	for _, id := range []string{"w", "r"} {
+		if err := h.m.ToolCancel("notes", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.m.ToolCancel("notes", "w"); !errors.Is(err, ErrUnknownCall) {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if err := h.m.ToolCancel("notes", "never"); !errors.Is(err, ErrUnknownCall) {
+		t.Fatalf("cancel of an unknown call: %v", err)
+	}
+	// The app's late results change nothing, and nothing more is written
+	// for either call.
+	a.ok("w", "")
+	a.awaiting("r")
+	a.expectFrames(cancelLine("w", "cancelled"), cancelLine("r", "cancelled"))
+	expectRelay(t, relay, "ack notes w", "ack notes r",
+		"fin notes w outcome_unknown cancelled", // written and not read-only: it may have happened
+		"fin notes r error cancelled")
+}
+
+func TestToolConfirmHost(t *testing.T) {
+	t.Run("allow", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		call := kc(ctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost)
+		h.call("notes", call)
+		ap := h.events.nextApproval(t)
+		// Acknowledged before the sheet was shown.
+		expectRelay(t, relay, "ack notes h1")
+		if ap.Kind != KindTool || ap.App != "notes" || ap.Tool != "notes.wipe" || ap.Risk != RiskDestructive ||
+			ap.Args != `{"q":"milk"}` || ap.CallID != "h1" || ap.Account != "personal" || ap.State != ApprovalPending {
+			t.Fatalf("approval %+v", ap)
+		}
+		if got := h.m.Approvals(); len(got) != 1 || got[0].ID != ap.ID {
+			t.Fatalf("approvals %+v", got)
+		}
+		a.expectFrames() // nothing before the person answers
+		if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.events.nextApproval(t); got.State != ApprovalAllowed {
+			t.Fatalf("settled %+v", got)
+		}
+		a.nextToolCall("h1")
+		a.ok("h1", "")
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes h1", "fin notes h1 ok")
+		if err := h.m.Approve(ap.ID, policy.Deny, false); !errors.Is(err, ErrUnknownApproval) {
+			t.Fatalf("late answer: %v", err)
+		}
+		if rules, _ := h.m.Rules(""); len(rules) != 0 {
+			t.Fatalf("rule persisted without remember: %v", rules)
+		}
+	})
+	t.Run("deny", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		h.call("notes", kc(ctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost))
+		ap := h.events.nextApproval(t)
+		if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+			t.Fatal(err)
+		}
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes h1", "fin notes h1 error declined")
+	})
+	t.Run("remember", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		// Two sheets for the same tool: remembering one answers both.
+		h.call("notes", kc(ctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost))
+		h.call("notes", kc(ctx, "h2", "notes.wipe", RiskDestructive, ConfirmHost))
+		ap := h.events.nextApproval(t)
+		h.events.nextApproval(t)
+		if err := h.m.Approve(ap.ID, policy.Allow, true); err != nil {
+			t.Fatal(err)
+		}
+		a.nextToolCall("h1")
+		a.nextToolCall("h2")
+		// The rule answers the next call: no sheet.
+		h.call("notes", kc(ctx, "h3", "notes.wipe", RiskDestructive, ConfirmHost))
+		a.nextToolCall("h3")
+		for _, id := range []string{"h1", "h2", "h3"} {
+			a.ok(id, "")
+		}
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes h1", "ack notes h2", "ack notes h3",
+			"fin notes h1 ok", "fin notes h2 ok", "fin notes h3 ok")
+		for _, st := range []string{ApprovalAllowed, ApprovalAllowed} {
+			if got := h.events.nextApproval(t); got.State != st {
+				t.Fatalf("settled %+v", got)
+			}
+		}
+		h.events.noApproval(t)
+		rules, err := h.m.Rules("notes")
+		if err != nil || len(rules) != 1 || rules[0].Tool != "notes.wipe" || rules[0].Decision != policy.Allow {
+			t.Fatalf("rules %v %v", rules, err)
+		}
+		// A standing deny, then revoking it asks again.
+		if err := h.store.SetRule(policy.Rule{App: "notes", Tool: "notes.wipe", Decision: policy.Deny}); err != nil {
+			t.Fatal(err)
+		}
+		h.call("notes", kc(ctx, "h4", "notes.wipe", RiskDestructive, ConfirmHost))
+		expectRelay(t, relay, "ack notes h1", "ack notes h2", "ack notes h3",
+			"fin notes h1 ok", "fin notes h2 ok", "fin notes h3 ok", "ack notes h4", "fin notes h4 error declined")
+		if gone, err := h.m.RevokeRules("notes", "notes.wipe"); err != nil || len(gone) != 1 {
+			t.Fatalf("revoke %v %v", gone, err)
+		}
+		h.call("notes", kc(ctx, "h5", "notes.wipe", RiskDestructive, ConfirmHost))
+		if ap := h.events.nextApproval(t); ap.CallID != "h5" {
+			t.Fatalf("approval %+v", ap)
+		}
+		a.expectFrames()
+		audit, err := h.m.Audit("notes", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var decisions []string
+		for _, e := range audit {
+			decisions = append(decisions, e.CallID+":"+e.Decision+":"+e.Approved)
+		}
+		if got := strings.Join(decisions, " "); got != "h1:sheet:allow h2:rule:allow h3:rule:allow h4:rule:deny" {
+			t.Fatalf("audit decisions %s", got)
+		}
+	})
+	t.Run("sheet times out", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		call := kc(ctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost)
+		call.TimeoutMS = 30
+		h.call("notes", call)
+		ap := h.events.nextApproval(t)
+		expectRelay(t, relay, "ack notes h1", "fin notes h1 error timeout") // never reached the app
+		if got := h.events.nextApproval(t); got.State != ApprovalExpired {
+			t.Fatalf("settled %+v", got)
+		}
+		if err := h.m.Approve(ap.ID, policy.Allow, true); !errors.Is(err, ErrUnknownApproval) {
+			t.Fatalf("late answer: %v", err)
+		}
+		a.expectFrames()
+		if rules, _ := h.m.Rules(""); len(rules) != 0 {
+			t.Fatalf("a late answer made a rule: %v", rules)
+		}
+	})
+}
+
+func TestToolConfirmApp(t *testing.T) {
+	t.Run("confirmed", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmApp))
+		if tc := a.nextToolCall("c1"); !tc.ConfirmRequired {
+			t.Fatalf("%+v", tc)
+		}
+		a.expectFrames()
+		if got := relay.Events(); len(got) != 0 {
+			t.Fatalf("acknowledged before awaiting_confirmation: %v", got)
+		}
+		a.awaiting("c1")
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes c1")
+		a.awaiting("c1") // twice: ignored
+		a.ok("c1", `{"line":3}`)
+		a.awaiting("c1") // late: ignored
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes c1", `fin notes c1 ok {"line":3}`)
+	})
+	t.Run("skipped", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmApp))
+		a.nextToolCall("c1")
+		a.ok("c1", "")
+		a.expectFrames(cancelLine("c1", CodeConfirmationSkipped))
+		expectRelay(t, relay, "ack notes c1", "fin notes c1 error confirmation_skipped")
+	})
+	t.Run("awaiting without confirm_required", func(t *testing.T) {
+		h, relay := newToolHarness(t, nil)
+		a, ctx := h.toolApp(toolEntry("notes"))
+		h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmNone))
+		a.nextToolCall("c1")
+		a.awaiting("c1")
+		a.ok("c1", "")
+		a.expectFrames()
+		expectRelay(t, relay, "ack notes c1", "fin notes c1 ok")
+	})
+}
+
+func TestToolTimeout(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	w := kc(ctx, "w", "notes.append", RiskWrite, ConfirmNone)
+	w.TimeoutMS = 20
+	h.call("notes", w)
+	a.nextToolCall("w")
+	expectRelay(t, relay, "ack notes w", "fin notes w outcome_unknown timeout")
+	r := kc(ctx, "r", "notes.search", RiskRead, ConfirmNone)
+	r.TimeoutMS = 20
+	h.call("notes", r)
+	if d := a.next(); line(d) != cancelLine("w", "timeout") {
+		t.Fatalf("got %#v", d)
+	}
+	a.nextToolCall("r")
+	expectRelay(t, relay, "ack notes w", "fin notes w outcome_unknown timeout", "ack notes r", "fin notes r error timeout")
+	a.ok("w", "")
+	a.ok("r", "")
+	a.expectFrames(cancelLine("r", "timeout"))
+	if got := relay.Events(); len(got) != 4 {
+		t.Fatalf("late results reached the relay: %v", got)
+	}
+}
+
+func TestToolRiskFailsSafe(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	for _, risk := range []string{"", "harmless", "READ"} {
+		id := "c" + risk
+		call := kc(ctx, id, "notes.search", risk, ConfirmNone)
+		call.TimeoutMS = 20
+		h.call("notes", call)
+		if tc := a.nextToolCall(id); tc.Risk != RiskDestructive {
+			t.Fatalf("risk %q went down as %q", risk, tc.Risk)
+		}
+	}
+	// Not read-only: a timeout is an unknown outcome.
+	got := relay.WaitFor(6, wait)
+	for _, e := range got {
+		if e.Finished != nil && e.Finished.Outcome != OutcomeUnknown {
+			t.Fatalf("%v", e)
+		}
+	}
+	if len(got) != 6 {
+		t.Fatalf("relay %v", got)
+	}
+}
+
+func TestToolDeath(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	k, _ := h.kernel()
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "w", "notes.append", RiskWrite, ConfirmNone))
+	h.call("notes", kc(ctx, "r", "notes.search", RiskRead, ConfirmNone))
+	h.call("notes", kc(ctx, "h", "notes.wipe", RiskDestructive, ConfirmHost))
+	a.nextToolCall("w")
+	a.nextToolCall("r")
+	h.events.nextApproval(t)
+	h.m.Detach("notes")
+	expectRelay(t, relay, "ack notes w", "ack notes r", "ack notes h",
+		"fin notes h error cancelled", "fin notes r error cancelled", "fin notes w outcome_unknown cancelled")
+	if got := h.events.nextApproval(t); got.State != ApprovalCancelled {
+		t.Fatalf("sheet %+v", got)
+	}
+	// (h.grant opened n0nce-1.)
+	for _, want := range []string{"n0nce-1", ctx} {
+		if got := k.nextClosed(t); got != "notes "+want+" app_exited" {
+			t.Fatalf("kernel %q", got)
+		}
+	}
+	if h.m.HasLink("notes") {
+		t.Fatal("HasLink after death")
+	}
+	if err := h.m.ToolCall("notes", kc(ctx, "x", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("call into a dead app: %v", err)
+	}
+	// The restarted process has the same peer (consent, the duplicate
+	// window) and none of the old contexts.
+	b := h.attach(toolEntry("notes"))
+	if !h.m.HasLink("notes") {
+		t.Fatal("no link after restart")
+	}
+	ctx2 := b.open(nil)
+	if err := h.m.ToolCall("notes", kc(ctx, "x", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrUnknownContext) {
+		t.Fatalf("old context: %v", err)
+	}
+	if err := h.m.ToolCall("notes", kc(ctx2, "w", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("old call id: %v", err)
+	}
+	h.events.noApproval(t)
+	b.expectFrames()
+}
+
+func TestToolCloseAccount(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	k, _ := h.kernel()
+	a, personal := h.toolApp(toolEntry("notes"))
+	work := a.open(map[string]any{"account": "work"})
+	p2 := a.open(map[string]any{"account": "personal"})
+	h.call("notes", kc(personal, "p1", "notes.append", RiskWrite, ConfirmNone))
+	h.call("notes", kc(p2, "p2", "notes.search", RiskRead, ConfirmNone))
+	h.call("notes", kc(work, "w1", "notes.search", RiskRead, ConfirmNone))
+	for _, id := range []string{"p1", "p2", "w1"} {
+		a.nextToolCall(id)
+	}
+	// (h.grant opened n0nce-1, also personal.)
+	if n := h.m.CloseAccount("notes", "personal"); n != 3 {
+		t.Fatalf("closed %d contexts", n)
+	}
+	// Each context: its calls cancelled first, then context_closed.
+	a.expectFrames(
+		line(&ContextClosed{ContextID: "n0nce-1", Reason: "account_closed"}),
+		cancelLine("p1", "account_closed"), line(&ContextClosed{ContextID: personal, Reason: "account_closed"}),
+		cancelLine("p2", "account_closed"), line(&ContextClosed{ContextID: p2, Reason: "account_closed"}),
+	)
+	expectRelay(t, relay, "ack notes p1", "ack notes p2", "ack notes w1",
+		"fin notes p1 outcome_unknown cancelled", "fin notes p2 error cancelled")
+	for _, want := range []string{"n0nce-1", personal, p2} {
+		if got := k.nextClosed(t); got != "notes "+want+" account_closed" {
+			t.Fatalf("kernel %q", got)
+		}
+	}
+	// The other account's context and call are untouched.
+	if _, err := h.m.ContextOwner("notes", personal); !errors.Is(err, ErrUnknownContext) {
+		t.Fatalf("closed context: %v", err)
+	}
+	if o, err := h.m.ContextOwner("notes", work); err != nil || o != (ContextOwner{Account: "work", Client: "notes"}) {
+		t.Fatalf("owner %+v %v", o, err)
+	}
+	a.ok("w1", "")
+	a.expectFrames()
+	expectRelay(t, relay, "ack notes p1", "ack notes p2", "ack notes w1",
+		"fin notes p1 outcome_unknown cancelled", "fin notes p2 error cancelled", "fin notes w1 ok")
+	if n := h.m.CloseAccount("ghost", "personal"); n != 0 {
+		t.Fatalf("closed %d contexts of an app without a process", n)
+	}
+}
+
+func TestToolContextClosedByApp(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmApp))
+	a.nextToolCall("c1")
+	a.awaiting("c1")
+	id := a.request(policy.MethodContextClose, map[string]any{"context_id": ctx})
+	a.expectFrames(cancelLine("c1", "closed_by_app"), line(&ContextClosed{ContextID: ctx, Reason: "closed_by_app"}),
+		line(&Reply{ReqID: id, OK: true, Data: json.RawMessage(`{}`)}))
+	expectRelay(t, relay, "ack notes c1", "fin notes c1 outcome_unknown cancelled")
+}
+
+func TestToolContextOwnerAndHasLink(t *testing.T) {
+	h, _ := newToolHarness(t, nil)
+	if h.m.HasLink("notes") {
+		t.Fatal("HasLink before attach")
+	}
+	_, ctx := h.toolApp(toolEntry("notes"))
+	_, mailCtx := h.toolApp(toolEntry("mail"))
+	if !h.m.HasLink("notes") {
+		t.Fatal("no link")
+	}
+	if o, err := h.m.ContextOwner("notes", ctx); err != nil || o != (ContextOwner{Account: "personal", Client: "notes"}) {
+		t.Fatalf("owner %+v %v", o, err)
+	}
+	for _, id := range []string{mailCtx, "n0nce-77", ""} {
+		if _, err := h.m.ContextOwner("notes", id); !errors.Is(err, ErrUnknownContext) {
+			t.Fatalf("context %q: %v", id, err)
+		}
+	}
+}
+
+func TestToolRelayQueue(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RelayQueue = 3 })
+	a, ctx := h.toolApp(toolEntry("notes"))
+	// No relay: callbacks queue (bounded: the oldest go first).
+	for _, id := range []string{"c1", "c2"} {
+		h.call("notes", kc(ctx, id, "notes.search", RiskRead, ConfirmNone))
+		a.nextToolCall(id)
+		a.ok(id, "")
+		a.expectFrames() // the result is handled before the next call
+	}
+	first := &RecordingToolRelay{}
+	h.m.SetToolRelay(first)
+	expectRelay(t, first, "fin notes c1 ok", "ack notes c2", "fin notes c2 ok") // "ack notes c1" was dropped
+	if n := h.logs.FilterMessageSnippet("were lost").Len(); n != 1 {
+		t.Fatalf("loss logged %d times", n)
+	}
+	// A relay swap mid-call: the outcome goes to whichever is installed
+	// when it happens.
+	h.call("notes", kc(ctx, "c3", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c3")
+	second := &RecordingToolRelay{}
+	h.m.SetToolRelay(second)
+	a.ok("c3", "")
+	a.expectFrames()
+	expectRelay(t, first, "fin notes c1 ok", "ack notes c2", "fin notes c2 ok", "ack notes c3")
+	expectRelay(t, second, "fin notes c3 ok")
+}
+
+// toolKernel is a kernel that is also the tool relay, as the control
+// socket's kernel connection is.
+type toolKernel struct {
+	*fakeKernel
+	*RecordingToolRelay
+}
+
+func TestToolKernelIsRelay(t *testing.T) {
+	h := newHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks, err := h.m.AttachKernel(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	place, err := ks.AcceptToolCall("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.expectFrames() // accepted, not placed: nothing sent yet
+	place()
+	a.nextToolCall("c1")
+	expectRelay(t, k.RecordingToolRelay, "ack notes c1")
+	// Detached: its outcome queues for the next kernel.
+	ks.Detach()
+	a.ok("c1", "")
+	a.expectFrames()
+	if _, err := ks.AcceptToolCall("notes", kc(ctx, "c2", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrKernelDetached) {
+		t.Fatalf("detached call: %v", err)
+	}
+	if err := ks.ToolCancel("notes", "c1"); !errors.Is(err, ErrKernelDetached) {
+		t.Fatalf("detached cancel: %v", err)
+	}
+	k2 := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks2, err := h.m.AttachKernel(k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks2.Detach()
+	expectRelay(t, k2.RecordingToolRelay, "fin notes c1 ok")
+	expectRelay(t, k.RecordingToolRelay, "ack notes c1")
+}
+
+func TestToolAudit(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "ok", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("ok")
+	a.ok("ok", "")
+	a.expectFrames()
+	h.call("notes", kc(ctx, "deny", "notes.wipe", "", ConfirmHost))
+	ap := h.events.nextApproval(t)
+	if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+		t.Fatal(err)
+	}
+	expectRelay(t, relay, "ack notes ok", "fin notes ok ok", "ack notes deny", "fin notes deny error declined")
+	got, err := h.m.Audit("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("audit %+v", got)
+	}
+	e0, e1 := got[0], got[1]
+	if e0.App != "notes" || e0.Tool != "notes.search" || e0.Risk != RiskRead || e0.Decision != "none" ||
+		e0.Outcome != "ok" || e0.End != "finished" || e0.Account != "personal" || e0.Caller != "assistant" || e0.DurationMS <= 0 {
+		t.Fatalf("entry %+v", e0)
+	}
+	if e1.Tool != "notes.wipe" || e1.Risk != RiskDestructive || e1.Decision != "sheet" || e1.Approved != "deny" ||
+		e1.Outcome != "error" || e1.Error != CodeDeclined {
+		t.Fatalf("entry %+v", e1)
+	}
+	if only, _ := h.m.Audit("mail", 0); len(only) != 0 {
+		t.Fatalf("mail's audit %+v", only)
+	}
+	if last, _ := h.m.Audit("notes", 1); len(last) != 1 || last[0].CallID != "deny" {
+		t.Fatalf("last entry %+v", last)
+	}
+	// Persisted: a new store on the same file after the daemon's end.
+	h.m.Close()
+	h.store.Close()
+	s2, err := policy.OpenStore(h.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if again, err := s2.Audit("notes", 0); err != nil || len(again) != 2 {
+		t.Fatalf("after reopen %+v %v", again, err)
+	}
+}
