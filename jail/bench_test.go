@@ -1,20 +1,37 @@
 package jail
 
 import (
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"octosup/policy"
 )
 
-// BenchmarkSpawn measures spawn-to-exit of /bin/true: forked directly
-// with the same process attributes, and through the jail (helper
-// re-exec, Landlock, seccomp) with processes false and true. The ratio is
-// the jail's cost; docs/jail.md has the figures and the faster paths.
-// Run without -race: the helper is this test binary.
+// BenchmarkSpawn measures spawn-to-exit of /bin/true by every path an app
+// can take, interleaved (one spawn of each path per round, the order
+// turning every round, so that the machine's drift falls on all alike):
+//
+//   - plain: fork/exec with the same process attributes, no jail;
+//   - floor/reexec, floor/octosup-jail: the helper binary started and
+//     ended before any jail work (the runtime's start and the package
+//     inits): this test binary, a cgo binary linking libseccomp and zap
+//     like octosupd, and the static octosup-jail;
+//   - reexec/…: the jail through this test binary re-executed as the
+//     helper, as octosupd's own binary used to be;
+//   - octosup-jail/…: the jail through the static helper (production);
+//   - direct/processes=true: Config.DirectSpawn, no helper.
+//
+// It reports the p50 and p99 of each path (ms) and each p50's ratio to
+// plain's; docs/jail.md has a run. Run it without -race:
+//
+//	go test -run '^$' -bench BenchmarkSpawn -benchtime 400x ./jail/
 func BenchmarkSpawn(b *testing.B) {
 	h := newHarness(b)
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
@@ -29,8 +46,8 @@ func BenchmarkSpawn(b *testing.B) {
 		}
 		unix.Close(pidfd)
 	}
-	plain := func(b *testing.B, argv ...string) {
-		for b.Loop() {
+	plain := func(argv ...string) func() {
+		return func() {
 			var pid, pidfd int
 			var err error
 			h.sp.do(func() {
@@ -47,41 +64,76 @@ func BenchmarkSpawn(b *testing.B) {
 			wait(pidfd)
 		}
 	}
-	b.Run("plain", func(b *testing.B) { plain(b, "/bin/true") })
-	// The helper's floor: this binary started and ended without a jail
-	// (Go runtime, dynamic linking, package inits).
-	b.Run("reexec-floor", func(b *testing.B) { plain(b, h.probe, probeArg, "getpid") })
-	for _, c := range []struct {
-		name              string
-		processes, direct bool
-	}{
-		{"jailed/processes=false", false, false},
-		{"jailed/processes=true", true, false},
-		{"jailed/processes=true/direct", true, true},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			l := NewLauncher(Config{HelperPath: h.probe, DirectSpawn: c.direct})
-			p := c.processes
-			app := policy.App{
-				ID:      "bench",
-				Exec:    []string{"/bin/true"},
-				Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &p},
-				Storage: policy.Storage{Jail: true},
+	jailed := func(cfg Config, processes bool) func() {
+		l := NewLauncher(cfg)
+		app := policy.App{
+			ID:      "bench",
+			Exec:    []string{"/bin/true"},
+			Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &processes},
+			Storage: policy.Storage{Jail: true},
+		}
+		return func() {
+			var proc *Process
+			var err error
+			h.sp.do(func() {
+				proc, err = l.Start(Request{App: app, Dirs: h.dirs, Stdout: devnull, Stderr: devnull, Hub: devnull})
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
-			for b.Loop() {
-				var proc *Process
-				var err error
-				h.sp.do(func() {
-					proc, err = l.Start(Request{App: app, Dirs: h.dirs, Stdout: devnull, Stderr: devnull, Hub: devnull})
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := proc.Confirm(); err != nil {
-					b.Fatal(err)
-				}
-				wait(proc.Pidfd)
+			if _, err := proc.Confirm(); err != nil {
+				b.Fatal(err)
 			}
-		})
+			if proc.direct != cfg.DirectSpawn {
+				b.Fatalf("direct %v, want %v", proc.direct, cfg.DirectSpawn)
+			}
+			wait(proc.Pidfd)
+		}
 	}
+	reexec := Config{HelperPath: h.probe}
+	tiny := Config{HelperPath: h.helper}
+	paths := []struct {
+		name  string
+		spawn func()
+		times []time.Duration
+	}{
+		{name: "plain", spawn: plain("/bin/true")},
+		// Without its descriptors a helper gives up at once, after the
+		// runtime started and the packages initialized.
+		{name: "floor/reexec", spawn: plain(h.probe, HelperArg)},
+		{name: "floor/octosup-jail", spawn: plain(h.helper, HelperArg)},
+		{name: "reexec/processes=false", spawn: jailed(reexec, false)},
+		{name: "reexec/processes=true", spawn: jailed(reexec, true)},
+		{name: "octosup-jail/processes=false", spawn: jailed(tiny, false)},
+		{name: "octosup-jail/processes=true", spawn: jailed(tiny, true)},
+		{name: "direct/processes=true", spawn: jailed(Config{HelperPath: h.helper, DirectSpawn: true}, true)},
+	}
+	round := 0
+	for b.Loop() {
+		for k := range paths {
+			p := &paths[(round+k)%len(paths)]
+			t0 := time.Now()
+			p.spawn()
+			p.times = append(p.times, time.Since(t0))
+		}
+		round++
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	quantile := func(ts []time.Duration, q float64) time.Duration {
+		s := slices.Clone(ts)
+		slices.Sort(s)
+		return s[min(len(s)-1, int(q*float64(len(s))))]
+	}
+	base := quantile(paths[0].times, 0.5)
+	var table strings.Builder
+	fmt.Fprintf(&table, "%d rounds\n%-30s %8s %8s %7s\n", round, "path", "p50", "p99", "÷plain")
+	for _, p := range paths {
+		p50, p99 := quantile(p.times, 0.5), quantile(p.times, 0.99)
+		unit := strings.NewReplacer("/", "_", "=", "_").Replace(p.name)
+		b.ReportMetric(ms(p50), unit+"_p50_ms")
+		b.ReportMetric(ms(p99), unit+"_p99_ms")
+		fmt.Fprintf(&table, "%-30s %7.2fms %7.2fms %6.2f×\n", p.name, ms(p50), ms(p99), ms(p50)/ms(base))
+	}
+	b.Log("\n" + table.String())
 }

@@ -65,7 +65,7 @@ func TestStartIntoCgroup(t *testing.T) {
 	h := newHarness(t)
 	h.processes = true
 	for _, direct := range []bool{false, true} {
-		h.l = NewLauncher(Config{HelperPath: h.probe, DirectSpawn: direct})
+		h.l = NewLauncher(Config{HelperPath: h.helper, DirectSpawn: direct})
 		o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
 			return h.l.Start(Request{App: h.probeApp("cg", "cgroup"), Dirs: h.dirs, Stdout: stdout, Stderr: stderr, Hub: hub, CgroupFD: int(dir.Fd())})
 		}, nil)
@@ -74,7 +74,7 @@ func TestStartIntoCgroup(t *testing.T) {
 		}
 	}
 	// Without it, the app stays in the daemon's cgroup.
-	h.l = NewLauncher(Config{HelperPath: h.probe})
+	h.l = NewLauncher(Config{HelperPath: h.helper})
 	o := h.runApp(h.probeApp("cg", "cgroup"), nil, nil)
 	if o.err != nil || o.out != "0::"+filepath.Dir(rel) {
 		t.Errorf("no CgroupFD: %+v, want 0::%s", o, filepath.Dir(rel))

@@ -173,7 +173,7 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		network = policy.NetworkFull
 	}
 	spec.Seccomp = seccompRules(network, processes, ll.FS)
-	if err := spec.validateCompiled(); err != nil {
+	if err := validateCompiled(spec); err != nil {
 		return fail("%v", err)
 	}
 	return spec, nil
@@ -181,7 +181,7 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 
 // validateCompiled is Validate minus the pid, which the caller may fill
 // in only at fork time.
-func (s Spec) validateCompiled() error {
+func validateCompiled(s Spec) error {
 	if s.ParentPID == 0 {
 		s.ParentPID = 1
 	}

@@ -1,19 +1,16 @@
 package jail
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"octosup/jail/helper"
 )
 
 // The direct path (Config.DirectSpawn) starts a processes: true app
@@ -57,70 +54,6 @@ func onSpareThread(f func()) {
 		<-locked
 		runtime.UnlockOSThread()
 	}()
-}
-
-// filterCache keeps compiled filters by rule set: compiling costs more
-// than loading, and a daemon has a handful of distinct rule sets.
-type filterCache struct {
-	mu    sync.Mutex
-	progs map[string][]unix.SockFilter
-}
-
-func (c *filterCache) get(rules []Syscall) ([]unix.SockFilter, error) {
-	key, err := json.Marshal(rules)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p, ok := c.progs[string(key)]; ok {
-		return p, nil
-	}
-	p, err := compileBPF(rules)
-	if err != nil {
-		return nil, err
-	}
-	if c.progs == nil {
-		c.progs = map[string][]unix.SockFilter{}
-	}
-	c.progs[string(key)] = p
-	return p, nil
-}
-
-// compileBPF compiles rules with libseccomp and returns the raw program,
-// to be loaded on one thread: libseccomp-golang's Load always asks for
-// TSYNC, which would filter the whole daemon.
-func compileBPF(rules []Syscall) ([]unix.SockFilter, error) {
-	f, err := buildFilter(rules)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Release()
-	memfd, err := unix.MemfdCreate("octosup-seccomp", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd: %w", err)
-	}
-	file := os.NewFile(uintptr(memfd), "seccomp-bpf")
-	defer file.Close()
-	if err := f.ExportBPF(file); err != nil {
-		return nil, fmt.Errorf("export: %w", err)
-	}
-	if _, err := file.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(file)
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) == 0 || len(raw)%8 != 0 || len(raw)/8 > 4096 {
-		return nil, fmt.Errorf("libseccomp exported %d bytes of BPF", len(raw))
-	}
-	prog := make([]unix.SockFilter, len(raw)/8)
-	for i := range prog {
-		b := raw[8*i:]
-		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
-	}
-	return prog, nil
 }
 
 // leakyFDs lists the daemon's descriptors above 2 that lack close-on-exec
@@ -178,7 +111,7 @@ func (l *Launcher) startDirect(spec Spec, stdout, stderr, hub *os.File) (p *Proc
 	if err != nil {
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("seccomp", err.Error(), err))
 	}
-	abi := LandlockABI()
+	abi := helper.LandlockABI()
 	if spec.Strict && abi < spec.Landlock.MinABI {
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, &LayerError{Layer: "jail", Message: fmt.Sprintf("landlock ABI %d < %d", abi, spec.Landlock.MinABI)})
 	}
@@ -186,7 +119,7 @@ func (l *Launcher) startDirect(spec Spec, stdout, stderr, hub *os.File) (p *Proc
 	// not known before the fork, so a directly spawned app gets no /proc.
 	ls := spec.Landlock
 	ls.Paths = slices.DeleteFunc(slices.Clone(ls.Paths), func(p PathRule) bool { return p.Why == "proc" })
-	rulesetFD, llFlags, lerr := buildRuleset(ls, abi)
+	rulesetFD, llFlags, lerr := helper.BuildRuleset(ls, abi)
 	if lerr != nil {
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, lerr)
 	}
@@ -204,7 +137,7 @@ func (l *Launcher) startDirect(spec Spec, stdout, stderr, hub *os.File) (p *Proc
 	if stderr == nil {
 		stderr = devnull
 	}
-	rep := Report{LandlockABI: abi, Layers: []string{"env", "fds", "no_new_privs", "caps"}, Missing: landlockMissing(spec.Landlock, abi)}
+	rep := Report{LandlockABI: abi, Layers: []string{"env", "fds", "no_new_privs", "caps"}, Missing: helper.LandlockMissing(spec.Landlock, abi)}
 	if rep.Missing == nil {
 		rep.Missing = []string{}
 	}
@@ -251,11 +184,11 @@ func directSpawn(spec Spec, rep Report, rulesetFD int, llFlags uint32, prog []un
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail(layerErr("no_new_privs", "prctl", err))
 	}
-	if err := dropCaps(); err != nil {
+	if err := helper.DropCaps(); err != nil {
 		return fail(layerErr("caps", err.Error(), err))
 	}
 	if rulesetFD >= 0 {
-		if lerr := restrictSelf(rulesetFD, llFlags); lerr != nil {
+		if lerr := helper.RestrictSelf(rulesetFD, llFlags); lerr != nil {
 			return fail(lerr)
 		}
 		rep.Layers = append(rep.Layers, "landlock")
@@ -265,10 +198,9 @@ func directSpawn(spec Spec, rep Report, rulesetFD int, llFlags uint32, prog []un
 			rep.Missing = []string{"landlock"}
 		}
 	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)), 0, 0); err != nil {
+	if err := helper.LoadFilter(prog); err != nil {
 		switch {
-		case !seccompAbsent():
+		case !helper.SeccompAbsent():
 			return fail(layerErr("seccomp", "load", err))
 		case spec.Strict:
 			return fail(&LayerError{Layer: "jail", Message: "no seccomp filters in this kernel"})
@@ -277,7 +209,6 @@ func directSpawn(spec Spec, rep Report, rulesetFD int, llFlags uint32, prog []un
 	} else {
 		rep.Layers = append(rep.Layers, "seccomp")
 	}
-	runtime.KeepAlive(prog)
 	pidfd := -1
 	pid, err := syscall.ForkExec(spec.Program, spec.Argv, &syscall.ProcAttr{
 		Dir:   spec.Dir,

@@ -40,7 +40,7 @@ func restrictedThreads(t *testing.T) []string {
 // refuses).
 func TestDirectLeavesDaemonFree(t *testing.T) {
 	h := newHarness(t)
-	h.l = NewLauncher(Config{HelperPath: h.probe, DirectSpawn: true})
+	h.l = NewLauncher(Config{HelperPath: h.helper, DirectSpawn: true})
 	h.processes = true
 	private := filepath.Join(h.dirs.State, "consent.db")
 	if err := os.WriteFile(private, []byte("daemon only"), 0o600); err != nil {

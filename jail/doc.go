@@ -19,40 +19,52 @@
 //
 // The supervisor calls Launcher.Start from its one spawner goroutine,
 // locked to its OS thread (a child's parent-death signal is tied to the
-// thread that forked it). Start forks the helper — this same binary,
-// re-executed as [exe, HelperArg] — with the Spec in a memfd (never on
+// thread that forked it). Start compiles the seccomp rules to BPF with
+// libseccomp (once per rule set) and forks the helper, Config.HelperPath
+// run as [path, HelperArg], with the Spec and the BPF in a memfd (never on
 // argv) and a status pipe, and returns at once with the pid and a pidfd.
 // With Request.CgroupFD the fork puts the helper, and so the app, into
 // that cgroup (CLONE_INTO_CGROUP).
-// main must therefore begin with
+//
+// The helper is octosup-jail (cmd/octosup-jail), a static binary without
+// cgo built from package jail/helper, which holds everything it runs and
+// the types it shares with the daemon (Spec, Report, LayerError are
+// aliases of that package's). octosupd finds it with FindHelper: next to
+// its own executable, or where --jail-helper says. A binary may also be
+// its own helper (HelperPath empty, i.e. /proc/self/exe): test binaries
+// are, and then main (or TestMain) must begin with
 //
 //	if jail.IsHelper(os.Args) {
 //		os.Exit(jail.RunHelper())
 //	}
 //
-// The helper locks its thread, re-validates the Spec, marks every
-// descriptor but 0–3 close-on-exec, sets no_new_privs and the parent-death
-// signal (then checks the daemon is still its parent), drops every
-// capability, applies Landlock and loads the seccomp filter on the thread
-// that execs, writes a Report on the status pipe and execs the program.
-// Process.Confirm reads the pipe: a Report then EOF means the program
-// runs; anything else is a *LayerError naming the layer and the errno
-// ("landlock: open /usr/share/x: ENOENT", "jail: landlock ABI 3 < 6"),
-// which is what status shows after "failed: ".
+// The helper locks its thread, re-validates the Spec and the filter's
+// shape (the native arch check first), marks every descriptor but 0–3
+// close-on-exec, sets no_new_privs and the parent-death signal (then
+// checks the daemon is still its parent), drops every capability,
+// applies Landlock and loads the filter on the thread that execs (raw
+// seccomp(2), no TSYNC), writes a Report on the status pipe and execs the
+// program. Process.Confirm reads the pipe: a Report then EOF means the
+// program runs; anything else is a *LayerError naming the layer and the
+// errno ("landlock: open /usr/share/x: ENOENT", "jail: landlock ABI 3 <
+// 6"), which is what status shows after "failed: ".
 //
 // With Config.DirectSpawn, apps that may create processes start without
 // the helper, from a goroutine locked to a fresh thread that restricts
-// itself and forks the app (about 1.5× a bare fork/exec instead of ~9×;
-// the app gets no /proc/self). docs/jail.md compares the two.
+// itself and forks the app (about 1.7× a bare fork/exec, against 3× for
+// octosup-jail; the app gets no /proc/self, and an app started into a
+// cgroup takes the helper). octosupd leaves it off; docs/jail.md compares
+// the paths.
 //
 // # Layers and kernels
 //
 // Landlock is go-landlock's: Config.NewRulesetFD builds the ruleset, best
 // effort down the ABIs, and the one thread that execs enforces it
-// (LandlockRestrictSelf, not go-landlock's all-threads Restrict). Each
-// layer is best effort down the Landlock ABIs, and the Report says
-// which took (Layers) and which the kernel lacks (Missing), never a layer
-// that did not take. Strictness Strict refuses an app whose kernel cannot
+// (LandlockRestrictSelf, not go-landlock's all-threads Restrict);
+// helper.BuildRuleset and helper.RestrictSelf are that code, shared with
+// the direct spawn. Each layer is best effort down the Landlock ABIs, and
+// the Report says which took (Layers) and which the kernel lacks
+// (Missing), never a layer that did not take. Strictness Strict refuses an app whose kernel cannot
 // give it every restriction its Spec asks for (Landlock.MinABI).
 //
 // docs/jail.md is the full account: what an app can and cannot do layer by

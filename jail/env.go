@@ -3,6 +3,8 @@ package jail
 import (
 	"sort"
 	"strings"
+
+	"octosup/jail/helper"
 )
 
 // scrubbedPrefixes and scrubbedNames are removed from the daemon's
@@ -22,7 +24,7 @@ const (
 )
 
 // HubFD is the descriptor number of the hub in every app.
-const HubFD = 3
+const HubFD = helper.HubFD
 
 func scrubbed(name string) bool {
 	for _, n := range scrubbedNames {

@@ -335,7 +335,7 @@ func TestEscape(t *testing.T) {
 func testEscape(t *testing.T, direct bool) {
 	h := newHarness(t)
 	if direct {
-		h.l = NewLauncher(Config{HelperPath: h.probe, DirectSpawn: true})
+		h.l = NewLauncher(Config{HelperPath: h.helper, DirectSpawn: true})
 		h.processes = true
 	}
 	w := newWorld(t, h)

@@ -17,7 +17,15 @@ import (
 	"octosup/policy"
 )
 
+// helperEnv names the octosup-jail binary the tests run as the helper.
+// TestMain builds it once per run of the test binary (cmd/octosup-jail,
+// CGO_ENABLED=0: the binary production runs) unless the variable already
+// names one, as it does for the copy TestAsNobody runs.
+const helperPathEnv = "OCTOSUP_TEST_JAIL_HELPER"
+
 func TestMain(m *testing.M) {
+	// This binary is also a helper (the re-exec path other packages' tests
+	// and TestReexecHelper use) and every probe.
 	if IsHelper(os.Args) {
 		os.Exit(RunHelper())
 	}
@@ -27,7 +35,24 @@ func TestMain(m *testing.M) {
 	// The race runtime sleeps a second at exit unless told not to; every
 	// probe and helper is such an exit.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cleanup := func() {}
+	if os.Getenv(helperPathEnv) == "" {
+		dir, err := os.MkdirTemp("", "octosup-jail-helper-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		bin, err := buildHelper(dir)
+		if err != nil {
+			cleanup()
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(helperPathEnv, bin)
+	}
 	code := m.Run()
+	cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
@@ -35,6 +60,33 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// buildHelper builds cmd/octosup-jail into dir as make build does
+// (CGO_ENABLED=0) and returns its path. The directory is made readable
+// by everyone: TestAsNobody's copy comes from it.
+func buildHelper(dir string) (string, error) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("build the jail helper: no go command in PATH: %w", err)
+	}
+	bin := filepath.Join(dir, HelperName)
+	cmd := exec.Command(gobin, "build", "-o", bin, "octosup/cmd/octosup-jail")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the jail helper (go build octosup/cmd/octosup-jail): %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// standaloneHelper is the octosup-jail binary TestMain built.
+func standaloneHelper(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv(helperPathEnv)
+	if p == "" {
+		t.Fatal(helperPathEnv + " is unset: TestMain builds the helper")
+	}
+	return p
 }
 
 // spawner is the test's counterpart of the supervisor's spawner thread:
@@ -76,6 +128,8 @@ type harness struct {
 	l     *Launcher
 	dirs  policy.Dirs
 	probe string // the test binary
+	// helper is octosup-jail, the standalone helper production runs.
+	helper string
 	// processes is probeApp's default for sandbox.processes.
 	processes bool
 }
@@ -99,7 +153,8 @@ func newHarness(t testing.TB) *harness {
 			t.Fatal(err)
 		}
 	}
-	return &harness{t: t, sp: newSpawner(t), l: NewLauncher(Config{HelperPath: exe}), dirs: dirs, probe: exe}
+	bin := standaloneHelper(t)
+	return &harness{t: t, sp: newSpawner(t), l: NewLauncher(Config{HelperPath: bin}), dirs: dirs, probe: exe, helper: bin}
 }
 
 // probeApp is an app entry whose program is the probe doing action.

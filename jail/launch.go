@@ -1,10 +1,8 @@
 package jail
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/helper"
 	"octosup/policy"
 )
 
@@ -41,17 +40,6 @@ type Request struct {
 	// direct spawn forks from a thread under the app's own filter, where
 	// clone3 is ENOSYS.
 	CgroupFD int
-}
-
-// Report says which jail layers took for a process, and at which Landlock
-// ABI; status shows it and the daemon logs it at start. Layers are env,
-// fds, no_new_privs, caps, landlock, seccomp; Missing names what the
-// kernel could not enforce (landlock, landlock.truncate, landlock.net,
-// landlock.scope, seccomp).
-type Report struct {
-	LandlockABI int      `json:"landlock_abi"`
-	Layers      []string `json:"layers"`
-	Missing     []string `json:"missing"`
 }
 
 // Process is an app process the Launcher forked.
@@ -97,10 +85,6 @@ func (p *Process) Confirm() (Report, error) {
 	return p.report, p.err
 }
 
-// ErrHelperDied is wrapped when the helper ended without saying why
-// (killed, or crashed before it could report).
-var ErrHelperDied = errors.New("jail helper ended without a report")
-
 // readStatus reads the helper's status lines up to EOF: a report then EOF
 // is an exec that succeeded; a failure line is the reason it did not.
 func readStatus(r io.Reader) (Report, error) {
@@ -111,41 +95,14 @@ func readStatus(r io.Reader) (Report, error) {
 	return parseStatus(data)
 }
 
-func parseStatus(data []byte) (Report, error) {
-	var rep *Report
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		var m statusMsg
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&m); err != nil {
-			return Report{}, fmt.Errorf("jail: bad helper status %q: %w", sc.Text(), err)
-		}
-		if m.Failure != nil {
-			return Report{}, m.Failure
-		}
-		if m.Report != nil {
-			rep = m.Report
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return Report{}, fmt.Errorf("jail: bad helper status: %w", err)
-	}
-	if rep == nil {
-		return Report{}, fmt.Errorf("jail: %w", ErrHelperDied)
-	}
-	if rep.Missing == nil {
-		rep.Missing = []string{}
-	}
-	return *rep, nil
-}
+func parseStatus(data []byte) (Report, error) { return helper.ParseStatus(data) }
 
 // Config sets up a Launcher.
 type Config struct {
-	// HelperPath is the binary re-executed as the helper: the daemon's
-	// own (default /proc/self/exe, which survives the file being replaced
-	// by an upgrade), or a test binary that dispatches IsHelper.
+	// HelperPath is the jail helper every helper start runs as
+	// [HelperPath, HelperArg]: octosupd passes octosup-jail (FindHelper).
+	// Empty means /proc/self/exe, a binary that is its own helper (a test
+	// binary that dispatches IsHelper in TestMain).
 	HelperPath string
 	// Strictness is the daemon's setting; an entry's sandbox.strictness
 	// overrides it. Zero is BestEffort.
@@ -157,12 +114,13 @@ type Config struct {
 	// nothing.
 	Log *zap.Logger
 	// DirectSpawn starts processes: true apps without the helper, from a
-	// restricted thread of the daemon (about 1.3× a bare fork/exec
-	// instead of ~9×; docs/jail.md). processes: false apps, and any app
-	// while the daemon holds a descriptor without close-on-exec, still
-	// take the helper. NewLauncher then marks the descriptors the daemon
-	// inherited without close-on-exec (they stay open in the daemon; no
-	// child should get them, and the helper would not pass them on).
+	// restricted thread of the daemon (docs/jail.md compares the costs;
+	// octosupd leaves it off). processes: false apps, apps started into a
+	// cgroup, and any app while the daemon holds a descriptor without
+	// close-on-exec, still take the helper. NewLauncher then marks the
+	// descriptors the daemon inherited without close-on-exec (they stay
+	// open in the daemon; no child should get them, and the helper would
+	// not pass them on).
 	DirectSpawn bool
 }
 
@@ -257,11 +215,14 @@ func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process,
 // startHelper forks the helper with spec, into the cgroup cgroupFD when it
 // is positive.
 func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) (*Process, error) {
-	data, err := json.Marshal(spec)
+	// The helper has no libseccomp: the daemon compiles the filter (once
+	// per rule set) and sends the BPF along with the spec.
+	prog, err := l.filters.get(spec.Seccomp)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: encode spec: %w", spec.App, err)
+		return nil, fmt.Errorf("start %s: %w", spec.App, layerErr("seccomp", err.Error(), err))
 	}
-	// A memfd, not a pipe: the whole spec is there before the fork, so
+	data := helper.EncodeInput(spec, prog)
+	// A memfd, not a pipe: the whole input is there before the fork, so
 	// Start never blocks on the helper reading it.
 	memfd, err := unix.MemfdCreate("octosup-jail-spec", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -296,17 +257,11 @@ func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD
 	if stderr == nil {
 		stderr = devnull
 	}
-	// The helper needs no environment (the app's is in the spec); a
-	// race-enabled build's GORACE keeps its exit path quick in tests.
-	helperEnv := []string{}
-	if v, ok := os.LookupEnv("GORACE"); ok {
-		helperEnv = append(helperEnv, "GORACE="+v)
-	}
 	pidfd := -1
 	files := []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd(), hub.Fd(), statusW.Fd(), specFile.Fd()}
 	pid, err := syscall.ForkExec(l.cfg.HelperPath, []string{l.cfg.HelperPath, HelperArg}, &syscall.ProcAttr{
 		Dir:   "/",
-		Env:   helperEnv,
+		Env:   helperEnv(),
 		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Setpgid:   true,

@@ -1,6 +1,8 @@
 package jail
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -105,7 +107,7 @@ func TestNarrow(t *testing.T) {
 		}
 	}
 	// The Launcher's own setting narrows too.
-	h.l = NewLauncher(Config{HelperPath: h.probe, Narrow: []string{"wide"}})
+	h.l = NewLauncher(Config{HelperPath: h.helper, Narrow: []string{"wide"}})
 	if got := h.runApp(app("udp"), nil, nil).out; got != "EPERM" {
 		t.Errorf("udp narrowed by Config.Narrow: %s, want EPERM", got)
 	}
@@ -175,6 +177,63 @@ func TestHelperFailure(t *testing.T) {
 	}
 }
 
+// TestHelperRefusesFilter: the helper loads only a filter that begins with
+// the native architecture check, whatever the daemon sent; a filter
+// without it never runs the program.
+func TestHelperRefusesFilter(t *testing.T) {
+	h := newHarness(t)
+	req := Request{App: h.probeApp("filter", "getpid"), Dirs: h.dirs}
+	spec, err := h.l.Spec(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDirs(req); err != nil {
+		t.Fatal(err)
+	}
+	good, err := h.l.filters.get(spec.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Skip the arch load: the program still ends in verdicts the kernel
+	// would take.
+	h.l.filters.progs[filterKey(t, spec.Seccomp)] = good[1:]
+	o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+		return h.l.startSpec(spec, stdout, stderr, hub)
+	}, nil)
+	if o.err == nil || !strings.HasPrefix(o.err.Error(), "spec: invalid seccomp filter: does not begin with a load of seccomp_data.arch") {
+		t.Fatalf("Confirm: %v, want the helper to refuse the filter", o.err)
+	}
+	if o.out != "" {
+		t.Errorf("the program ran: %q", o.out)
+	}
+}
+
+func filterKey(t *testing.T, rules []Syscall) [sha256.Size]byte {
+	t.Helper()
+	b, err := json.Marshal(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// TestReexecHelper: a binary that is its own helper (Config.HelperPath
+// empty: this test binary re-executed, dispatching IsHelper in TestMain,
+// as the supervisor's and daemon's tests do) runs the same helper code
+// as octosup-jail and jails the app alike.
+func TestReexecHelper(t *testing.T) {
+	h := newHarness(t)
+	h.l = NewLauncher(Config{})
+	o := h.runApp(h.probeApp("reexec", "read", "/etc/passwd"), nil, nil)
+	want := []string{"env", "fds", "no_new_privs", "caps", "landlock", "seccomp"}
+	if o.err != nil || o.out != "ok" || !slices.Equal(o.report.Layers, want) {
+		t.Fatalf("re-exec helper: %+v, want ok with layers %v", o, want)
+	}
+	if o := h.runApp(h.probeApp("reexec", "keyctl"), nil, nil); o.err != nil || o.out != "EPERM" {
+		t.Errorf("keyctl under the re-exec helper: %+v, want EPERM", o)
+	}
+}
+
 // TestStartErrors: what Start refuses before forking.
 func TestStartErrors(t *testing.T) {
 	h := newHarness(t)
@@ -224,4 +283,31 @@ func FuzzParseStatus(f *testing.F) {
 			t.Error("success without a missing list")
 		}
 	})
+}
+
+// TestNoLandlockNoLayer: a helper with nothing for Landlock to enforce
+// (NewRulesetFD gives -1) does not report the layer.
+func TestNoLandlockNoLayer(t *testing.T) {
+	h := newHarness(t)
+	req := Request{App: h.probeApp("bare", "getpid"), Dirs: h.dirs}
+	spec, err := h.l.Spec(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDirs(req); err != nil {
+		t.Fatal(err)
+	}
+	spec.Landlock = LandlockSpec{}
+	o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+		return h.l.startSpec(spec, stdout, stderr, hub)
+	}, nil)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if slices.Contains(o.report.Layers, "landlock") || len(o.report.Missing) != 0 {
+		t.Errorf("report %+v: landlock reported though nothing was enforced", o.report)
+	}
+	if o.out == "" {
+		t.Error("the program printed nothing")
+	}
 }

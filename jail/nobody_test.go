@@ -40,10 +40,14 @@ func TestAsNobody(t *testing.T) {
 	if err := copyFile(exe, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	helperBin := filepath.Join(dir, HelperName)
+	if err := copyFile(standaloneHelper(t), helperBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
 		"--", bin, "-test.run=^(TestEscape|TestJailedProcess|TestNarrow|TestHelperFailure)$", "-test.skip=^TestEscape$/^direct$", "-test.v", "-test.count=1")
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE")}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE"), helperPathEnv + "=" + helperBin}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "\nPASS") {
 		t.Fatalf("as nobody: %v\n%s", err, out)

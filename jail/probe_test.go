@@ -42,6 +42,9 @@ func runProbe(args []string) int {
 	return 0
 }
 
+// errnoOf names the errno inside err ("" when there is none).
+func errnoOf(err error) string { return layerErr("", "", err).Errno }
+
 func atoi(s string) int {
 	n, err := strconv.Atoi(s)
 	if err != nil {

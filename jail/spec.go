@@ -1,291 +1,64 @@
 package jail
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strings"
+
+	"octosup/jail/helper"
 )
 
-// SpecVersion is the version of the Spec's wire form between the daemon
-// and the helper. Both are the same binary, but a helper started from an
-// older binary still on disk must refuse a spec it does not understand.
-const SpecVersion = 1
+// The jail's data types are the helper's (package jail/helper), which the
+// small octosup-jail binary shares without linking the daemon: these
+// aliases keep them jail.Spec, jail.Report, … for the daemon's code.
+type (
+	// Spec is the whole jail of one app process, as Compile produced it:
+	// the helper applies exactly this and nothing else.
+	Spec = helper.Spec
+	// LandlockSpec is the Landlock part of a Spec.
+	LandlockSpec = helper.LandlockSpec
+	// PathRule grants Access beneath Path.
+	PathRule = helper.PathRule
+	// Access is a set of filesystem rights.
+	Access = helper.Access
+	// Syscall is one seccomp rule.
+	Syscall = helper.Syscall
+	// ArgCmp compares one syscall argument.
+	ArgCmp = helper.ArgCmp
+	// CmpOp is how an argument is compared.
+	CmpOp = helper.CmpOp
+)
 
-// Spec is the whole jail of one app process, as Compile produced it: the
-// helper applies exactly this and nothing else. It is plain data so that a
-// person can read it (Describe) and the helper can re-validate it.
-type Spec struct {
-	Version int    `json:"version"`
-	App     string `json:"app"`
-	// Program is the absolute path execve runs; Argv its arguments
-	// (Argv[0] included); Env its whole environment; Dir its working
-	// directory.
-	Program string   `json:"program"`
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env"`
-	Dir     string   `json:"dir"`
-	// ParentPID is the daemon's pid: the helper checks it is still its
-	// parent after setting the parent-death signal, so that an app whose
-	// daemon died in between does not run on unsupervised.
-	ParentPID int `json:"parent_pid"`
-	// FDs are the descriptors the program keeps (0–3); every other one is
-	// closed at exec.
-	FDs []int `json:"fds"`
-	// Strict refuses to run the app when a layer it needs did not take.
-	Strict   bool         `json:"strict"`
-	Landlock LandlockSpec `json:"landlock"`
-	Seccomp  []Syscall    `json:"seccomp"`
-}
+// SpecVersion is the version of the Spec's wire form.
+const SpecVersion = helper.SpecVersion
 
-// LandlockSpec is the Landlock part of a Spec.
-type LandlockSpec struct {
-	// FS says whether filesystem access is narrowed at all (false for
-	// policy broad); when it is, only Paths are reachable.
-	FS    bool       `json:"fs"`
-	Paths []PathRule `json:"paths,omitempty"`
-	// Net says whether TCP bind/connect is narrowed (network none or tcp);
-	// when it is, only the listed ports are allowed.
-	Net        bool     `json:"net"`
-	ConnectTCP []uint16 `json:"connect_tcp,omitempty"`
-	BindTCP    []uint16 `json:"bind_tcp,omitempty"`
-	// Scope cuts the app off from abstract unix sockets and signals of
-	// processes outside its jail (ABI 6).
-	Scope bool `json:"scope"`
-	// MinABI is the lowest Landlock ABI that gives this app every
-	// restriction it asks for; strict mode refuses anything lower.
-	MinABI int `json:"min_abi"`
-	// LogApp asks the kernel to audit-log the app's denials (developer
-	// mode), not only the helper's.
-	LogApp bool `json:"log_app,omitempty"`
-}
-
-// PathRule grants Access beneath Path (the path itself when it is a file).
-type PathRule struct {
-	Path   string `json:"path"`
-	Access Access `json:"access"`
-	// Why says where the rule comes from: system, program, interp,
-	// resource, jail, secrets, external, device, proc.
-	Why string `json:"why"`
-	// Optional rules are skipped when the path does not exist (e.g. /lib32
-	// on a system without it); a missing required path is an error.
-	Optional bool `json:"optional,omitempty"`
-}
-
-// Access is a set of filesystem rights, a coarser vocabulary than
-// Landlock's that maps onto it (landlock.go) at whatever ABI the kernel has.
-type Access uint16
-
+// Rights and compares, as in package helper.
 const (
-	AccessRead     Access = 1 << iota // read files
-	AccessList                        // list directories
-	AccessExec                        // execute files
-	AccessWrite                       // write files
-	AccessTruncate                    // truncate files (ABI 3)
-	AccessCreate                      // create files, dirs, fifos, sockets, symlinks
-	AccessRemove                      // remove files and dirs
-	AccessRefer                       // rename or link across directories (ABI 2)
-	AccessDevIoctl                    // ioctl on devices (ABI 5)
-	accessEnd
+	AccessRead     = helper.AccessRead
+	AccessList     = helper.AccessList
+	AccessExec     = helper.AccessExec
+	AccessWrite    = helper.AccessWrite
+	AccessTruncate = helper.AccessTruncate
+	AccessCreate   = helper.AccessCreate
+	AccessRemove   = helper.AccessRemove
+	AccessRefer    = helper.AccessRefer
+	AccessDevIoctl = helper.AccessDevIoctl
+	AccessAll      = helper.AccessAll
+	AccessRO       = helper.AccessRO
+	AccessRX       = helper.AccessRX
+	AccessRW       = helper.AccessRW
+
+	CmpMasked = helper.CmpMasked
+	CmpGT     = helper.CmpGT
+	CmpNE     = helper.CmpNE
 )
 
-// AccessAll is every right in the vocabulary.
-const AccessAll = accessEnd - 1
+// ErrBadSpec is wrapped by every error Spec.Validate and DecodeSpec
+// return.
+var ErrBadSpec = helper.ErrBadSpec
 
-var accessNames = [...]string{"read", "list", "exec", "write", "truncate", "create", "remove", "refer", "ioctl"}
-
-// Common sets.
-const (
-	AccessRO  = AccessRead | AccessList
-	AccessRX  = AccessRO | AccessExec
-	AccessRW  = AccessRO | AccessWrite | AccessTruncate | AccessCreate | AccessRemove | AccessRefer
-	accessDir = AccessList | AccessCreate | AccessRemove | AccessRefer
-)
-
-// Names lists the rights in a fixed order.
-func (a Access) Names() []string {
-	var out []string
-	for i, n := range accessNames {
-		if a&(1<<i) != 0 {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func (a Access) String() string {
-	if a == 0 {
-		return "none"
-	}
-	return strings.Join(a.Names(), ",")
-}
-
-// MarshalJSON writes the rights as a list of names, for people.
-func (a Access) MarshalJSON() ([]byte, error) {
-	names := a.Names()
-	if names == nil {
-		names = []string{}
-	}
-	return json.Marshal(names)
-}
-
-// UnmarshalJSON reads a list of names and refuses an unknown one.
-func (a *Access) UnmarshalJSON(b []byte) error {
-	var names []string
-	if err := json.Unmarshal(b, &names); err != nil {
-		return err
-	}
-	var out Access
-	for _, n := range names {
-		i := slices.Index(accessNames[:], n)
-		if i < 0 {
-			return fmt.Errorf("unknown access right %q", n)
-		}
-		out |= 1 << i
-	}
-	*a = out
-	return nil
-}
-
-// Syscall is one seccomp rule: calls to Name whose arguments match every
-// condition in Args fail with Errno. Rules are alternatives (OR); the
-// conditions of one rule are a conjunction and name each argument at most
-// once (libseccomp 2.5 refuses two conditions on one argument).
-type Syscall struct {
-	Name  string   `json:"name"`
-	Errno string   `json:"errno"` // EPERM or ENOSYS
-	Args  []ArgCmp `json:"args,omitempty"`
-	Why   string   `json:"why"`
-}
-
-// ArgCmp compares one syscall argument. Masked compares (arg & Mask) ==
-// Value; it is also how 32-bit arguments (int family, unsigned cmd) are
-// compared without being fooled by garbage in the register's upper half.
-type ArgCmp struct {
-	Index uint   `json:"index"`
-	Op    CmpOp  `json:"op"`
-	Value uint64 `json:"value"`
-	Mask  uint64 `json:"mask,omitempty"`
-}
-
-// CmpOp is how an argument is compared.
-type CmpOp string
-
-const (
-	CmpMasked CmpOp = "masked_eq" // (arg & Mask) == Value
-	CmpGT     CmpOp = "gt"        // arg > Value (64-bit)
-	CmpNE     CmpOp = "ne"        // arg != Value (64-bit)
-)
-
-// ErrBadSpec is wrapped by every error Validate returns.
-var ErrBadSpec = errors.New("invalid jail spec")
-
-// Validate checks what the helper relies on. The helper runs it again on
-// what it received: a spec is the daemon's word, but the helper is the
-// last point where a mistake can still be refused instead of run.
-func (s Spec) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrBadSpec}, args...)...)
-	}
-	if s.Version != SpecVersion {
-		return bad("version %d, want %d", s.Version, SpecVersion)
-	}
-	if s.App == "" {
-		return bad("no app id")
-	}
-	if !filepath.IsAbs(s.Program) || filepath.Clean(s.Program) != s.Program {
-		return bad("program %q is not a clean absolute path", s.Program)
-	}
-	if len(s.Argv) == 0 {
-		return bad("empty argv")
-	}
-	if !filepath.IsAbs(s.Dir) {
-		return bad("dir %q is not absolute", s.Dir)
-	}
-	for _, kv := range s.Env {
-		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsRune(kv, 0) {
-			return bad("env entry %q is not NAME=value", kv)
-		}
-	}
-	for _, a := range s.Argv {
-		if strings.ContainsRune(a, 0) {
-			return bad("argv entry contains NUL")
-		}
-	}
-	if s.ParentPID < 1 {
-		return bad("parent pid %d", s.ParentPID)
-	}
-	if !slices.Equal(s.FDs, []int{0, 1, 2, HubFD}) {
-		return bad("fds %v, want [0 1 2 %d]", s.FDs, HubFD)
-	}
-	ll := s.Landlock
-	if ll.MinABI < 0 || ll.MinABI > 64 {
-		return bad("landlock min_abi %d", ll.MinABI)
-	}
-	if !ll.FS && len(ll.Paths) > 0 {
-		return bad("landlock paths without fs narrowing")
-	}
-	for _, p := range ll.Paths {
-		if !filepath.IsAbs(p.Path) || filepath.Clean(p.Path) != p.Path {
-			return bad("landlock path %q is not a clean absolute path", p.Path)
-		}
-		if p.Access == 0 || p.Access&^AccessAll != 0 {
-			return bad("landlock path %s: access %#x", p.Path, uint16(p.Access))
-		}
-	}
-	if !ll.Net && (len(ll.ConnectTCP) > 0 || len(ll.BindTCP) > 0) {
-		return bad("tcp ports without net narrowing")
-	}
-	for _, r := range s.Seccomp {
-		if r.Name == "" {
-			return bad("seccomp rule without a syscall")
-		}
-		if r.Errno != "EPERM" && r.Errno != "ENOSYS" {
-			return bad("seccomp %s: errno %q, want EPERM or ENOSYS", r.Name, r.Errno)
-		}
-		seen := map[uint]bool{}
-		for _, c := range r.Args {
-			if c.Index > 5 {
-				return bad("seccomp %s: argument %d", r.Name, c.Index)
-			}
-			if seen[c.Index] {
-				return bad("seccomp %s: two conditions on argument %d", r.Name, c.Index)
-			}
-			seen[c.Index] = true
-			switch c.Op {
-			case CmpMasked:
-				if c.Mask == 0 {
-					return bad("seccomp %s: masked compare with an empty mask", r.Name)
-				}
-			case CmpGT, CmpNE:
-			default:
-				return bad("seccomp %s: compare %q", r.Name, c.Op)
-			}
-		}
-	}
-	return nil
-}
-
-// DecodeSpec parses the helper's input strictly: unknown fields, trailing
-// data or an invalid spec are errors.
-func DecodeSpec(b []byte) (Spec, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		return Spec{}, fmt.Errorf("%w: %v", ErrBadSpec, err)
-	}
-	if dec.More() {
-		return Spec{}, fmt.Errorf("%w: trailing data after the spec", ErrBadSpec)
-	}
-	if err := s.Validate(); err != nil {
-		return Spec{}, err
-	}
-	return s, nil
-}
+// DecodeSpec parses a spec's JSON form strictly: unknown fields,
+// trailing data or an invalid spec are errors.
+func DecodeSpec(b []byte) (Spec, error) { return helper.DecodeSpec(b) }
 
 // Describe renders a spec for a person (octosupctl prints it).
 func Describe(s Spec) string {

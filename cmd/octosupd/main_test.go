@@ -18,16 +18,27 @@ func TestRunExitCodes(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"version":1,"apps":[{"id":"Bad","exec":["x"],"grants":{},"sandbox":{"policy":"jail","network":"none"},"storage":{}}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The manifest cases need a helper that passes the start check; any
+	// executable does, as no app starts.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		args       []string
 		wantCode   int
 		wantStderr string
 	}{
-		{"invalid manifest", []string{"run", "--config", bad}, exitManifest,
+		{"invalid manifest", []string{"run", "--jail-helper", exe, "--config", bad}, exitManifest,
 			`(?s)^octosupd: the manifest .*bad.json has 2 problem\(s\); fix them and start again:\n  app #0: id: .*\n  app #0: exec\[0\]: .*\n$`},
-		{"missing manifest", []string{"run", "--config", filepath.Join(dir, "none.json")}, exitFailed,
+		{"missing manifest", []string{"run", "--jail-helper", exe, "--config", filepath.Join(dir, "none.json")}, exitFailed,
 			`^octosupd: no manifest at .*none.json: create one .* or pass --config FILE\n$`},
+		// The test binary has no octosup-jail next to it.
+		{"no helper next to octosupd", []string{"run", "--config", bad}, exitFailed,
+			`^octosupd: jail helper not found: octosup-jail not found next to octosupd.test \(.*\): install it \(make install\) or pass --jail-helper\n$`},
+		{"helper not executable", []string{"run", "--jail-helper", bad, "--config", bad}, exitFailed,
+			`^octosupd: jail helper not found: --jail-helper .*bad.json: .*bad.json is not executable: permission denied\n$`},
 		{"bad log level", []string{"run", "--log-level", "loud"}, exitUsage, `^octosupd: --log-level "loud": use debug, info, warn or error\n$`},
 		{"unknown flag", []string{"run", "--bogus"}, exitUsage, `^octosupd: unknown flag: --bogus\n$`},
 		{"arguments", []string{"run", "extra"}, exitUsage, `unknown command "extra"`},

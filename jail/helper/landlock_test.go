@@ -1,4 +1,4 @@
-package jail
+package helper
 
 import (
 	"fmt"
@@ -106,7 +106,7 @@ func TestBuildRuleset(t *testing.T) {
 		{"scope only", LandlockSpec{Scope: true}, abi, abi >= 6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fd, _, lerr := buildRuleset(c.ls, c.abi)
+			fd, _, lerr := BuildRuleset(c.ls, c.abi)
 			if lerr != nil {
 				t.Fatal(lerr)
 			}
@@ -121,32 +121,5 @@ func TestBuildRuleset(t *testing.T) {
 				t.Errorf("fd %d, want a ruleset: %v", fd, c.wantFD)
 			}
 		})
-	}
-}
-
-// TestNoLandlockNoLayer: a helper with nothing for Landlock to enforce
-// (NewRulesetFD gives -1) does not report the layer.
-func TestNoLandlockNoLayer(t *testing.T) {
-	h := newHarness(t)
-	req := Request{App: h.probeApp("bare", "getpid"), Dirs: h.dirs}
-	spec, err := h.l.Spec(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prepareDirs(req); err != nil {
-		t.Fatal(err)
-	}
-	spec.Landlock = LandlockSpec{}
-	o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
-		return h.l.startSpec(spec, stdout, stderr, hub)
-	}, nil)
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	if slices.Contains(o.report.Layers, "landlock") || len(o.report.Missing) != 0 {
-		t.Errorf("report %+v: landlock reported though nothing was enforced", o.report)
-	}
-	if o.out == "" {
-		t.Error("the program printed nothing")
 	}
 }

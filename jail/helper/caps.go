@@ -1,4 +1,4 @@
-package jail
+package helper
 
 import (
 	"fmt"
@@ -6,12 +6,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dropCaps empties every capability set of the calling thread: bounding
+// DropCaps empties every capability set of the calling thread: bounding
 // (when it may: that needs CAP_SETPCAP, which an unprivileged daemon does
 // not have and then cannot pass on either), ambient, inheritable,
 // permitted and effective. With no_new_privs already set, nothing the app
 // execs can gain any back, even when the daemon runs as root.
-func dropCaps() error {
+func DropCaps() error {
 	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {

@@ -1,4 +1,4 @@
-package jail
+package helper
 
 import (
 	"errors"
@@ -135,7 +135,7 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 				if p.Optional && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
 					continue
 				}
-				return nil, layerErr("landlock", "open "+p.Path, err)
+				return nil, LayerErr("landlock", "open "+p.Path, err)
 			}
 			rights := fsRights(p.Access, st.IsDir())
 			if abi < 2 {
@@ -163,8 +163,8 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 	return rules, nil
 }
 
-// landlockMissing lists what ls asks for that abi cannot enforce.
-func landlockMissing(ls LandlockSpec, abi int) []string {
+// LandlockMissing lists what ls asks for that abi cannot enforce.
+func LandlockMissing(ls LandlockSpec, abi int) []string {
 	if (ls.FS || ls.Net || ls.Scope) && abi < 1 {
 		return []string{"landlock"}
 	}
@@ -184,22 +184,22 @@ func landlockMissing(ls LandlockSpec, abi int) []string {
 // applyLandlock restricts the calling thread to ls at the kernel's abi and
 // reports whether a domain was enforced. no_new_privs must be set.
 func applyLandlock(ls LandlockSpec, abi int) (bool, *LayerError) {
-	fd, flags, lerr := buildRuleset(ls, abi)
+	fd, flags, lerr := BuildRuleset(ls, abi)
 	if lerr != nil || fd < 0 {
 		return false, lerr
 	}
 	defer unix.Close(fd)
-	if lerr := restrictSelf(fd, flags); lerr != nil {
+	if lerr := RestrictSelf(fd, flags); lerr != nil {
 		return false, lerr
 	}
 	return true, nil
 }
 
-// buildRuleset creates the ruleset for ls (close-on-exec), or returns -1
+// BuildRuleset creates the ruleset for ls (close-on-exec), or returns -1
 // when there is nothing to enforce: Landlock is absent, or nothing ls
 // asks for exists at this ABI. Building opens files and restricts
 // nothing: it may run on any thread.
-func buildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
+func BuildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
 	if abi < 1 {
 		// NewRulesetFD would say the same (-1), but only after opening
 		// every path for nothing.
@@ -211,15 +211,15 @@ func buildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
 	}
 	fd, flags, err := landlockConfig(ls).NewRulesetFD(rules...)
 	if err != nil {
-		return -1, 0, layerErr("landlock", "ruleset: "+err.Error(), err)
+		return -1, 0, LayerErr("landlock", "ruleset: "+err.Error(), err)
 	}
 	return fd, flags, nil
 }
 
-// restrictSelf enforces a ruleset on the calling thread only (no TSYNC).
-func restrictSelf(rulesetFD int, flags uint32) *LayerError {
+// RestrictSelf enforces a ruleset on the calling thread only (no TSYNC).
+func RestrictSelf(rulesetFD int, flags uint32) *LayerError {
 	if err := ll.LandlockRestrictSelf(rulesetFD, flags); err != nil {
-		return layerErr("landlock", "restrict", err)
+		return LayerErr("landlock", "restrict", err)
 	}
 	return nil
 }

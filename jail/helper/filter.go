@@ -1,0 +1,141 @@
+package helper
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxFilter is the kernel's bound on a filter's length (BPF_MAXINSNS).
+const MaxFilter = 4096
+
+// maxInput bounds what the helper reads: a spec is a few KiB, a filter
+// at most 32 KiB.
+const maxInput = 1 << 20
+
+// ErrBadFilter is wrapped by every error CheckFilter returns.
+var ErrBadFilter = errors.New("invalid seccomp filter")
+
+// BPF opcodes the arch check is made of, and seccomp's kill verdict.
+const (
+	bpfLdWAbs    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	bpfJeqK      = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	bpfRetK      = unix.BPF_RET | unix.BPF_K
+	archOffset   = 4 // offsetof(struct seccomp_data, arch)
+	retKillProc  = 0x80000000
+	sockFilterSz = 8
+)
+
+// EncodeInput is what the daemon hands the helper on InputFD: spec and
+// the seccomp filter the daemon compiled from spec.Seccomp with
+// libseccomp (the helper cannot compile it: no cgo, no libseccomp; it
+// checks the program's shape and loads it as it is). The form is the
+// helper's own (wire.go), versioned by its first bytes.
+func EncodeInput(spec Spec, prog []unix.SockFilter) []byte {
+	w := wireWriter{b: make([]byte, 0, 8<<10)}
+	w.b = append(w.b, inputMagic...)
+	encodeSpec(&w, spec)
+	w.uint(uint64(len(prog) * sockFilterSz))
+	for _, in := range prog {
+		w.b = binary.NativeEndian.AppendUint16(w.b, in.Code)
+		w.b = append(w.b, in.Jt, in.Jf)
+		w.b = binary.NativeEndian.AppendUint32(w.b, in.K)
+	}
+	return w.b
+}
+
+// DecodeInput parses the helper's input strictly (a wrong version,
+// anything malformed or trailing is an error) and validates both parts:
+// the spec with Validate, the filter with CheckFilter.
+func DecodeInput(b []byte) (Spec, []unix.SockFilter, error) {
+	if !bytes.HasPrefix(b, []byte(inputMagic)) {
+		return Spec{}, nil, fmt.Errorf("%w: not a jail helper input of version %d (a daemon and a helper of different versions?)", ErrBadSpec, inputMagic[len(inputMagic)-1])
+	}
+	r := wireReader{b: b[len(inputMagic):]}
+	spec := decodeSpec(&r)
+	raw := r.bytes("filter")
+	if r.err == nil && len(r.b) > 0 {
+		r.fail(fmt.Sprintf("%d bytes after the filter", len(r.b)))
+	}
+	if r.err != nil {
+		return Spec{}, nil, fmt.Errorf("%w: %w", ErrBadSpec, r.err)
+	}
+	if err := spec.Validate(); err != nil {
+		return Spec{}, nil, err
+	}
+	prog, err := ParseFilter(raw)
+	if err != nil {
+		return Spec{}, nil, err
+	}
+	return spec, prog, nil
+}
+
+// ParseFilter reads raw sock_filter records and checks them.
+func ParseFilter(raw []byte) ([]unix.SockFilter, error) {
+	if len(raw)%sockFilterSz != 0 {
+		return nil, fmt.Errorf("%w: %d bytes is not a whole number of instructions", ErrBadFilter, len(raw))
+	}
+	prog := make([]unix.SockFilter, len(raw)/sockFilterSz)
+	for i := range prog {
+		r := raw[sockFilterSz*i:]
+		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(r), Jt: r[2], Jf: r[3], K: binary.NativeEndian.Uint32(r[4:])}
+	}
+	if err := CheckFilter(prog); err != nil {
+		return nil, err
+	}
+	return prog, nil
+}
+
+// CheckFilter refuses a program the helper must not load: empty, longer
+// than the kernel takes, or not beginning with the architecture check
+// that keeps another ABI's syscalls (int 0x80, x32) from slipping past
+// rules written for native numbers: a load of seccomp_data.arch, a
+// compare with this machine's AUDIT_ARCH, and a mismatch that kills the
+// process. The kernel checks the rest of the program when it loads it.
+func CheckFilter(prog []unix.SockFilter) error {
+	if len(prog) < 3 || len(prog) > MaxFilter {
+		return fmt.Errorf("%w: %d instructions, want 3 to %d", ErrBadFilter, len(prog), MaxFilter)
+	}
+	if nativeAuditArch == 0 {
+		return fmt.Errorf("%w: no AUDIT_ARCH known for %s: the helper cannot check the filter's arch test", ErrBadFilter, runtime.GOARCH)
+	}
+	if in := prog[0]; in.Code != bpfLdWAbs || in.K != archOffset {
+		return fmt.Errorf("%w: does not begin with a load of seccomp_data.arch (first instruction %#x k=%#x)", ErrBadFilter, in.Code, in.K)
+	}
+	in := prog[1]
+	if in.Code != bpfJeqK || in.K != nativeAuditArch {
+		return fmt.Errorf("%w: second instruction (%#x k=%#x) is not a compare with AUDIT_ARCH %#x", ErrBadFilter, in.Code, in.K, uint32(nativeAuditArch))
+	}
+	miss := 2 + int(in.Jf)
+	if miss >= len(prog) || prog[miss].Code != bpfRetK || prog[miss].K != retKillProc {
+		return fmt.Errorf("%w: another architecture's syscalls do not kill the process", ErrBadFilter)
+	}
+	return nil
+}
+
+// LoadFilter loads prog on the calling thread only (seccomp(2) with no
+// flags, so no TSYNC): the helper's thread that execs, or a direct
+// spawn's thread. no_new_privs must be set.
+func LoadFilter(prog []unix.SockFilter) error {
+	if len(prog) == 0 {
+		return fmt.Errorf("%w: empty", ErrBadFilter)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// SeccompAbsent tells a kernel without seccomp filters from a filter the
+// kernel refused.
+func SeccompAbsent() bool {
+	return unix.Prctl(unix.PR_GET_SECCOMP, 0, 0, 0, 0) == unix.EINVAL
+}
