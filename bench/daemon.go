@@ -57,6 +57,11 @@ func daemonManifest(apps []policy.App) ([]byte, error) {
 // autostart app started) — or with the end of its log when it exits or
 // times out first.
 func (e *Env) startDaemon(ctx context.Context, name string, apps []policy.App, extraEnv ...string) (*daemon, error) {
+	return e.startDaemonArgs(ctx, name, apps, nil, extraEnv...)
+}
+
+// startDaemonArgs is startDaemon with more arguments for octosupd run.
+func (e *Env) startDaemonArgs(ctx context.Context, name string, apps []policy.App, args []string, extraEnv ...string) (*daemon, error) {
 	manifest, err := daemonManifest(apps)
 	if err != nil {
 		return nil, err
@@ -96,7 +101,7 @@ func (e *Env) startDaemon(ctx context.Context, name string, apps []policy.App, e
 	env = append(env, "NOTIFY_SOCKET="+nsock)
 	env = append(env, extraEnv...)
 
-	cmd := exec.Command(e.Octosupd, "run", "--config", mpath)
+	cmd := exec.Command(e.Octosupd, append([]string{"run", "--config", mpath}, args...)...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The bench's death takes the daemon (and, by the jail's own

@@ -37,6 +37,9 @@ type Env struct {
 	Octosupd string // the daemon
 	Hubping  string // the tiny app (bench/hubping), built static
 	Bwrap    string // bubblewrap; "" when absent or not wanted
+	// JSONEcho and ToolApp are bench/jsonecho and bench/toolapp, of the
+	// tools and requests sections; "" means next to Hubping.
+	JSONEcho, ToolApp string
 	// Dir is the run's scratch directory, removed at the end.
 	Dir string
 	// Timeout bounds one operation (a start, an event, READY=1).

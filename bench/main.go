@@ -21,10 +21,13 @@ import (
 // measurements is every section of the table, in the order they run.
 // The spawn section runs first: later ones compare with its rows.
 func measurements() []Measurement {
+	roundTrip := &roundTripFlags{} // tools' and requests' shared flags
 	return []Measurement{
 		spawnMeasurement(),
 		crashMeasurement(),
 		scaleMeasurement(),
+		toolsMeasurement(roundTrip),
+		requestsMeasurement(roundTrip),
 	}
 }
 
@@ -47,14 +50,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("octosup-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		asJSON  = fs.Bool("json", false, "print the report as JSON instead of a table")
-		only    = fs.String("only", "", "run only these sections, comma-separated (default: all; see --list)")
-		list    = fs.Bool("list", false, "say what each section measures, and exit")
-		octo    = fs.String("octosupd", "bin/octosupd", "the daemon to measure")
-		hubping = fs.String("hubping", "bin/bench/hubping", "the tiny app (CGO_ENABLED=0 go build -o bin/bench/ ./bench/hubping)")
-		bwrap   = fs.String("bwrap", "auto", `bubblewrap for the spawn baseline: a path, "auto" ($PATH) or "none"`)
-		timeout = fs.Duration("timeout", 10*time.Second, "bound of one operation (a start, an event)")
-		keep    = fs.Bool("keep", false, "keep the scratch directory (daemon logs, manifests) and print where it is")
+		asJSON   = fs.Bool("json", false, "print the report as JSON instead of a table")
+		only     = fs.String("only", "", "run only these sections, comma-separated (default: all; see --list)")
+		list     = fs.Bool("list", false, "say what each section measures, and exit")
+		octo     = fs.String("octosupd", "bin/octosupd", "the daemon to measure")
+		hubping  = fs.String("hubping", "bin/bench/hubping", "the tiny app (CGO_ENABLED=0 go build -o bin/bench/ ./bench/hubping)")
+		bwrap    = fs.String("bwrap", "auto", `bubblewrap for the spawn baseline: a path, "auto" ($PATH) or "none"`)
+		timeout  = fs.Duration("timeout", 10*time.Second, "bound of one operation (a start, an event)")
+		keep     = fs.Bool("keep", false, "keep the scratch directory (daemon logs, manifests) and print where it is")
+		jsonecho = fs.String("jsonecho", "", "the floor of tools and requests (bench/jsonecho; default: next to --hubping)")
+		toolapp  = fs.String("toolapp", "", "the app of tools and requests (bench/toolapp; default: next to --hubping)")
 	)
 	for _, m := range ms {
 		if m.Flags != nil {
@@ -92,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer cleanup()
+	env.JSONEcho, env.ToolApp = *jsonecho, *toolapp
 
 	rep := &Report{Started: time.Now(), Machine: machine(env)}
 	failed := false

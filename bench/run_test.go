@@ -20,7 +20,7 @@ import (
 
 // build compiles the given packages (octosup import paths) into a
 // temporary directory and returns it: the tests run the real binaries.
-func build(t *testing.T, cgo bool, pkgs ...string) string {
+func build(t testing.TB, cgo bool, pkgs ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	goBin, err := exec.LookPath("go")
@@ -108,13 +108,21 @@ func TestRunSmall(t *testing.T) {
 		t.Skip("builds and runs octosupd")
 	}
 	bin := build(t, true, "octosup/cmd/octosupd")
-	hubping := filepath.Join(build(t, false, "octosup/bench/hubping"), "hubping")
+	// octosupd runs the jail helper next to it, built as make build
+	// builds it (no cgo).
+	helper := filepath.Join(build(t, false, "octosup/cmd/octosup-jail"), "octosup-jail")
+	if err := os.Symlink(helper, filepath.Join(bin, "octosup-jail")); err != nil {
+		t.Fatal(err)
+	}
+	// jsonecho and toolapp next to hubping, where the bench looks for them.
+	hubping := filepath.Join(build(t, false, "octosup/bench/hubping", "octosup/bench/jsonecho", "octosup/bench/toolapp"), "hubping")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{"--json", "--bwrap", "none",
 		"--octosupd", filepath.Join(bin, "octosupd"), "--hubping", hubping,
-		"--spawns", "3", "--kills", "3", "--scale", "2,4", "--status-calls", "3"}, &stdout, &stderr)
+		"--spawns", "3", "--kills", "3", "--scale", "2,4", "--status-calls", "3",
+		"--calls", "3", "--calls-pipelined", "8", "--requests", "3", "--requests-pipelined", "8", "--inflight", "4", "--rounds", "1"}, &stdout, &stderr)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, stderr.String(), stdout.String())
 	}
@@ -131,10 +139,34 @@ func TestRunSmall(t *testing.T) {
 			rows[r.Key] = r
 		}
 	}
-	for _, key := range []string{"spawn.plain", "spawn.plain.hub", "spawn.broad", "spawn.jail", "spawn.jail-procs", "spawn.jail.answer", "crash.event", "crash.waitpid", "scale.0.status", "scale.4.status"} {
+	for _, key := range []string{"spawn.plain", "spawn.plain.hub", "spawn.broad", "spawn.jail", "spawn.jail-procs", "spawn.jail.answer",
+		"spawn.jail-old-helper", "spawn.jail-procs-old-helper", "spawn.helper-floor", "spawn.helper-floor-old", "crash.event", "crash.waitpid", "scale.0.status", "scale.4.status"} {
 		r, ok := rows[key]
 		if !ok || r.N != 3 || r.P50 == nil || r.P50.X <= 0 || r.P99.X < r.P50.X {
 			t.Errorf("%s: %+v", key, r)
+		}
+	}
+	for _, sec := range []string{"tools", "requests"} {
+		for _, v := range []string{"floor", "relay", "real"} {
+			for _, k := range []string{"1", "4"} {
+				r := rows[sec+"."+v+"."+k]
+				if want := map[string]int{"1": 3, "4": 8}[k]; r.N != want || r.P50 == nil || r.P50.X <= 0 || r.Value == nil || r.Value.X <= 0 {
+					t.Errorf("%s.%s.%s: %+v", sec, v, k, r)
+				}
+			}
+		}
+		for _, key := range []string{".ratio.p50", ".ratio.rate.4", ".ratio.p50.relay", ".ratio.rate.relay.4"} {
+			if r := rows[sec+key]; r.Ratio == nil || r.Ratio.X <= 0 {
+				t.Errorf("%s%s: %+v", sec, key, r)
+			}
+		}
+		if r := rows[sec+".cpu.real.4"]; r.Value == nil || !strings.Contains(r.Note, "octosupd") {
+			t.Errorf("%s.cpu.real.4: %+v", sec, r)
+		}
+	}
+	for _, key := range []string{"tools.ratio.p50", "tools.ratio.rate.4"} {
+		if rows[key].Goal == nil {
+			t.Errorf("%s has no goal: %+v", key, rows[key])
 		}
 	}
 	for _, key := range []string{"spawn.ratio.c/a", "spawn.ratio.c'/a", "crash.ratio"} {

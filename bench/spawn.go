@@ -22,7 +22,9 @@ func spawnMeasurement() Measurement {
 		Title: "start → the app's first byte (hubping, one start at a time, variants interleaved)",
 		About: "Time from \"start\" to the first byte the same tiny app writes: (a) os/exec with a socketpair as fd 3, " +
 			"(b) octosupd policy broad, (c) octosupd jail with network none and processes false, (c') the same with " +
-			"processes true, (d) bwrap --unshare-all with the jail's binds. The app writes its hub (fd 3) and then a " +
+			"processes true, (c0) and (c0') the same through octosupd's own binary as the jail helper (the old path), " +
+			"(d) bwrap --unshare-all with the jail's binds; (h) and (h') start and end the two helpers with no spec. " +
+			"The app writes its hub (fd 3) and then a " +
 			"FIFO the bench holds; the daemon owns the hub of (b) and (c), so every variant is timed to the FIFO byte, " +
 			"and (a) and (d) to the hub byte too, which shows what the FIFO adds.",
 		Flags: func(fs *flag.FlagSet) {
@@ -40,7 +42,7 @@ type spawnSample struct {
 }
 
 type spawnVariant struct {
-	id    string // a, b, c, c', d
+	id    string // a, b, c, c', c0, c0', h, h', d
 	key   string
 	label string
 	once  func(ctx context.Context) (spawnSample, error)
@@ -64,7 +66,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 	defer childLog.Close()
 
 	fifos := map[string]*fifo{}
-	for _, id := range []string{"plain", "broad", "jail", "jail-procs", "bwrap"} {
+	for _, id := range []string{"plain", "broad", "jail", "jail-procs", "jail-old", "jail-procs-old", "bwrap"} {
 		f, err := appFIFO(dir, id)
 		if err != nil {
 			return nil, err
@@ -88,6 +90,27 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 	}
 	defer conn.Close()
 
+	// The old path, in the same run: a daemon whose jail helper is
+	// octosupd itself (it still answers the helper's mode), as every
+	// start was before octosup-jail.
+	d0, err := env.startDaemonArgs(ctx, "spawn-daemon-old-helper", []policy.App{
+		hubpingApp("jail", env.Hubping, fifos["jail-old"], jailSandbox(false), false),
+		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs-old"], jailSandbox(true), false),
+	}, []string{"--jail-helper", env.Octosupd})
+	if err != nil {
+		return nil, err
+	}
+	defer d0.Stop(30 * time.Second)
+	conn0, err := d0.Client.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn0.Close()
+	tiny := filepath.Join(filepath.Dir(env.Octosupd), jail.HelperName)
+	if _, err := os.Stat(tiny); err != nil {
+		return nil, fmt.Errorf("%s is not next to %s (make bench builds both): %w", jail.HelperName, env.Octosupd, err)
+	}
+
 	variants := []*spawnVariant{
 		{id: "a", key: "spawn.plain", label: "a   os/exec, socketpair as fd 3",
 			once: plainSpawn(env, []string{env.Hubping, fifos["plain"].Path}, fifos["plain"], childLog)},
@@ -97,14 +120,19 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 			once: daemonSpawn(env, d, conn, "jail", fifos["jail"])},
 		{id: "c'", key: "spawn.jail-procs", label: "c'  octosupd, jail: network none, processes true",
 			once: daemonSpawn(env, d, conn, "jail-procs", fifos["jail-procs"])},
+		{id: "c0", key: "spawn.jail-old-helper", label: "c0  the same as c, octosupd as the helper (old path)",
+			once: daemonSpawn(env, d0, conn0, "jail", fifos["jail-old"])},
+		{id: "c0'", key: "spawn.jail-procs-old-helper", label: "c0' the same as c', octosupd as the helper (old path)",
+			once: daemonSpawn(env, d0, conn0, "jail-procs", fifos["jail-procs-old"])},
+		// The helpers' floors: each binary run as the jail helper with no
+		// spec to read, so it exits once the Go runtime and the package
+		// inits ran — what every start through it pays before any jail
+		// work.
+		{id: "h", key: "spawn.helper-floor-old", label: "h   octosupd re-exec'd as the jail helper, no spec",
+			once: helperFloor(env.Octosupd, childLog)},
+		{id: "h'", key: "spawn.helper-floor", label: "h'  octosup-jail, no spec",
+			once: helperFloor(tiny, childLog)},
 	}
-	// The helper's floor: the daemon's binary re-executed as the jail
-	// helper, with no spec to read, so it exits once the Go runtime and
-	// the package inits ran — what every helper start pays before any
-	// jail work.
-	helper := &spawnVariant{id: "h", key: "spawn.helper-floor", label: "h   octosupd re-exec'd as the jail helper, no spec",
-		once: helperFloor(env, childLog)}
-	variants = append(variants, helper)
 	bw := &spawnVariant{id: "d", key: "spawn.bwrap", label: "d   bwrap --unshare-all, same binds"}
 	if env.Bwrap != "" {
 		f := fifos["bwrap"]
@@ -144,7 +172,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", v.id, v.err))
 		}
 	}
-	return spawnRows(append(variants[:5:5], bw)), errors.Join(errs...)
+	return spawnRows(append(variants[:8:8], bw)), errors.Join(errs...)
 }
 
 // spawnRows turns the samples into rows: each variant to the FIFO byte
@@ -169,7 +197,7 @@ func spawnRows(vs []*spawnVariant) []Row {
 			rows = append(rows, summarize(hub).row(v.key+".hub", v.label+" → hub byte"))
 		}
 		to := " → FIFO byte"
-		if v.id == "h" {
+		if v.id == "h" || v.id == "h'" {
 			to = " → exit"
 		}
 		r := summarize(fifo).row(v.key, v.label+to)
@@ -197,6 +225,9 @@ func spawnRows(vs []*spawnVariant) []Row {
 		ratio("b", "a", "octosupd broad vs plain", nil),
 		ratio("c", "a", "jailed, processes false vs plain", AtMost(2.0, "×")),
 		ratio("c'", "a", "jailed, processes true vs plain", AtMost(1.5, "×")),
+		ratio("c0", "a", "old path, processes false vs plain", nil),
+		ratio("c0'", "a", "old path, processes true vs plain", nil),
+		ratio("c", "c0", "jailed, processes false: octosup-jail vs old path", nil),
 		ratio("d", "a", "bwrap vs plain", nil),
 		ratio("c", "d", "jailed, processes false vs bwrap", nil),
 		ratio("c'", "d", "jailed, processes true vs bwrap", nil),
@@ -204,11 +235,11 @@ func spawnRows(vs []*spawnVariant) []Row {
 	// A start through the helper cannot beat a plain start plus the
 	// helper's own exec: how close c comes to that floor is what the
 	// daemon and the jail layers add.
-	a, h := byID["a"], byID["h"]
+	a, h := byID["a"], byID["h'"]
 	if a.P50 != nil && h.P50 != nil {
-		floor := Row{Key: "spawn.helper-path-floor", Label: "a+h the helper path's floor (p50s added)",
+		floor := Row{Key: "spawn.helper-path-floor", Label: "a+h' the helper path's floor (p50s added)",
 			Value: &Value{X: a.P50.X + h.P50.X, Unit: "ms"}}
-		rows = append(rows, floor, ratioRow("spawn.ratio.c/a+h", "jailed, processes false vs that floor", "c/(a+h) p50", byID["c"], floor, nil))
+		rows = append(rows, floor, ratioRow("spawn.ratio.c/a+h'", "jailed, processes false vs that floor", "c/(a+h') p50", byID["c"], floor, nil))
 	}
 	return rows
 }
@@ -274,19 +305,19 @@ func daemonSpawn(env *Env, d *daemon, conn *control.Conn, app string, f *fifo) f
 	}
 }
 
-// helperFloor times exec → exit of the daemon's binary run as the jail
-// helper without the descriptors it needs: it gives up at once, after the
-// Go runtime started and the packages initialized.
-func helperFloor(env *Env, logw *os.File) func(context.Context) (spawnSample, error) {
+// helperFloor times exec → exit of a jail helper binary (octosupd or
+// octosup-jail) run without the descriptors it needs: it gives up at
+// once, after the Go runtime started and the packages initialized.
+func helperFloor(bin string, logw *os.File) func(context.Context) (spawnSample, error) {
 	return func(context.Context) (spawnSample, error) {
-		cmd := exec.Command(env.Octosupd, jail.HelperArg)
+		cmd := exec.Command(bin, jail.HelperArg)
 		cmd.Stdout, cmd.Stderr = logw, logw
 		t0 := time.Now()
 		err := cmd.Run()
 		dt := time.Since(t0)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !ee.Exited() {
-			return spawnSample{}, fmt.Errorf("%s %s should fail at once without its descriptors, but: %v", env.Octosupd, jail.HelperArg, err)
+			return spawnSample{}, fmt.Errorf("%s %s should fail at once without its descriptors, but: %v", bin, jail.HelperArg, err)
 		}
 		return spawnSample{fifo: dt}, nil
 	}
