@@ -26,6 +26,11 @@ type stream struct {
 	topics map[string]bool
 	active bool     // false until its answer is queued
 	held   [][]byte // events that came before activation
+	// skip drops the events its answer already covered (nil: none). The
+	// supervisor's events reach the hub through a forwarder, so one
+	// written before the answer's snapshot may still arrive after
+	// activation: skip stays until the first event it passes.
+	skip func(line []byte) bool
 }
 
 func (h *hub) add(st *stream) {
@@ -101,19 +106,32 @@ func (st *stream) deliver(line []byte) {
 		st.held = append(st.held, line)
 		return
 	}
+	st.send(line)
+}
+
+// send writes an event past skip. st.mu is held.
+func (st *stream) send(line []byte) {
+	if st.skip != nil {
+		if st.skip(line) {
+			return
+		}
+		st.skip = nil // events of one app arrive in order: the rest are new
+	}
 	st.conn.sendEvent(line)
 }
 
 // activate sends the held events that keep passes (nil: all) and lets
-// later ones through directly. It runs after the stream's answer was
-// queued, so events always follow the answer that started them.
+// later ones through, dropping those keep refuses until it passes one. It
+// runs after the stream's answer was queued, so events always follow the
+// answer that started them.
 func (st *stream) activate(keep func(line []byte) bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if keep != nil {
+		st.skip = func(line []byte) bool { return !keep(line) }
+	}
 	for _, line := range st.held {
-		if keep == nil || keep(line) {
-			st.conn.sendEvent(line)
-		}
+		st.send(line)
 	}
 	st.held = nil
 	st.active = true

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DAEMON_TEST_HUBAPP") == "1" {
 		os.Exit(hubApp())
 	}
+	if os.Getenv("DAEMON_TEST_HUBAPP") == "flood" {
+		os.Exit(floodApp())
+	}
 	if os.Getenv("OCTOSUP_TEST_DAEMON") == "1" {
 		os.Exit(runTestDaemon())
 	}

@@ -26,6 +26,7 @@ func builtinOps(s *Server) map[string]Handler {
 		control.OpSubscribe: s.opSubscribe,
 		control.OpReload:    s.opReload,
 		OpJail:              s.opJail,
+		OpDebug:             s.opDebug,
 	}
 }
 
@@ -194,14 +195,34 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if st == nil {
 		return data, nil
 	}
+	// An event is new unless the snapshot has it: older than its last
+	// line, or as old and one of the snapshot's lines of that instant
+	// (lines may share a timestamp on a coarse clock).
 	var last time.Time
+	sameInstant := map[string]int{}
 	if len(lines) > 0 {
 		last = lines[len(lines)-1].At
+		for _, l := range lines {
+			if l.At.Equal(last) {
+				sameInstant[l.Stream+"\x00"+l.Text]++
+			}
+		}
 	}
 	return then{data: data, fn: func() {
 		st.activate(func(line []byte) bool {
 			var l control.LogLine
-			return json.Unmarshal(line, &l) == nil && l.At.After(last)
+			if json.Unmarshal(line, &l) != nil {
+				return false
+			}
+			switch {
+			case l.At.After(last):
+				return true
+			case l.At.Equal(last) && sameInstant[l.Stream+"\x00"+l.Text] > 0:
+				sameInstant[l.Stream+"\x00"+l.Text]--
+				return false
+			default:
+				return !l.At.Before(last)
+			}
 		})
 	}}, nil
 }

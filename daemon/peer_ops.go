@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -75,9 +76,11 @@ func (p *peerLink) register(s *Server) {
 	s.Handle(control.OpApprove, p.opApprove)
 	s.Handle(control.OpConsent, p.opConsent)
 	s.Handle(control.OpAppSend, p.opAppSend)
-	s.Handle(control.OpKernelAttach, p.opKernelAttach)
-	s.Handle(control.OpRequestReply, p.opRequestReply)
-	s.Handle(control.OpRequestEvent, p.opRequestEvent)
+	// A kernel's ops run in the order it sent them: a turn's reply, then
+	// its events, reach the app in that order (SPEC §3).
+	s.HandleOrdered(control.OpKernelAttach, p.opKernelAttach)
+	s.HandleOrdered(control.OpRequestReply, p.opRequestReply)
+	s.HandleOrdered(control.OpRequestEvent, p.opRequestEvent)
 	RegisterToolOps(s, p.m, kernelOf)
 }
 
@@ -166,14 +169,58 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 }
 
 // connKernel is an attached kernel as the peer link sees it: events on
-// its control connection. Conn.Event never blocks (a kernel that does not
-// read is dropped), which is what peer.Kernel asks of it.
-type connKernel struct{ c *Conn }
+// its control connection, held until kernel.attach's answer is queued so
+// that nothing (a request, a queued tool outcome) precedes that answer.
+// Its methods are called with the peer Manager's lock held and never
+// block: a kernel that does not read is dropped (Conn.Event), and one
+// that would hold more than maxHeldKernelEvents before its answer too.
+type connKernel struct {
+	c *Conn
 
-func (k connKernel) Request(r peer.KernelRequest) error { return k.c.Event(control.EventRequest, r) }
+	mu     sync.Mutex
+	active bool
+	held   [][]byte // encoded events
+}
 
-func (k connKernel) ContextClosed(app, contextID, reason string) {
-	if err := k.c.Event(control.EventContextClosed, control.ContextClosedEvent{App: app, ContextID: contextID, Reason: reason}); err != nil {
+// maxHeldKernelEvents bounds what a kernel's events may pile up between
+// kernel.attach and its answer (a moment: the answer is queued next).
+const maxHeldKernelEvents = 4096
+
+func (k *connKernel) event(topic string, ev any) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.active {
+		return k.c.Event(topic, ev)
+	}
+	// Encoded now: ev may refer to memory its caller reuses.
+	line, err := control.EncodeEvent(topic, ev)
+	if err != nil {
+		return err
+	}
+	if len(k.held) >= maxHeldKernelEvents {
+		k.c.drop("too many kernel events before kernel.attach was answered")
+		return fmt.Errorf("send %s event: the kernel connection is gone", topic)
+	}
+	k.held = append(k.held, line)
+	return nil
+}
+
+// activate runs once kernel.attach's answer is queued: the held events
+// follow it, in order, and later ones go straight to the connection.
+func (k *connKernel) activate() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, line := range k.held {
+		k.c.sendEvent(line)
+	}
+	k.held = nil
+	k.active = true
+}
+
+func (k *connKernel) Request(r peer.KernelRequest) error { return k.event(control.EventRequest, r) }
+
+func (k *connKernel) ContextClosed(app, contextID, reason string) {
+	if err := k.event(control.EventContextClosed, control.ContextClosedEvent{App: app, ContextID: contextID, Reason: reason}); err != nil {
 		k.c.Log().Warn("kernel missed context.closed", zap.String("app", app), zap.String("context_id", contextID), zap.Error(err))
 	}
 }
@@ -190,18 +237,17 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 	if kernelOf(c) != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
-	ks, err := p.m.AttachKernel(WithToolEvents(c, connKernel{c}))
+	k := &connKernel{c: c}
+	ks, err := p.m.AttachKernel(withToolEvents(k, k.event))
 	if err != nil {
 		return nil, peerError("kernel.attach", err)
 	}
 	c.kernel.Store(ks)
 	// The connection owns the session: when it ends, for whatever reason,
-	// the kernel is detached and the apps' open turns fail.
-	go func() {
-		<-c.Done()
-		ks.Detach()
-	}()
-	return control.AttachData{Attached: true}, nil
+	// the kernel is detached (and the apps' open turns fail) before the
+	// connection is gone.
+	c.OnClose(ks.Detach)
+	return AfterReply(control.AttachData{Attached: true}, k.activate), nil
 }
 
 func attached(c *Conn, op string) (*peer.KernelSession, error) {

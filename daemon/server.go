@@ -27,14 +27,16 @@ import (
 // *control.Error is answered as is; any other error is internal.
 type Handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
-// Queue sizes. A connection holds at most connQueue lines not yet written
-// to it and runs at most maxInflight requests at once; reading the next
-// request waits for a free slot, which slows that client only.
+// Queue sizes. A connection holds at most connQueue lines (and
+// connQueueBytes bytes of events) not yet written to it and runs at most
+// maxInflight requests at once; reading the next request waits for a free
+// slot, which slows that client only.
 const (
-	connQueue    = 1024
-	maxInflight  = 64
-	writeTimeout = 10 * time.Second
-	defaultLines = 100
+	connQueue      = 1024
+	connQueueBytes = 16 << 20
+	maxInflight    = 64
+	writeTimeout   = 10 * time.Second
+	defaultLines   = 100
 	// supervisorBuffer is the queue of the server's own subscription to
 	// the supervisor; it only forwards into per-connection queues.
 	supervisorBuffer = 4096
@@ -65,9 +67,10 @@ type Server struct {
 	hub hub
 	uid int // the only uid served: the daemon's own
 
-	mu     sync.RWMutex
-	ops    map[string]Handler
-	topics map[string]bool
+	mu      sync.RWMutex
+	ops     map[string]Handler
+	ordered map[string]bool // ops run in arrival order on the reader
+	topics  map[string]bool
 }
 
 // NewServer returns a server with the built-in ops registered.
@@ -90,6 +93,7 @@ func NewServer(cfg ServerConfig) *Server {
 		},
 	}
 	s.ops = builtinOps(s)
+	s.ordered = map[string]bool{}
 	return s
 }
 
@@ -102,6 +106,18 @@ func (s *Server) Handle(op string, h Handler) {
 		panic(fmt.Sprintf("daemon: op %q registered twice", op))
 	}
 	s.ops[op] = h
+}
+
+// HandleOrdered registers an op whose requests on one connection run one
+// at a time, in the order they arrived, on the connection's reader: what
+// they do (e.g. a kernel's request.reply then its request.events) happens
+// in the order the client sent it. Its handler must not block for long:
+// the connection reads nothing else meanwhile.
+func (s *Server) HandleOrdered(op string, h Handler) {
+	s.Handle(op, h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ordered[op] = true
 }
 
 // AddTopic makes a topic subscribable.
@@ -131,6 +147,12 @@ func (s *Server) handler(op string) (Handler, bool) {
 	return h, ok
 }
 
+func (s *Server) isOrdered(op string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ordered[op]
+}
+
 func (s *Server) knownTopic(t string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -146,10 +168,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
+	// Subscribed before the first accept: a client's logs -f or
+	// subscribe misses no event of the daemon's lifetime.
+	first := s.cfg.Apps.Subscribe(supervisorBuffer)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.forward(ctx)
+		s.forward(ctx, first)
 	}()
 	wg.Add(1)
 	go func() {
@@ -195,15 +220,19 @@ func retryAccept(err error) bool {
 // forward publishes the supervisor's events. When the supervisor drops
 // this subscription (it fell behind), it subscribes again and publishes
 // every app's current state, so that subscribers converge.
-func (s *Server) forward(ctx context.Context) {
+func (s *Server) forward(ctx context.Context, sub Subscription) {
 	for ctx.Err() == nil {
-		sub := s.cfg.Apps.Subscribe(supervisorBuffer)
+		if sub == nil {
+			sub = s.cfg.Apps.Subscribe(supervisorBuffer)
+		}
 		s.pump(ctx, sub)
 		sub.Close()
 		if ctx.Err() != nil {
 			return
 		}
-		if err := sub.Err(); !errors.Is(err, supervisor.ErrSlowSubscriber) {
+		err := sub.Err()
+		sub = nil
+		if !errors.Is(err, supervisor.ErrSlowSubscriber) {
 			// The supervisor shut down: nothing more to forward.
 			s.log.Debug("supervisor events ended", zap.Error(err))
 			return
@@ -282,6 +311,15 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	stop()
 	s.hub.removeConn(c)
 	cancel()
+	// No handler runs any more, so no hook can be added now: each runs
+	// exactly once, before the connection is gone for good.
+	c.hookMu.Lock()
+	hooks := c.hooks
+	c.hooks = nil
+	c.hookMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
 	c.quitOnce.Do(func() { close(c.quit) })
 	writer.Wait()
 	nc.Close()
@@ -308,6 +346,7 @@ type Conn struct {
 	cancel context.CancelFunc
 
 	out      chan []byte
+	queued   atomic.Int64  // bytes of the lines in out
 	quit     chan struct{} // closed when the writer is to flush and stop
 	quitOnce sync.Once
 	dropOnce sync.Once
@@ -318,6 +357,18 @@ type Conn struct {
 	// kernel is the peer link's kernel session once this connection ran
 	// kernel.attach (peer_ops.go).
 	kernel atomic.Pointer[peer.KernelSession]
+
+	hookMu sync.Mutex
+	hooks  []func() // OnClose's, run at teardown
+}
+
+// OnClose runs f when the connection ends, after its last request was
+// answered and before Serve returns: a handler's way to own what the
+// connection started (an attached kernel) without a goroutine of its own.
+func (c *Conn) OnClose(f func()) {
+	c.hookMu.Lock()
+	defer c.hookMu.Unlock()
+	c.hooks = append(c.hooks, f)
 }
 
 // Peer is who is at the other end of a connection (SO_PEERCRED).
@@ -358,8 +409,14 @@ func (c *Conn) sendEvent(line []byte) bool {
 		return false
 	default:
 	}
+	n := int64(len(line))
+	if q := c.queued.Load(); q+n > connQueueBytes {
+		c.drop(fmt.Sprintf("slow subscriber: %d bytes of events not read", q))
+		return false
+	}
 	select {
 	case c.out <- line:
+		c.queued.Add(n)
 		return true
 	default:
 		c.drop("slow subscriber: its queue of events is full")
@@ -392,6 +449,7 @@ func (c *Conn) reply(resp control.Response) {
 	}
 	select {
 	case c.out <- line:
+		c.queued.Add(int64(len(line)))
 	case <-c.quit:
 	}
 }
@@ -399,6 +457,7 @@ func (c *Conn) reply(resp control.Response) {
 func (c *Conn) writeLoop() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
 	write := func(line []byte) bool {
+		c.queued.Add(-int64(len(line)))
 		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := w.Write(line); err != nil {
 			return false
@@ -453,7 +512,9 @@ func (c *Conn) discard() {
 
 // readLoop reads requests until EOF or error. Each request runs in its
 // own goroutine so that a slow op (stop waits for the grace period) does
-// not hold the connection's other requests.
+// not hold the connection's other requests; an ordered op (HandleOrdered)
+// runs here, so that a connection's ordered ops take effect in the order
+// they were sent.
 func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	slots := make(chan struct{}, maxInflight)
@@ -465,6 +526,8 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 			req, derr := control.DecodeRequest(line)
 			if derr != nil {
 				c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeBadRequest, "%v", derr)})
+			} else if c.srv.isOrdered(req.Op) {
+				c.handle(ctx, req)
 			} else {
 				select {
 				case slots <- struct{}{}:

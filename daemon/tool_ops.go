@@ -119,12 +119,14 @@ const defaultAuditLimit = 100
 // the kernel's connection (see WithToolEvents).
 func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
 	t := toolOps{m: m, kernelOf: kernelOf}
-	s.Handle(OpToolCall, t.call)
-	s.Handle(OpToolCancel, t.cancel)
-	s.Handle(OpContextOwner, t.contextOwner)
-	s.Handle(OpContextList, t.contextList)
-	s.Handle(OpLinkHas, t.linkHas)
-	s.Handle(OpAccountClose, t.accountClose)
+	// The kernel's ops take effect in the order it sent them (a tool.call
+	// then its tool.cancel); none of them waits on the disk.
+	s.HandleOrdered(OpToolCall, t.call)
+	s.HandleOrdered(OpToolCancel, t.cancel)
+	s.HandleOrdered(OpContextOwner, t.contextOwner)
+	s.HandleOrdered(OpContextList, t.contextList)
+	s.HandleOrdered(OpLinkHas, t.linkHas)
+	s.HandleOrdered(OpAccountClose, t.accountClose)
 	s.Handle(OpRules, t.rules)
 	s.Handle(OpAudit, t.audit)
 }
@@ -134,7 +136,11 @@ func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.Kern
 // (including the ones queued while no kernel was attached) arrive on c as
 // tool.acknowledged and tool.finished events.
 func WithToolEvents(c *Conn, k peer.Kernel) peer.Kernel {
-	return toolKernel{Kernel: k, toolEvents: toolEvents{c: c}}
+	return withToolEvents(k, c.Event)
+}
+
+func withToolEvents(k peer.Kernel, send func(topic string, ev any) error) peer.Kernel {
+	return toolKernel{Kernel: k, toolEvents: toolEvents{send: send}}
 }
 
 type toolKernel struct {
@@ -143,16 +149,18 @@ type toolKernel struct {
 }
 
 // toolEvents is a peer.ToolRelay that writes events on a connection. Its
-// methods are called with the peer Manager's lock held: Conn.Event never
+// methods are called with the peer Manager's lock held: send never
 // blocks (a kernel that does not read is dropped).
-type toolEvents struct{ c *Conn }
+type toolEvents struct {
+	send func(topic string, ev any) error
+}
 
 func (e toolEvents) Acknowledged(app, callID string) {
-	e.c.Event(EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
+	e.send(EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
 }
 
 func (e toolEvents) Finished(app, callID string, r peer.Result) {
-	e.c.Event(EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
+	e.send(EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
 }
 
 type toolOps struct {

@@ -1,13 +1,12 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -35,13 +34,8 @@ type toolRigEvents struct{ approvals chan peer.Approval }
 func (e toolRigEvents) Approval(a peer.Approval)         { e.approvals <- a }
 func (e toolRigEvents) AppFrame(string, json.RawMessage) {}
 
-type nopKernel struct{}
-
-func (nopKernel) Request(peer.KernelRequest) error     { return fmt.Errorf("no turns in this test") }
-func (nopKernel) ContextClosed(string, string, string) {}
-
-// opTestAttach attaches a connection as the kernel, as kernel.attach does
-// with WithToolEvents.
+// opTestAttach is kernel.attach (the real one) under another name, so the
+// rig shows it is the rig's.
 const opTestAttach = "test.kernel.attach"
 
 func newToolRig(t testing.TB) *toolRig {
@@ -55,26 +49,12 @@ func newToolRig(t testing.TB) *toolRig {
 	rig.ts = startServer(t, newFakeApps("notes"), nil)
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
-	var mu sync.Mutex
-	kernels := map[*Conn]*peer.KernelSession{}
-	rig.ts.srv.Handle(opTestAttach, func(_ context.Context, c *Conn, _ json.RawMessage) (any, error) {
-		ks, err := rig.m.AttachKernel(WithToolEvents(c, nopKernel{}))
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		kernels[c] = ks
-		mu.Unlock()
-		go func() { <-c.Done(); ks.Detach() }()
-		return struct{}{}, nil
-	})
-	RegisterToolOps(rig.ts.srv, rig.m, func(c *Conn) *peer.KernelSession {
-		mu.Lock()
-		defer mu.Unlock()
-		return kernels[c]
-	})
+	// The real kernel.attach (events held until its answer, detach when
+	// the connection ends), under the rig's own op name.
+	pl := &peerLink{store: store, m: rig.m, log: testLogger(t)}
+	rig.ts.srv.HandleOrdered(opTestAttach, pl.opKernelAttach)
+	RegisterToolOps(rig.ts.srv, rig.m, kernelOf)
 
-	// The app: a hub, consent, one context.
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -276,5 +256,37 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	}
 	if err := c.Do(ctx, OpRules, RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke %+v %v", rules, err)
+	}
+}
+
+// TestQueuedOutcomesFollowTheAttachAnswer: outcomes queued while no
+// kernel was attached reach the next kernel after its kernel.attach
+// answer, never before it.
+func TestQueuedOutcomesFollowTheAttachAnswer(t *testing.T) {
+	rig := newToolRig(t)
+	k := rig.kernel()
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{},"risk":"read","timeout_ms":300,"context_id":%q}}}`, rig.ctx))
+	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
+	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
+	rig.appNext() // the call
+	k.nc.Close()  // the kernel goes; the call times out with none attached
+	if tc, ok := rig.appNext().(*peer.ToolCancel); !ok || tc.CallID != "c1" {
+		t.Fatalf("app got %+v, want the call's tool_cancel", tc)
+	}
+	for {
+		k2 := dialRaw(t, rig.ts.path)
+		k2.send(`{"id":1,"op":"` + opTestAttach + `"}`)
+		line := string(k2.line())
+		if strings.Contains(line, "kernel_attached") { // the first is still being torn down
+			k2.nc.Close()
+			continue
+		}
+		if line != `{"id":1,"ok":true,"data":{"attached":true}}`+"\n" {
+			t.Fatalf("first line after attach: %s", line)
+		}
+		if line := string(k2.line()); !strings.HasPrefix(line, `{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"error","error":{"code":"timeout"`) {
+			t.Fatalf("second line: %s", line)
+		}
+		return
 	}
 }

@@ -46,8 +46,12 @@ type Approval struct {
 type approval struct {
 	Approval
 	peer  *peer
+	link  *link       // the process whose request raised it
 	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
 	call  *call       // a tool sheet's call
+	// deciding: Approve is persisting the answer (off m.mu); expiry and
+	// teardown leave the approval to it.
+	deciding bool
 }
 
 // consentCache holds a peer's persisted decision once read ("" when the
@@ -90,6 +94,7 @@ func (m *Manager) askConsent(p *peer, r *request) {
 			Expires: now.Add(m.cfg.ConsentTimeout),
 		},
 		peer: p,
+		link: r.link,
 	}
 	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { m.expire(a) })
 	p.ask = a
@@ -115,7 +120,7 @@ func (m *Manager) settle(a *approval, state string) {
 func (m *Manager) expire(a *approval) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.approvals[a.ID] != a {
+	if m.approvals[a.ID] != a || a.deciding {
 		return
 	}
 	m.settle(a, ApprovalExpired)
@@ -140,12 +145,17 @@ func (m *Manager) Approvals() []Approval {
 	return out
 }
 
-// Approve answers a pending approval (op approve).
+// Approve answers a pending approval (op approve). The answer is
+// persisted (fsync'd) off the Manager's lock, and acted on only once it
+// is: when Approve returns nil, a daemon killed at any moment keeps it.
 //
-// Consent: the decision is persisted (fsync'd) before anything acts on
-// it, and always (remember does not matter); the requests that waited on
-// the prompt then run (allow) or fail consent_denied (deny), in arrival
-// order.
+// Consent: the decision is persisted always (remember does not matter);
+// the requests that waited on the prompt then run (allow) or fail
+// consent_denied (deny), in arrival order. A prompt whose process is
+// already gone (shut, not yet torn down) is settled cancelled, nothing is
+// persisted, and Approve returns ErrUnknownApproval. (A process that dies
+// while the answer is being written does not undo it: the person did
+// decide.)
 //
 // Tool: allow writes the call to its app, deny ends it Error{declined}.
 // With remember the decision is first persisted as a standing rule for
@@ -153,30 +163,50 @@ func (m *Manager) Approvals() []Approval {
 // the app's other open sheets for that tool too.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
-		return fmt.Errorf("approve %s: %w: %v", id, ErrInvalid, err)
+		return fmt.Errorf("approve %s: %w", id, fmt.Errorf("%w: %v", ErrInvalid, err))
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	a := m.approvals[id]
-	if a == nil {
+	if a == nil || a.deciding {
+		m.mu.Unlock()
 		return fmt.Errorf("approve %s: %w", id, ErrUnknownApproval)
 	}
+	if a.Kind == KindConsent && (a.peer.link != a.link || a.link.isShut()) {
+		m.settle(a, ApprovalCancelled)
+		m.mu.Unlock()
+		return fmt.Errorf("approve %s: %w: the process that asked has ended", id, ErrUnknownApproval)
+	}
+	a.deciding = true
+	now := m.cfg.Now().UTC()
+	m.mu.Unlock()
+
+	var err error
+	switch {
+	case a.Kind == KindConsent:
+		err = m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: now})
+	case remember:
+		err = m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.deciding = false
+	if err != nil {
+		return fmt.Errorf("approve %s: %w", id, err)
+	}
 	if a.Kind == KindTool {
-		if err := m.answerTool(a, d, remember); err != nil {
-			return fmt.Errorf("approve %s: %w", id, err)
-		}
+		m.answerTool(a, d, remember)
 		return nil
 	}
 	p := a.peer
-	if err := m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: m.cfg.Now().UTC()}); err != nil {
-		return fmt.Errorf("approve %s: %w", id, err)
-	}
 	p.consent = consentCache{loaded: true, decision: d}
 	state := ApprovalAllowed
 	if d == policy.Deny {
 		state = ApprovalDenied
 	}
-	m.settle(a, state)
+	if m.approvals[a.ID] == a {
+		m.settle(a, state)
+	}
 	m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))
 	waiting := p.waiting
 	p.waiting = nil
@@ -199,12 +229,14 @@ func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents
 // RevokeConsent forgets an app's decision (op consent, action revoke): its
 // next request asks again. found reports whether there was one.
 func (m *Manager) RevokeConsent(app string) (found bool, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	// Written off m.mu; a request that reads the cached decision before
+	// the cache is cleared below simply came before the revoke.
 	found, err = m.store.RevokeConsent(app)
 	if err != nil {
 		return false, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if p := m.peers[app]; p != nil {
 		p.consent = consentCache{}
 	}
@@ -219,10 +251,12 @@ func (m *Manager) teardown(l *link) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := l.p
-	if p.ask != nil {
-		m.settle(p.ask, ApprovalCancelled)
+	if a := p.ask; a != nil && a.link == l && !a.deciding {
+		m.settle(a, ApprovalCancelled)
 	}
-	p.waiting = nil
+	if len(p.waiting) > 0 && p.waiting[0].link == l {
+		p.waiting = nil
+	}
 	contexts := make([]*appContext, 0, len(l.contexts))
 	for _, c := range l.contexts {
 		contexts = append(contexts, c)

@@ -37,6 +37,13 @@
 // line arrived on, and strict decoding refuses members the protocol does
 // not define (an "app" or "account" member is bad_frame, not ignored).
 //
+// The Manager's lock is never held across disk I/O: sessions opened,
+// history read and turns recorded go through one queue of store jobs
+// (store_jobs.go) in order, and Approve writes its answer (fsync'd)
+// before it acts on it, off the lock. Attach and Detach never wait for a
+// teardown: a new process's link handles no line before the old link's
+// teardown is done.
+//
 // Events.Approval and the Kernel's methods are called with the Manager's
 // lock held, so that the order they see is the order things happened in;
 // Events.AppFrame is called from the app's reader. All of them must return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -25,6 +26,14 @@ func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 	}
 	env, ok := top[Envelope]
 	if !ok {
+		// A key that is the envelope but for case is a mistyped peer
+		// frame, not a pass-through one: the app hears bad_frame instead
+		// of its request vanishing into the shell.
+		for k := range top {
+			if strings.EqualFold(k, Envelope) {
+				return nil, false, &FrameError{Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+			}
+		}
 		return nil, true, nil
 	}
 	if len(top) > 1 {

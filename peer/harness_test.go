@@ -338,3 +338,26 @@ func until(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// detach is Manager.Detach, then waits for the link's teardown (Detach
+// itself does not), so that a test can look at what teardown did.
+func (h *harness) detach(app string) {
+	h.t.Helper()
+	detachWait(h.t, h.m, app)
+}
+
+func detachWait(t testing.TB, m *Manager, app string) {
+	t.Helper()
+	m.mu.Lock()
+	l := m.currentLink(app)
+	m.mu.Unlock()
+	m.Detach(app)
+	if l == nil {
+		return
+	}
+	select {
+	case <-l.done:
+	case <-time.After(wait):
+		t.Fatalf("link of %s not torn down", app)
+	}
+}

@@ -131,7 +131,7 @@ func (m *Manager) toKernel(r *request) {
 	}
 	l := r.link
 	r.move(reqAtKernel)
-	l.requests[r.id] = r
+	l.open(r)
 	r.ctx.requests[r.id] = r
 	if r.method == policy.MethodTurnStart {
 		r.turn = &policy.Turn{Input: r.args.Input, Started: m.cfg.Now().UTC(), Events: []json.RawMessage{}}
@@ -204,6 +204,9 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 	if err != nil {
 		return err
 	}
+	if n := frameSize(&Reply{ReqID: r.id, OK: true, Data: data}); n > MaxFrame {
+		return fmt.Errorf("%w: the reply would be a %d-byte frame, over the %d-byte cap", ErrInvalid, n, MaxFrame)
+	}
 	switch r.method {
 	case policy.MethodTurnStart:
 		turnID, err := turnIDOf(data)
@@ -250,20 +253,49 @@ func (s *KernelSession) Event(ev KernelEvent) error {
 	if data == nil {
 		return fmt.Errorf("%w: missing event", ErrInvalid)
 	}
-	m.sendEvent(r, data)
+	line, err := EncodeDown(&Event{ReqID: r.id, Event: data})
+	if err != nil {
+		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
+	}
+	if n := len(line) - 1; n > MaxFrame {
+		// The app cannot take it, and a turn missing an event is not the
+		// turn the kernel meant: it ends, and the app hears why.
+		m.endTurn(r, "event_too_large", true)
+		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, MaxFrame)
+	}
+	m.keepEvent(r, data)
+	r.link.send(line)
 	if isTurnEnd(data) {
 		m.endTurn(r, endReason(data), false)
 	}
 	return nil
 }
 
+// frameSize is the size of f on the wire, its newline excluded (0 when it
+// does not encode, which the sender then reports).
+func frameSize(f Down) int {
+	b, err := EncodeDown(f)
+	if err != nil {
+		return 0
+	}
+	return len(b) - 1
+}
+
 func (m *Manager) sendEvent(r *request, data json.RawMessage) {
-	if len(r.turn.Events) < maxTurnEvents {
+	m.keepEvent(r, data)
+	r.link.sendFrame(&Event{ReqID: r.id, Event: data})
+}
+
+// keepEvent adds a streamed event to its turn's history, within the
+// turn's bounds (maxTurnEvents, maxTurnBytes); past them the turn is
+// marked truncated.
+func (m *Manager) keepEvent(r *request, data json.RawMessage) {
+	if len(r.turn.Events) < maxTurnEvents && r.turnBytes+len(data) <= maxTurnBytes {
 		r.turn.Events = append(r.turn.Events, data)
+		r.turnBytes += len(data)
 	} else {
 		r.turn.Truncated = true
 	}
-	r.link.sendFrame(&Event{ReqID: r.id, Event: data})
 }
 
 // endRequest ends a request the kernel holds because of something else
@@ -271,7 +303,7 @@ func (m *Manager) sendEvent(r *request, data json.RawMessage) {
 // turns end with a turn.end event. m.mu is held.
 func (m *Manager) endRequest(r *request, reason string, e *Error) {
 	switch r.state {
-	case reqAtKernel, reqWaitingConsent, reqNew:
+	case reqAtKernel, reqAtStore, reqWaitingConsent, reqNew:
 		m.finish(r, e)
 	case reqStreaming:
 		m.endTurn(r, reason, true)
@@ -288,8 +320,14 @@ func (m *Manager) endTurn(r *request, reason string, announce bool) {
 	}
 	r.turn.End = reason
 	r.turn.Ended = m.cfg.Now().UTC()
-	if err := m.store.AppendTurn(r.ctx.session.ID, *r.turn); err != nil {
-		m.log.Error("record turn", zap.String("app", r.link.appID), zap.Error(err))
+	// Recorded off m.mu, before any history read queued after it.
+	turn, session, app := *r.turn, r.ctx.session.ID, r.link.appID
+	if !m.jobs.do(func() {
+		if err := m.store.AppendTurn(session, turn); err != nil {
+			m.log.Error("record turn", zap.String("app", app), zap.Error(err))
+		}
+	}) {
+		m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", app), zap.String("turn_id", turn.TurnID))
 	}
 	r.move(reqDone)
 }
@@ -302,7 +340,7 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if err := json.Compact(&buf, v); err != nil {
 		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrInvalid, name, err)
 	}
-	if buf.Len() > MaxFrame-256 {
+	if buf.Len() > MaxFrame { // the frame around it is checked by the caller
 		return nil, fmt.Errorf("%w: %s of %d bytes does not fit a %d-byte frame", ErrInvalid, name, buf.Len(), MaxFrame)
 	}
 	if err := checkAny(buf.Bytes()); err != nil {

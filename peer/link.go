@@ -28,6 +28,17 @@ type link struct {
 	out    chan []byte
 	queued atomic.Int64 // bytes in out
 
+	// prev is the link this one replaced: its teardown ends before this
+	// link handles a line.
+	prev *link
+	// slots holds one token per open request (and one for the request
+	// being read): a full one stops the reader, so the socket slows an
+	// app that keeps too many requests open.
+	slots chan struct{}
+	spare bool // the reader's token is not yet taken by a request (m.mu)
+	// opening counts session.open requests at the store (m.mu).
+	opening int
+
 	// Guarded by m.mu.
 	requests map[string]*request    // open requests, by req_id
 	contexts map[string]*appContext // contexts this process opened
@@ -40,9 +51,10 @@ type link struct {
 	done      chan struct{} // torn down
 }
 
-func newLink(m *Manager, p *peer, conn net.Conn) *link {
+func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	return &link{
-		m: m, p: p, appID: p.app.ID, conn: conn,
+		m: m, p: p, appID: p.app.ID, conn: conn, prev: prev,
+		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
 		out:      make(chan []byte, m.cfg.QueueFrames),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
@@ -80,7 +92,8 @@ func (l *link) send(line []byte) bool {
 	}
 	n := int64(len(line))
 	if q := l.queued.Load(); q+n > int64(l.m.cfg.QueueBytes) || len(l.out) == cap(l.out) {
-		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued", len(l.out), q)
+		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
+			len(l.out), q, n, cap(l.out), l.m.cfg.QueueBytes)
 		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
 		l.shut(reason)
 		return false
@@ -90,9 +103,15 @@ func (l *link) send(line []byte) bool {
 	return true
 }
 
-// sendFrame encodes and queues a down frame.
+// sendFrame encodes and queues a down frame. A frame over MaxFrame is
+// never written (the app's reader would refuse it): a reply becomes an
+// internal error reply, anything else is dropped and logged (the callers
+// that pass outside data check its size first).
 func (l *link) sendFrame(f Down) bool {
 	b, err := EncodeDown(f)
+	if err == nil && len(b)-1 > MaxFrame {
+		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, MaxFrame)
+	}
 	if err != nil {
 		// Only daemon-made values reach here; a failure is a bug, and the
 		// app must still not be left waiting on a reply.
@@ -150,7 +169,20 @@ func (l *link) writeLoop() {
 	}
 }
 
+// open registers r as an open request of the link, holding the reader's
+// token (see slots) until r is done. m.mu is held.
+func (l *link) open(r *request) {
+	l.requests[r.id] = r
+	if !r.slot && l.spare {
+		r.slot, l.spare = true, false
+	}
+}
+
 func (l *link) readLoop() {
+	if l.prev != nil {
+		<-l.prev.done
+		l.prev = nil
+	}
 	r := NewReader(l.conn, MaxFrame)
 	for {
 		line, err := r.Next()
@@ -171,6 +203,9 @@ func (l *link) readLoop() {
 		l.handleLine(line)
 	}
 	<-l.wrote
+	if f := l.m.beforeTeardown; f != nil {
+		f()
+	}
 	l.m.teardown(l)
 	close(l.done)
 }
@@ -189,7 +224,23 @@ func (l *link) handleLine(line []byte) {
 	default:
 		switch f := up.(type) {
 		case *Request:
+			// Wait for a token: with MaxOpenRequests open, the app's
+			// next request waits in its socket.
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closing:
+				return
+			}
+			l.m.mu.Lock()
+			l.spare = true
+			l.m.mu.Unlock()
 			l.m.onRequest(l, f)
+			l.m.mu.Lock()
+			if l.spare {
+				l.spare = false
+				<-l.slots
+			}
+			l.m.mu.Unlock()
 		case *ToolResult:
 			l.m.onToolResult(l, f)
 		}

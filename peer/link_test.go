@@ -342,7 +342,7 @@ func TestConsentAppDies(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(t)
-	h.m.Detach("notes")
+	h.detach("notes")
 	if s := h.events.nextApproval(t); s.ID != ap.ID || s.State != ApprovalCancelled {
 		t.Fatalf("%+v", s)
 	}
@@ -544,7 +544,7 @@ func TestTurnStream(t *testing.T) {
 	}
 
 	// A reopened session by title keeps its history (also across processes).
-	h.m.Detach("notes")
+	h.detach("notes")
 	k.nextClosed(t)
 	b := h.attach(notesApp("notes"))
 	ctx2 := b.open(map[string]any{"title": "groceries"})
@@ -602,7 +602,7 @@ func TestDeath(t *testing.T) {
 	if st := h.m.LinkStatus("notes"); !st.Connected || st.Contexts != 2 { // grant opened one
 		t.Fatalf("status %+v", st)
 	}
-	h.m.Detach("notes")
+	h.detach("notes")
 	closed := k.nextClosed(t) + "|" + k.nextClosed(t)
 	if closed != "notes n0nce-1 app_exited|notes "+ctx+" app_exited" {
 		t.Fatalf("kernel: %q", closed)
@@ -684,7 +684,7 @@ func TestPassThrough(t *testing.T) {
 	if got := string(a.nextLine()); got != `{"ui":{"show":true}}` {
 		t.Fatalf("app got %s", got)
 	}
-	for _, bad := range []string{`{"octos_peer":{"type":"reply","req_id":"r1","ok":true}}`, `[1]`, `{"a":1,"a":2}`, `nope`} {
+	for _, bad := range []string{`{"octos_peer":{"type":"reply","req_id":"r1","ok":true}}`, `[1]`, `{"a":1,"a":2}`, `nope`, `{"Octos_Peer":{"type":"reply","req_id":"r1","ok":true}}`} {
 		if err := h.m.Send("notes", json.RawMessage(bad)); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("send %s: %v", bad, err)
 		}

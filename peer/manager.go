@@ -20,13 +20,18 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultConsentTimeout = 2 * time.Minute
-	DefaultKernelTimeout  = time.Minute
-	DefaultQueueFrames    = 1024
-	DefaultQueueBytes     = 8 << 20
-	DefaultWriteTimeout   = 10 * time.Second
-	// maxTurnEvents bounds the events one turn keeps for its history.
+	DefaultConsentTimeout  = 2 * time.Minute
+	DefaultKernelTimeout   = time.Minute
+	DefaultQueueFrames     = 1024
+	DefaultQueueBytes      = 8 << 20
+	DefaultWriteTimeout    = 10 * time.Second
+	DefaultMaxOpenRequests = 64
+	DefaultMaxContexts     = 256
+	// maxTurnEvents and maxTurnBytes bound the events one turn keeps for
+	// its history (the rest is streamed but not kept: the turn is marked
+	// truncated), so that a turn is one modest store value.
 	maxTurnEvents = 512
+	maxTurnBytes  = 256 << 10
 )
 
 // Config sets up a Manager. Store is required; zero durations and sizes
@@ -49,6 +54,13 @@ type Config struct {
 	// WriteTimeout is how long one write to a hub may block before the app
 	// is disconnected for not reading.
 	WriteTimeout time.Duration
+	// MaxOpenRequests is how many requests one link may have open (waiting
+	// for consent, the store or the kernel, or streaming) before the
+	// daemon stops reading its hub: the socket then slows the app.
+	MaxOpenRequests int
+	// MaxContexts is how many contexts one link may hold; a session.open
+	// beyond it fails internal (close one first).
+	MaxContexts int
 	// Nonce prefixes context ids; random per Manager (per daemon start)
 	// when empty.
 	Nonce string
@@ -111,6 +123,11 @@ type Manager struct {
 	relayDropped int
 
 	audit *auditLog
+	// jobs does the store I/O of requests and turns off m.mu.
+	jobs storeJobs
+	// beforeTeardown, when a test sets it before attaching, runs on a
+	// link's reader between its hub closing and its teardown.
+	beforeTeardown func()
 	// liveTimers counts call deadlines not yet stopped or fired: zero
 	// whenever no call is outstanding (the tests hold it to that).
 	liveTimers atomic.Int64
@@ -146,6 +163,12 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxOpenRequests <= 0 {
+		cfg.MaxOpenRequests = DefaultMaxOpenRequests
+	}
+	if cfg.MaxContexts <= 0 {
+		cfg.MaxContexts = DefaultMaxContexts
 	}
 	if cfg.Nonce == "" {
 		b := make([]byte, 8)
@@ -205,21 +228,15 @@ func (m *Manager) SetManifest(man *policy.Manifest) {
 // Attach takes over the daemon's end of a freshly started process's hub and
 // runs its link until Detach, the app closing its end, or the app not
 // reading. The peer is created on the app's first Attach and kept after.
-// A link still attached for the app (a Detach that never came) is torn
-// down first.
+// A link still attached for the app (a Detach that never came) is shut;
+// the new link handles no line before the old one is torn down. Attach
+// never waits (the supervisor calls it from its app's goroutine).
 func (m *Manager) Attach(app policy.App, hub *os.File) {
 	conn, err := net.FileConn(hub)
 	hub.Close() // FileConn dup'ed it
 	if err != nil {
 		m.log.Error("hub is not a socket: the app runs without a link", zap.String("app", app.ID), zap.Error(err))
 		return
-	}
-	m.mu.Lock()
-	old := m.currentLink(app.ID)
-	m.mu.Unlock()
-	if old != nil {
-		old.shut("replaced by a new process")
-		<-old.done
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -232,24 +249,28 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 		p = &peer{}
 		m.peers[app.ID] = p
 	}
+	old := p.link
+	if old != nil {
+		old.shut("replaced by a new process")
+	}
 	p.app = app
-	l := newLink(m, p, conn)
+	l := newLink(m, p, conn, old)
 	p.link = l
 	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", m.serviceGranted(app)))
 	go l.readLoop()
 	go l.writeLoop()
 }
 
-// Detach ends the app's link because its process ended, and returns once
-// the link is torn down: open requests failed, contexts closed (the kernel
-// told), a pending consent prompt withdrawn. The peer stays.
+// Detach ends the app's link because its process ended. It returns once
+// the link is shut, without waiting for its teardown (open requests
+// failed, contexts closed and the kernel told, a pending consent prompt
+// withdrawn), which its reader finishes on its own. The peer stays.
 func (m *Manager) Detach(appID string) {
 	m.mu.Lock()
 	l := m.currentLink(appID)
 	m.mu.Unlock()
 	if l != nil {
 		l.shut("process exited")
-		<-l.done
 	}
 }
 
@@ -275,6 +296,8 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	for _, l := range links {
 		l.shut("daemon stopping")
+	}
+	for _, l := range links {
 		<-l.done
 	}
 	m.mu.Lock()
@@ -286,6 +309,7 @@ func (m *Manager) Close() {
 	}
 	m.mu.Unlock()
 	m.audit.close()
+	m.jobs.close() // the turns the teardowns recorded are written
 }
 
 // Send writes a pass-through frame (control op app.send) to the app. The
@@ -323,7 +347,9 @@ func (m *Manager) LinkStatus(appID string) LinkStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.currentLink(appID)
-	if l == nil {
+	if l == nil || !m.serviceGranted(l.p.app) {
+		// A process without agent.octos has a hub (its pass-through
+		// frames flow) but no peer link: no request of it is served.
 		return LinkStatus{}
 	}
 	return LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}

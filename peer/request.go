@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -13,24 +14,27 @@ import (
 
 // reqState is where an accepted request is. Only request.move changes it.
 //
-//	new            -> waitingConsent | atKernel | done
-//	waitingConsent -> atKernel | done
+//	new            -> waitingConsent | atStore | atKernel | done
+//	waitingConsent -> atStore | atKernel | done
+//	atStore        -> done
 //	atKernel       -> streaming (turn.start replied ok) | done
 //	streaming      -> done
 //
-// Session methods are answered by the daemon at once (new -> done).
+// Session methods are answered by the daemon once its store did their
+// I/O (atStore), off the Manager's lock.
 type reqState int
 
 const (
 	reqNew            reqState = iota // accepted, not yet placed
 	reqWaitingConsent                 // a consent prompt is open for its app
+	reqAtStore                        // its store I/O is queued (storeJobs)
 	reqAtKernel                       // handed to the kernel, no reply yet
 	reqStreaming                      // turn.start replied ok; events flow until turn.end
 	reqDone                           // replied (and, for a turn, ended)
 )
 
 func (s reqState) String() string {
-	return [...]string{"new", "waiting_consent", "at_kernel", "streaming", "done"}[s]
+	return [...]string{"new", "waiting_consent", "at_store", "at_kernel", "streaming", "done"}[s]
 }
 
 // request is an accepted request that did not get its final answer at once.
@@ -43,6 +47,10 @@ type request struct {
 	state  reqState
 	timer  *time.Timer // the kernel's reply deadline, while atKernel
 	turn   *policy.Turn
+	// turnBytes is the size of the events turn keeps (maxTurnBytes).
+	turnBytes int
+	// slot: r holds one of its link's tokens (link.slots) until done.
+	slot bool
 }
 
 // move is the one place a request changes state; an illegal move is a bug
@@ -51,9 +59,11 @@ func (r *request) move(to reqState) bool {
 	ok := false
 	switch r.state {
 	case reqNew:
-		ok = to == reqWaitingConsent || to == reqAtKernel || to == reqDone
+		ok = to == reqWaitingConsent || to == reqAtStore || to == reqAtKernel || to == reqDone
 	case reqWaitingConsent:
-		ok = to == reqAtKernel || to == reqDone
+		ok = to == reqAtStore || to == reqAtKernel || to == reqDone
+	case reqAtStore:
+		ok = to == reqDone
 	case reqAtKernel:
 		ok = to == reqStreaming || to == reqDone
 	case reqStreaming:
@@ -70,6 +80,10 @@ func (r *request) move(to reqState) bool {
 		r.timer = nil
 	}
 	if to == reqDone {
+		if r.slot {
+			r.slot = false
+			<-r.link.slots
+		}
 		delete(r.link.requests, r.id)
 		if r.ctx != nil {
 			delete(r.ctx.requests, r.id)
@@ -161,7 +175,7 @@ func (m *Manager) onRequest(l *link, f *Request) {
 		m.dispatch(r)
 	default:
 		r.move(reqWaitingConsent)
-		l.requests[r.id] = r
+		l.open(r)
 		p.waiting = append(p.waiting, r)
 		m.askConsent(p, r)
 	}
@@ -209,13 +223,7 @@ func (m *Manager) dispatch(r *request) {
 	case policy.MethodSessionOpen:
 		m.openSession(r)
 	case policy.MethodSessionHistory:
-		turns, err := m.store.Turns(r.ctx.session.ID)
-		if err != nil {
-			m.log.Error("read history", zap.String("app", l.appID), zap.Error(err))
-			m.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
-			return
-		}
-		m.finishOK(r, map[string]any{"turns": turns})
+		m.history(r)
 	case policy.MethodContextClose:
 		m.closeContext(r.ctx, "closed_by_app", true)
 		m.finishOK(r, struct{}{})
@@ -239,6 +247,87 @@ func (m *Manager) finishOK(r *request, data any) {
 	m.reply(r.link, r.id, data)
 }
 
+// atStore queues a request's store I/O: io runs off m.mu, then done
+// with m.mu held, unless the request ended meanwhile (its context closed,
+// its process died). m.mu is held.
+func (m *Manager) atStore(r *request, io func(), done func()) {
+	r.move(reqAtStore)
+	r.link.open(r)
+	if r.ctx != nil {
+		r.ctx.requests[r.id] = r
+	}
+	queued := m.jobs.do(func() {
+		io()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if r.state == reqAtStore {
+			done()
+		}
+	})
+	if !queued {
+		m.finish(r, errorf(CodeInternal, "the daemon is stopping"))
+	}
+}
+
+func (m *Manager) history(r *request) {
+	var data json.RawMessage
+	var err error
+	sessionID := r.ctx.session.ID
+	m.atStore(r, func() {
+		var turns []policy.Turn
+		if turns, err = m.store.Turns(sessionID); err == nil {
+			data, err = historyData(r.id, turns)
+		}
+	}, func() {
+		if err != nil {
+			m.log.Error("read history", zap.String("app", r.link.appID), zap.Error(err))
+			m.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
+			return
+		}
+		r.move(reqDone)
+		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+	})
+}
+
+// historyData is the data of a history reply: the newest turns that fit
+// one frame with the reply around them, oldest first, and "truncated":
+// true when older turns were left out.
+func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
+	empty, err := EncodeDown(&Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
+	if err != nil {
+		return nil, err
+	}
+	budget := MaxFrame - (len(empty) - 1) // its newline is not part of the cap
+	var kept [][]byte
+	truncated := false
+	for i := len(turns) - 1; i >= 0; i-- {
+		b, err := json.Marshal(turns[i])
+		if err != nil {
+			return nil, fmt.Errorf("encode turn %s: %w", turns[i].TurnID, err)
+		}
+		if len(b)+1 > budget { // 1: the comma before it
+			truncated = true
+			break
+		}
+		budget -= len(b) + 1
+		kept = append(kept, b)
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"turns":[`)
+	for i := len(kept) - 1; i >= 0; i-- {
+		buf.Write(kept[i])
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+	}
+	buf.WriteByte(']')
+	if truncated {
+		buf.WriteString(`,"truncated":true`)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
 func (m *Manager) openSession(r *request) {
 	l := r.link
 	accounts := l.p.app.Sandbox.Accounts
@@ -250,7 +339,30 @@ func (m *Manager) openSession(r *request) {
 		m.finish(r, errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, l.appID))
 		return
 	}
-	s, err := m.store.OpenSession(l.appID, account, r.args.Title, m.cfg.Now())
+	if n := len(l.contexts) + l.opening; n >= m.cfg.MaxContexts {
+		m.finish(r, errorf(CodeInternal, "app %s holds %d contexts, the most one process may: close one (%s) first",
+			l.appID, n, policy.MethodContextClose))
+		return
+	}
+	l.opening++
+	var s policy.Session
+	var err error
+	app, title, now := l.appID, r.args.Title, m.cfg.Now()
+	m.atStore(r, func() {
+		s, err = m.store.OpenSession(app, account, title, now)
+	}, func() {
+		m.opened(r, account, s, err)
+	})
+	if r.state == reqDone { // not queued: the daemon is stopping
+		l.opening--
+	}
+}
+
+// opened makes the context of a session.open whose session the store
+// returned. m.mu is held.
+func (m *Manager) opened(r *request, account string, s policy.Session, err error) {
+	l := r.link
+	l.opening--
 	if err != nil {
 		m.log.Error("open session", zap.String("app", l.appID), zap.Error(err))
 		m.finish(r, errorf(CodeInternal, "the daemon could not record the session"))

@@ -254,11 +254,13 @@ func (m *Manager) Contexts(app string) []ContextInfo {
 	return out
 }
 
-// HasLink reports whether app has a process on its hub.
+// HasLink reports whether app has a peer link: a process on its hub and
+// the agent.octos grant (or developer_mode).
 func (m *Manager) HasLink(app string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.currentLink(app) != nil
+	l := m.currentLink(app)
+	return l != nil && m.serviceGranted(l.p.app)
 }
 
 // CloseAccount signs app out of account: each of its contexts with that

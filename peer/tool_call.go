@@ -427,16 +427,14 @@ func summarize(args json.RawMessage) string {
 }
 
 // answerTool settles a host sheet: allow delivers the call, deny ends it
-// Error{declined}. remember persists a standing rule first, which then
-// also answers the app's other open sheets for the same tool. m.mu is
-// held.
-func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) error {
-	if remember {
-		if err := m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: m.cfg.Now().UTC()}); err != nil {
-			return err
-		}
+// Error{declined}. With remember (its standing rule already persisted by
+// Approve) it also answers the app's other open sheets for the same tool.
+// m.mu is held.
+func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) {
+	if m.approvals[a.ID] == a {
+		// (Its call may have timed out while the rule was written.)
+		m.settleTool(a, d, policy.AuditDecisionSheet)
 	}
-	m.settleTool(a, d, policy.AuditDecisionSheet)
 	if remember {
 		var others []*approval
 		for _, o := range m.approvals {
@@ -449,7 +447,6 @@ func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) erro
 			m.settleTool(o, d, policy.AuditDecisionRule)
 		}
 	}
-	return nil
 }
 
 func (m *Manager) settleTool(a *approval, d policy.Decision, decision string) {

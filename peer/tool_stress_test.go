@@ -133,7 +133,7 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 	for i := range apps {
 		a := h.attach(toolEntry(fmt.Sprintf("app%d", i)))
 		h.grant(a)
-		h.m.Detach(a.id)
+		h.detach(a.id)
 	}
 
 	// The person: answers sheets at random (allow, deny, now and then
@@ -196,7 +196,7 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 		case r < 2: // kill and restart the app's process
 			procs[i].a.conn.Close()
 			<-procs[i].done
-			h.m.Detach(app)
+			h.detach(app)
 			finished = append(finished, procs[i])
 			start(i)
 			ctxOf[i] = <-procs[i].ctx
@@ -231,7 +231,7 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 	for i := range apps {
 		procs[i].a.conn.Close()
 		<-procs[i].done
-		h.m.Detach(fmt.Sprintf("app%d", i))
+		h.detach(fmt.Sprintf("app%d", i))
 		finished = append(finished, procs[i])
 	}
 	swap(true)

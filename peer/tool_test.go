@@ -423,7 +423,7 @@ func TestToolDeath(t *testing.T) {
 	a.nextToolCall("w")
 	a.nextToolCall("r")
 	h.events.nextApproval(t)
-	h.m.Detach("notes")
+	h.detach("notes")
 	expectRelay(t, relay, "ack notes w", "ack notes r", "ack notes h",
 		"fin notes h error cancelled", "fin notes r error cancelled", "fin notes w outcome_unknown cancelled")
 	if got := h.events.nextApproval(t); got.State != ApprovalCancelled {

@@ -31,6 +31,7 @@ var (
 	bucketMeta     = []byte("meta")
 	bucketConsent  = []byte("consent")  // app id -> Consent JSON
 	bucketSessions = []byte("sessions") // session id (8-byte big endian) -> Session JSON
+	bucketTitles   = []byte("titles")   // sessionKey(app, account, title) -> session id
 	bucketTurns    = []byte("turns")    // session id -> nested bucket: turn seq -> Turn JSON
 	bucketRules    = []byte("rules")    // reserved: standing tool rules
 	bucketAudit    = []byte("audit")    // reserved: tool-call audit trail
@@ -74,9 +75,16 @@ func OpenStore(path string) (*Store, error) {
 
 func (s *Store) init() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTurns, bucketRules, bucketAudit} {
+		indexed := tx.Bucket(bucketTitles) != nil
+		for _, b := range [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTitles, bucketTurns, bucketRules, bucketAudit} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		if !indexed {
+			// A state file from before the index: index its sessions once.
+			if err := indexSessions(tx); err != nil {
+				return err
 			}
 		}
 		meta := tx.Bucket(bucketMeta)

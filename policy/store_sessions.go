@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -34,22 +35,24 @@ type Turn struct {
 }
 
 // OpenSession returns the app's session with that account and title, or
-// creates one. An empty title always creates a new session.
+// creates one. An empty title always creates a new session. Titled
+// sessions are found through an index, not a scan.
 func (s *Store) OpenSession(app, account, title string, now time.Time) (Session, error) {
 	var out Session
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSessions)
+		idx := tx.Bucket(bucketTitles)
+		key := sessionKey(app, account, title)
 		if title != "" {
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				var se Session
-				if err := json.Unmarshal(v, &se); err != nil {
-					return fmt.Errorf("session %x: %w", k, err)
+			if id := idx.Get(key); id != nil {
+				v := b.Get(id)
+				if v == nil {
+					return fmt.Errorf("index names session %x, which is missing", id)
 				}
-				if se.App == app && se.Account == account && se.Title == title {
-					out = se
-					return nil
+				if err := json.Unmarshal(v, &out); err != nil {
+					return fmt.Errorf("session %x: %w", id, err)
 				}
+				return nil
 			}
 		}
 		id, err := b.NextSequence()
@@ -57,12 +60,44 @@ func (s *Store) OpenSession(app, account, title string, now time.Time) (Session,
 			return err
 		}
 		out = Session{ID: id, App: app, Account: account, Title: title, Created: now.UTC()}
+		if title != "" {
+			if err := idx.Put(key, u64(id)); err != nil {
+				return err
+			}
+		}
 		return putJSON(b, u64(id), out)
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("open session for %s: %w", app, err)
 	}
 	return out, nil
+}
+
+// sessionKey is the index key of a titled session. Lengths prefix app and
+// account so that no two triples share a key.
+func sessionKey(app, account, title string) []byte {
+	k := binary.AppendUvarint(nil, uint64(len(app)))
+	k = append(k, app...)
+	k = binary.AppendUvarint(k, uint64(len(account)))
+	k = append(k, account...)
+	return append(k, title...)
+}
+
+// indexSessions builds the title index of a state file written before it
+// (the first session of a triple wins, as the old scan found it).
+func indexSessions(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketTitles)
+	return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		var se Session
+		if err := json.Unmarshal(v, &se); err != nil {
+			return fmt.Errorf("index session %x: %w", k, err)
+		}
+		key := sessionKey(se.App, se.Account, se.Title)
+		if se.Title == "" || idx.Get(key) != nil {
+			return nil
+		}
+		return idx.Put(key, bytes.Clone(k))
+	})
 }
 
 // AppendTurn adds a finished turn to a session's history.

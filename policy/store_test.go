@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func openTestStore(t *testing.T) (*Store, string) {
@@ -156,4 +158,34 @@ func TestStoreHelperProcess(t *testing.T) {
 		s.Close()
 	}
 	os.Exit(0)
+}
+
+// TestSessionIndex: titled sessions are found through the title index,
+// triples that only concatenate alike stay apart, and a state file written
+// before the index gets one on open.
+func TestSessionIndex(t *testing.T) {
+	s, path := openTestStore(t)
+	now := time.Now()
+	ab, _ := s.OpenSession("a", "b", "c", now)
+	a_bc, _ := s.OpenSession("a", "", "bc", now)
+	ab2, _ := s.OpenSession("ab", "", "c", now)
+	if ab.ID == a_bc.ID || ab.ID == ab2.ID || a_bc.ID == ab2.ID {
+		t.Fatalf("triples sharing their concatenation share a session: %d %d %d", ab.ID, a_bc.ID, ab2.ID)
+	}
+	// An older state file: drop the index, as if it never existed.
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketTitles) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for _, want := range []Session{ab, a_bc, ab2} {
+		got, err := s2.OpenSession(want.App, want.Account, want.Title, now)
+		if err != nil || got.ID != want.ID {
+			t.Fatalf("after reindexing, %s/%s/%s is session %d (%v), want %d", want.App, want.Account, want.Title, got.ID, err, want.ID)
+		}
+	}
 }
