@@ -20,6 +20,10 @@ import (
 // after octosupctl cancelled it.
 const cancelWait = 5 * time.Second
 
+// acceptWait bounds the wait for the daemon's answer to tool.call, which
+// it gives at once.
+const acceptWait = 10 * time.Second
+
 func (c *cli) callCommand() *cobra.Command {
 	var risk, confirm, contextID, account, caller string
 	var timeout time.Duration
@@ -110,8 +114,13 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 			return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, hint)}
 		}
 	}
+	// The answer is read even when the person interrupts meanwhile: a
+	// call the daemon accepted is then cancelled below, never abandoned.
 	var accepted daemon.ToolCallData
-	if err := conn.Do(ctx, daemon.OpToolCall, daemon.ToolCallArgs{App: app, Call: kc}, &accepted); err != nil {
+	actx, cancelAccept := context.WithTimeout(context.WithoutCancel(ctx), acceptWait)
+	err = conn.Do(actx, daemon.OpToolCall, daemon.ToolCallArgs{App: app, Call: kc}, &accepted)
+	cancelAccept()
+	if err != nil {
 		return opError(what, err)
 	}
 	c.callEvent("accepted", daemon.ToolEvent{App: app, CallID: kc.CallID}, kc)
