@@ -25,15 +25,10 @@ func builtinOps(s *Server) map[string]Handler {
 		control.OpLogs:      s.opLogs,
 		control.OpSubscribe: s.opSubscribe,
 		control.OpReload:    s.opReload,
-		OpJail:              s.opJail,
+		control.OpJail:      s.opJail,
 		OpDebug:             s.opDebug,
 	}
 }
-
-// OpJail asks for the jail an app gets when it starts now: args
-// control.AppArgs, answer JailData. (It belongs in package control with
-// the other ops; it is here until control carries it.)
-const OpJail = "jail"
 
 // JailData is the answer of the jail op: the spec for scripts, and the
 // same spec rendered by jail.Describe for a person.

@@ -23,7 +23,7 @@ func TestJailOp(t *testing.T) {
 
 	jailOf := func(app string) (JailData, error) {
 		var data JailData
-		err := d.client.Do(ctx, OpJail, control.AppArgs{App: app}, &data)
+		err := d.client.Do(ctx, control.OpJail, control.AppArgs{App: app}, &data)
 		return data, err
 	}
 	talker, err := jailOf("talker")
@@ -63,7 +63,7 @@ func TestJailOp(t *testing.T) {
 		{"no app", control.AppArgs{}, control.CodeBadRequest},
 		{"unknown field", map[string]string{"ap": "idle"}, control.CodeBadRequest},
 	} {
-		if err := d.client.Do(ctx, OpJail, c.args, nil); codeOf(err) != c.code {
+		if err := d.client.Do(ctx, control.OpJail, c.args, nil); codeOf(err) != c.code {
 			t.Errorf("%s: %v, want %s", c.name, err, c.code)
 		}
 	}

@@ -10,25 +10,10 @@ import (
 	"octosup/policy"
 )
 
-// The tool-call ops of the control socket (SPEC §4): a thin adapter over
-// the peer package's relay seams. (Their names and args belong in package
-// control with the other ops; they are here until control carries them.)
-const (
-	OpToolCall     = "tool.call"
-	OpToolCancel   = "tool.cancel"
-	OpContextOwner = "context.owner"
-	OpContextList  = "context.list"
-	OpLinkHas      = "link.has"
-	OpAccountClose = "account.close"
-	OpRules        = "rules"
-	OpAudit        = "audit"
-)
-
-// Events a kernel connection receives for the calls it made.
-const (
-	EventToolAcknowledged = "tool.acknowledged"
-	EventToolFinished     = "tool.finished"
-)
+// The tool-call ops of the control socket (SPEC §4), a thin adapter over
+// the peer package's relay seams. Their names and wire types are in
+// package control; the answer types below marshal to control's (a test
+// holds them to it) but carry the peer and policy values as they are.
 
 // ToolCallArgs are tool.call's args.
 type ToolCallArgs struct {
@@ -121,14 +106,14 @@ func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.Kern
 	t := toolOps{m: m, kernelOf: kernelOf}
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
-	s.HandleOrdered(OpToolCall, t.call)
-	s.HandleOrdered(OpToolCancel, t.cancel)
-	s.HandleOrdered(OpContextOwner, t.contextOwner)
-	s.HandleOrdered(OpContextList, t.contextList)
-	s.HandleOrdered(OpLinkHas, t.linkHas)
-	s.HandleOrdered(OpAccountClose, t.accountClose)
-	s.Handle(OpRules, t.rules)
-	s.Handle(OpAudit, t.audit)
+	s.HandleOrdered(control.OpToolCall, t.call)
+	s.HandleOrdered(control.OpToolCancel, t.cancel)
+	s.HandleOrdered(control.OpContextOwner, t.contextOwner)
+	s.HandleOrdered(control.OpContextList, t.contextList)
+	s.HandleOrdered(control.OpLinkHas, t.linkHas)
+	s.HandleOrdered(control.OpAccountClose, t.accountClose)
+	s.Handle(control.OpRules, t.rules)
+	s.Handle(control.OpAudit, t.audit)
 }
 
 // WithToolEvents makes a kernel connection's peer.Kernel also the tool
@@ -156,11 +141,11 @@ type toolEvents struct {
 }
 
 func (e toolEvents) Acknowledged(app, callID string) {
-	e.send(EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
+	e.send(control.EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
 }
 
 func (e toolEvents) Finished(app, callID string, r peer.Result) {
-	e.send(EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
+	e.send(control.EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
 }
 
 type toolOps struct {
@@ -194,16 +179,16 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpToolCall, args.App); err != nil {
+	if err := needApp(control.OpToolCall, args.App); err != nil {
 		return nil, err
 	}
-	ks, err := t.kernel(OpToolCall, c)
+	ks, err := t.kernel(control.OpToolCall, c)
 	if err != nil {
 		return nil, err
 	}
 	place, err := ks.AcceptToolCall(args.App, args.Call)
 	if err != nil {
-		return nil, toolError(OpToolCall, err)
+		return nil, toolError(control.OpToolCall, err)
 	}
 	// Answer "accepted" before the call's first event.
 	return AfterReply(ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
@@ -214,15 +199,15 @@ func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpToolCancel, args.App); err != nil {
+	if err := needApp(control.OpToolCancel, args.App); err != nil {
 		return nil, err
 	}
-	ks, err := t.kernel(OpToolCancel, c)
+	ks, err := t.kernel(control.OpToolCancel, c)
 	if err != nil {
 		return nil, err
 	}
 	if err := ks.ToolCancel(args.App, args.CallID); err != nil {
-		return nil, toolError(OpToolCancel, err)
+		return nil, toolError(control.OpToolCancel, err)
 	}
 	return struct{}{}, nil
 }
@@ -232,12 +217,12 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpContextOwner, args.App); err != nil {
+	if err := needApp(control.OpContextOwner, args.App); err != nil {
 		return nil, err
 	}
 	o, err := t.m.ContextOwner(args.App, args.ContextID)
 	if err != nil {
-		return nil, toolError(OpContextOwner, err)
+		return nil, toolError(control.OpContextOwner, err)
 	}
 	return o, nil
 }
@@ -247,7 +232,7 @@ func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpContextList, args.App); err != nil {
+	if err := needApp(control.OpContextList, args.App); err != nil {
 		return nil, err
 	}
 	return ContextsData{Contexts: t.m.Contexts(args.App)}, nil
@@ -258,7 +243,7 @@ func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, 
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpLinkHas, args.App); err != nil {
+	if err := needApp(control.OpLinkHas, args.App); err != nil {
 		return nil, err
 	}
 	return LinkData{Connected: t.m.HasLink(args.App)}, nil
@@ -269,11 +254,11 @@ func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if err := needApp(OpAccountClose, args.App); err != nil {
+	if err := needApp(control.OpAccountClose, args.App); err != nil {
 		return nil, err
 	}
 	if args.Account == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "%s needs args.account, the account to close", OpAccountClose)
+		return nil, control.Errorf(control.CodeBadRequest, "%s needs args.account, the account to close", control.OpAccountClose)
 	}
 	return AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
 }

@@ -161,7 +161,7 @@ func TestToolOpsRoundTrip(t *testing.T) {
 
 	// The audit op reads both calls back.
 	var audit AuditData
-	if err := rig.ts.client.Do(t.Context(), OpAudit, AuditArgs{App: "notes"}, &audit); err != nil {
+	if err := rig.ts.client.Do(t.Context(), control.OpAudit, AuditArgs{App: "notes"}, &audit); err != nil {
 		t.Fatal(err)
 	}
 	if len(audit.Entries) != 2 || audit.Entries[0].Outcome != "ok" || audit.Entries[1].Outcome != "outcome_unknown" || audit.Entries[1].End != "cancelled" {
@@ -184,21 +184,21 @@ func TestToolOpsRefusals(t *testing.T) {
 		name, op, args, code string
 		kernel               bool
 	}{
-		{"not attached", OpToolCall, call("notes", "x", "notes.search", rig.ctx, 5000), control.CodeNotAttached, false},
-		{"not connected", OpToolCall, call("ghost", "x", "notes.search", rig.ctx, 5000), "not_connected", true},
-		{"duplicate", OpToolCall, call("notes", "dup", "notes.search", rig.ctx, 5000), "duplicate", true},
-		{"unknown context", OpToolCall, call("notes", "x", "notes.search", "n-99", 5000), "unknown_context", true},
-		{"declined", OpToolCall, call("notes", "x", "mail.send", rig.ctx, 5000), "declined", true},
-		{"timeout 0", OpToolCall, call("notes", "x", "notes.search", rig.ctx, 0), control.CodeBadRequest, true},
-		{"unknown member", OpToolCall, `{"app":"notes","call":{"call_id":"x","account":"bank"}}`, control.CodeBadRequest, true},
-		{"no app", OpToolCall, `{"call":{}}`, control.CodeBadRequest, true},
-		{"cancel unknown", OpToolCancel, `{"app":"notes","call_id":"nope"}`, "unknown_call", true},
-		{"cancel not attached", OpToolCancel, `{"app":"notes","call_id":"dup"}`, control.CodeNotAttached, false},
-		{"owner of another's", OpContextOwner, `{"app":"ghost","context_id":"` + rig.ctx + `"}`, "unknown_context", false},
-		{"account.close no account", OpAccountClose, `{"app":"notes"}`, control.CodeBadRequest, false},
-		{"rules bad action", OpRules, `{"action":"purge"}`, control.CodeBadRequest, false},
-		{"rules revoke no app", OpRules, `{"action":"revoke"}`, control.CodeBadRequest, false},
-		{"audit negative", OpAudit, `{"limit":-1}`, control.CodeBadRequest, false},
+		{"not attached", control.OpToolCall, call("notes", "x", "notes.search", rig.ctx, 5000), control.CodeNotAttached, false},
+		{"not connected", control.OpToolCall, call("ghost", "x", "notes.search", rig.ctx, 5000), "not_connected", true},
+		{"duplicate", control.OpToolCall, call("notes", "dup", "notes.search", rig.ctx, 5000), "duplicate", true},
+		{"unknown context", control.OpToolCall, call("notes", "x", "notes.search", "n-99", 5000), "unknown_context", true},
+		{"declined", control.OpToolCall, call("notes", "x", "mail.send", rig.ctx, 5000), "declined", true},
+		{"timeout 0", control.OpToolCall, call("notes", "x", "notes.search", rig.ctx, 0), control.CodeBadRequest, true},
+		{"unknown member", control.OpToolCall, `{"app":"notes","call":{"call_id":"x","account":"bank"}}`, control.CodeBadRequest, true},
+		{"no app", control.OpToolCall, `{"call":{}}`, control.CodeBadRequest, true},
+		{"cancel unknown", control.OpToolCancel, `{"app":"notes","call_id":"nope"}`, "unknown_call", true},
+		{"cancel not attached", control.OpToolCancel, `{"app":"notes","call_id":"dup"}`, control.CodeNotAttached, false},
+		{"owner of another's", control.OpContextOwner, `{"app":"ghost","context_id":"` + rig.ctx + `"}`, "unknown_context", false},
+		{"account.close no account", control.OpAccountClose, `{"app":"notes"}`, control.CodeBadRequest, false},
+		{"rules bad action", control.OpRules, `{"action":"purge"}`, control.CodeBadRequest, false},
+		{"rules revoke no app", control.OpRules, `{"action":"revoke"}`, control.CodeBadRequest, false},
+		{"audit negative", control.OpAudit, `{"limit":-1}`, control.CodeBadRequest, false},
 	}
 	other := dialRaw(t, rig.ts.path)
 	for i, tt := range tests {
@@ -222,22 +222,22 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	c := rig.ts.client
 	ctx := t.Context()
 	var owner peer.ContextOwner
-	if err := c.Do(ctx, OpContextOwner, ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
+	if err := c.Do(ctx, control.OpContextOwner, ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
 		t.Fatalf("owner %+v %v", owner, err)
 	}
 	var list ContextsData
-	if err := c.Do(ctx, OpContextList, control.AppArgs{App: "notes"}, &list); err != nil || len(list.Contexts) != 1 ||
+	if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &list); err != nil || len(list.Contexts) != 1 ||
 		list.Contexts[0] != (peer.ContextInfo{ContextID: rig.ctx, Account: "personal", Client: "notes"}) {
 		t.Fatalf("context.list %+v %v", list, err)
 	}
 	for app, want := range map[string]bool{"notes": true, "ghost": false} {
 		var l LinkData
-		if err := c.Do(ctx, OpLinkHas, control.AppArgs{App: app}, &l); err != nil || l.Connected != want {
+		if err := c.Do(ctx, control.OpLinkHas, control.AppArgs{App: app}, &l); err != nil || l.Connected != want {
 			t.Fatalf("link.has %s: %+v %v", app, l, err)
 		}
 	}
 	var closed AccountData
-	if err := c.Do(ctx, OpAccountClose, AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
+	if err := c.Do(ctx, control.OpAccountClose, AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
 		t.Fatalf("account.close %+v %v", closed, err)
 	}
 	if cc, ok := rig.appNext().(*peer.ContextClosed); !ok || cc.ContextID != rig.ctx || cc.Reason != "account_closed" {
@@ -248,13 +248,13 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rules RulesData
-	if err := c.Do(ctx, OpRules, RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
+	if err := c.Do(ctx, control.OpRules, RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
 		t.Fatalf("rules %+v %v", rules, err)
 	}
-	if err := c.Do(ctx, OpRules, RulesArgs{Action: "revoke", App: "notes", Tool: "notes.append"}, &rules); err != nil || len(rules.Rules) != 1 {
+	if err := c.Do(ctx, control.OpRules, RulesArgs{Action: "revoke", App: "notes", Tool: "notes.append"}, &rules); err != nil || len(rules.Rules) != 1 {
 		t.Fatalf("revoke %+v %v", rules, err)
 	}
-	if err := c.Do(ctx, OpRules, RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+	if err := c.Do(ctx, control.OpRules, RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke %+v %v", rules, err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,16 +9,6 @@ import (
 
 	"octosup/control"
 )
-
-// opJail is daemon.OpJail: the control package does not carry it yet, and
-// octosupctl does not link the daemon.
-const opJail = "jail"
-
-// jailData is daemon.JailData with the spec kept as the daemon sent it.
-type jailData struct {
-	Spec json.RawMessage `json:"spec"`
-	Text string          `json:"text"`
-}
 
 func (c *cli) jailCommand() *cobra.Command {
 	return &cobra.Command{
@@ -32,8 +21,8 @@ What took at the last start is in "octosupctl status".`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var data jailData
-			if err := c.client().Do(cmd.Context(), opJail, control.AppArgs{App: args[0]}, &data); err != nil {
+			var data control.JailData
+			if err := c.client().Do(cmd.Context(), control.OpJail, control.AppArgs{App: args[0]}, &data); err != nil {
 				return opError("jail "+args[0], err)
 			}
 			if c.json {

@@ -12,8 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"octosup/control"
-	"octosup/daemon"
-	"octosup/peer"
 )
 
 // cancelWait bounds how long an interrupted call waits for its outcome
@@ -49,7 +47,7 @@ cancels the call. Exit 0 when the tool succeeded, 1 otherwise.`,
 			if timeout < time.Millisecond {
 				return &exitError{code: exitUsage, err: fmt.Errorf("call: --timeout must be at least 1ms")}
 			}
-			return c.call(cmd.Context(), app, peer.KernelToolCall{
+			return c.call(cmd.Context(), app, control.ToolCall{
 				CallID: fmt.Sprintf("octosupctl-%d", time.Now().UnixNano()), Name: tool,
 				Args: json.RawMessage(args[2]), Risk: risk, Confirm: confirm,
 				TimeoutMS: timeout.Milliseconds(), ContextID: contextID, Caller: caller,
@@ -57,8 +55,8 @@ cancels the call. Exit 0 when the tool succeeded, 1 otherwise.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&risk, "risk", peer.RiskRead, "read, write or destructive (anything else counts as destructive)")
-	f.StringVar(&confirm, "confirm", peer.ConfirmNone, "none, host (the person approves first) or app (the app asks its person)")
+	f.StringVar(&risk, "risk", control.RiskRead, "read, write or destructive (anything else counts as destructive)")
+	f.StringVar(&confirm, "confirm", control.ConfirmNone, "none, host (the person approves first) or app (the app asks its person)")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "the call's deadline")
 	f.StringVar(&contextID, "context", "", "the app context to call in (default: the app's first open context)")
 	f.StringVar(&account, "account", "", "pick the app's first open context with this account")
@@ -66,7 +64,7 @@ cancels the call. Exit 0 when the tool succeeded, 1 otherwise.`,
 	return cmd
 }
 
-func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, account string) error {
+func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account string) error {
 	what := "call " + app + " " + kc.Name
 	conn, err := c.client().Connect(ctx)
 	if err != nil {
@@ -81,7 +79,7 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 		defer close(reader)
 		defer close(mine)
 		for ev := range conn.Events() {
-			var te daemon.ToolEvent
+			var te control.ToolEvent
 			if ev.Decode(&te) == nil && te.App == app && te.CallID == kc.CallID {
 				mine <- ev
 			}
@@ -90,14 +88,14 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 	defer func() { conn.Close(); <-reader }()
 	if err := attachKernel(ctx, conn); err != nil {
 		var cerr *control.Error
-		if errors.As(err, &cerr) && cerr.Code == codeKernelAttached {
+		if errors.As(err, &cerr) && cerr.Code == control.CodeKernelAttached {
 			return &exitError{code: exitFailed, err: fmt.Errorf("%s: another agent kernel is attached; octosupctl call needs to be the kernel for its call", what)}
 		}
 		return opError(what, err)
 	}
 	if kc.ContextID == "" {
-		var data daemon.ContextsData
-		if err := conn.Do(ctx, daemon.OpContextList, control.AppArgs{App: app}, &data); err != nil {
+		var data control.ContextsData
+		if err := conn.Do(ctx, control.OpContextList, control.AppArgs{App: app}, &data); err != nil {
 			return opError(what, err)
 		}
 		for _, cx := range data.Contexts {
@@ -116,14 +114,14 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 	}
 	// The answer is read even when the person interrupts meanwhile: a
 	// call the daemon accepted is then cancelled below, never abandoned.
-	var accepted daemon.ToolCallData
+	var accepted control.ToolCallData
 	actx, cancelAccept := context.WithTimeout(context.WithoutCancel(ctx), acceptWait)
-	err = conn.Do(actx, daemon.OpToolCall, daemon.ToolCallArgs{App: app, Call: kc}, &accepted)
+	err = conn.Do(actx, control.OpToolCall, control.ToolCallArgs{App: app, Call: kc}, &accepted)
 	cancelAccept()
 	if err != nil {
 		return opError(what, err)
 	}
-	c.callEvent("accepted", daemon.ToolEvent{App: app, CallID: kc.CallID}, kc)
+	c.callEvent("accepted", control.ToolEvent{App: app, CallID: kc.CallID}, kc)
 	events := mine
 	interrupted := false
 	var giveUp <-chan time.Time
@@ -134,14 +132,14 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 			if !ok {
 				return opError(what, fmt.Errorf("the daemon closed the connection before the call finished: %w", conn.Err()))
 			}
-			var te daemon.ToolEvent
+			var te control.ToolEvent
 			ev.Decode(&te) // the reader decoded it once already
 			switch ev.Name {
-			case daemon.EventToolAcknowledged:
+			case control.EventToolAcknowledged:
 				c.callEvent("acknowledged", te, kc)
-			case daemon.EventToolFinished:
+			case control.EventToolFinished:
 				c.callEvent("finished", te, kc)
-				if te.Outcome != peer.OutcomeOK.String() || interrupted {
+				if te.Outcome != control.OutcomeOK || interrupted {
 					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, outcomeText(te))}
 				}
 				return nil
@@ -151,7 +149,7 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 			// daemon owes one.
 			done, interrupted = nil, true
 			cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
-			err := conn.Do(cctx, daemon.OpToolCancel, daemon.CallArgs{App: app, CallID: kc.CallID}, nil)
+			err := conn.Do(cctx, control.OpToolCancel, control.CallArgs{App: app, CallID: kc.CallID}, nil)
 			cancel()
 			if err != nil {
 				return opError(what+": cancel", err)
@@ -162,9 +160,6 @@ func (c *cli) call(ctx context.Context, app string, kc peer.KernelToolCall, acco
 		}
 	}
 }
-
-// codeKernelAttached is peer.Code(peer.ErrKernelAttached).
-const codeKernelAttached = "kernel_attached"
 
 // attachWait bounds how long call waits for the kernel slot: the daemon
 // detaches a kernel once it noticed its connection closed, so a call
@@ -178,7 +173,7 @@ func attachKernel(ctx context.Context, conn *control.Conn) error {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		err := conn.Do(ctx, control.OpKernelAttach, struct{}{}, nil)
 		var cerr *control.Error
-		if err == nil || !errors.As(err, &cerr) || cerr.Code != codeKernelAttached || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &cerr) || cerr.Code != control.CodeKernelAttached || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -190,11 +185,11 @@ func attachKernel(ctx context.Context, conn *control.Conn) error {
 }
 
 // callEvent prints one step of a call.
-func (c *cli) callEvent(step string, te daemon.ToolEvent, kc peer.KernelToolCall) {
+func (c *cli) callEvent(step string, te control.ToolEvent, kc control.ToolCall) {
 	if c.json {
 		c.printJSONLine(struct {
 			Step string `json:"step"`
-			daemon.ToolEvent
+			control.ToolEvent
 		}{step, te})
 		return
 	}
@@ -203,7 +198,7 @@ func (c *cli) callEvent(step string, te daemon.ToolEvent, kc peer.KernelToolCall
 		fmt.Fprintf(c.stdout, "%s: accepted (call %s)\n", kc.Name, kc.CallID)
 	case "acknowledged":
 		fmt.Fprintf(c.stdout, "%s: acknowledged\n", kc.Name)
-		if kc.Confirm == peer.ConfirmHost {
+		if kc.Confirm == control.ConfirmHost {
 			fmt.Fprintln(c.stdout, "the person is asked first (unless a standing rule answers): octosupctl approvals, then octosupctl approve ID allow|deny [--remember]")
 		}
 	default:
@@ -211,7 +206,7 @@ func (c *cli) callEvent(step string, te daemon.ToolEvent, kc peer.KernelToolCall
 	}
 }
 
-func outcomeText(te daemon.ToolEvent) string {
+func outcomeText(te control.ToolEvent) string {
 	s := te.Outcome
 	if te.Error != nil {
 		s += fmt.Sprintf(" (%s: %s)", te.Error.Code, te.Error.Message)
@@ -224,12 +219,12 @@ func outcomeText(te daemon.ToolEvent) string {
 
 func (c *cli) rulesCommand() *cobra.Command {
 	list := func(cmd *cobra.Command, args []string) error {
-		ra := daemon.RulesArgs{Action: "list"}
+		ra := control.RulesArgs{Action: "list"}
 		if len(args) == 1 {
 			ra.App = args[0]
 		}
-		var data daemon.RulesData
-		if err := c.client().Do(cmd.Context(), daemon.OpRules, ra, &data); err != nil {
+		var data control.RulesData
+		if err := c.client().Do(cmd.Context(), control.OpRules, ra, &data); err != nil {
 			return opError("rules", err)
 		}
 		if c.json {
@@ -262,12 +257,12 @@ func (c *cli) rulesCommand() *cobra.Command {
 		Short: "Forget APP's standing rule for TOOL (every rule of APP without TOOL): the person is asked again",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ra := daemon.RulesArgs{Action: "revoke", App: args[0]}
+			ra := control.RulesArgs{Action: "revoke", App: args[0]}
 			if len(args) == 2 {
 				ra.Tool = args[1]
 			}
-			var data daemon.RulesData
-			if err := c.client().Do(cmd.Context(), daemon.OpRules, ra, &data); err != nil {
+			var data control.RulesData
+			if err := c.client().Do(cmd.Context(), control.OpRules, ra, &data); err != nil {
 				return opError("rules revoke "+args[0], err)
 			}
 			if c.json {
@@ -292,12 +287,12 @@ func (c *cli) auditCommand() *cobra.Command {
 		Short: "Print the last tool calls into apps: tool, risk, who decided, outcome, duration",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			aa := daemon.AuditArgs{Limit: limit}
+			aa := control.AuditArgs{Limit: limit}
 			if len(args) == 1 {
 				aa.App = args[0]
 			}
-			var data daemon.AuditData
-			if err := c.client().Do(cmd.Context(), daemon.OpAudit, aa, &data); err != nil {
+			var data control.AuditData
+			if err := c.client().Do(cmd.Context(), control.OpAudit, aa, &data); err != nil {
 				return opError("audit", err)
 			}
 			if c.json {

@@ -49,7 +49,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	c := &control.Client{Path: socket}
 	ctx := context.Background()
 	var link daemon.LinkData
-	if err := c.Do(ctx, daemon.OpLinkHas, control.AppArgs{App: "notes"}, &link); err != nil {
+	if err := c.Do(ctx, control.OpLinkHas, control.AppArgs{App: "notes"}, &link); err != nil {
 		var cerr *control.Error
 		if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownOp {
 			t.Skip("this daemon does not register the tool ops (daemon.RegisterToolOps) yet")
@@ -66,7 +66,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var data daemon.ContextsData
-		if err := c.Do(ctx, daemon.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
+		if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
 			t.Fatal(err)
 		}
 		if len(data.Contexts) > 0 {
@@ -165,7 +165,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	waitApprovals(t, c, 0)
 
 	var rules daemon.RulesData
-	if err := c.Do(ctx, daemon.OpRules, daemon.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+	if err := c.Do(ctx, control.OpRules, daemon.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke: %+v %v", rules, err)
 	}
 	raw, _ := json.Marshal(rules)
