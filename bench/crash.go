@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,11 +33,7 @@ func runCrash(ctx context.Context, env *Env, n int) ([]Row, error) {
 	if n < 1 {
 		return nil, errors.New("--kills must be at least 1")
 	}
-	dir, err := env.Scratch("crash")
-	if err != nil {
-		return nil, err
-	}
-	childLog, err := os.Create(filepath.Join(dir, "children.log"))
+	dir, childLog, err := env.ScratchLog("crash", "children.log")
 	if err != nil {
 		return nil, err
 	}
@@ -48,18 +43,13 @@ func runCrash(ctx context.Context, env *Env, n int) ([]Row, error) {
 		return nil, err
 	}
 	defer f.Close()
-	d, err := env.startDaemon(ctx, "crash-daemon", []policy.App{
+	d, conn, stop, err := env.startConnected(ctx, "crash-daemon", []policy.App{
 		hubpingApp("victim", env.Hubping, f, jailSandbox(false), false),
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Stop(30 * time.Second)
-	conn, err := d.Client.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
+	defer stop()
 	sub, err := d.Client.Subscribe(ctx, control.TopicState)
 	if err != nil {
 		return nil, err

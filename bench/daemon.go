@@ -2,15 +2,10 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,38 +13,16 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/internal/rig"
 	"octosup/policy"
 )
 
 // daemon is an octosupd the bench runs in a scratch tree of its own: its
 // own HOME and XDG places, manifest, control socket and NOTIFY_SOCKET.
+// Ready (exec → READY=1), Pid and Stop are the rig's.
 type daemon struct {
-	dir     string
-	cmd     *exec.Cmd
-	logf    *os.File
-	exited  chan struct{} // closed when the process was reaped
-	waitErr error         // set before exited closes
-
-	// Ready is exec of octosupd → READY=1 on NOTIFY_SOCKET.
-	Ready  time.Duration
+	*rig.Daemon
 	Client control.Client
-}
-
-// daemonManifest is a manifest of the given apps, checked with
-// policy.Parse so that a bench that drifts from the format says so
-// before any daemon starts.
-func daemonManifest(apps []policy.App) ([]byte, error) {
-	if apps == nil {
-		apps = []policy.App{}
-	}
-	b, err := json.MarshalIndent(policy.Manifest{Version: 1, Apps: apps}, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encode the manifest: %w", err)
-	}
-	if _, err := policy.Parse(b); err != nil {
-		return nil, fmt.Errorf("the bench wrote a manifest octosup refuses (update bench/ to the manifest format): %w", err)
-	}
-	return b, nil
 }
 
 // startDaemon writes the manifest, execs octosupd with extraEnv added to
@@ -62,125 +35,37 @@ func (e *Env) startDaemon(ctx context.Context, name string, apps []policy.App, e
 
 // startDaemonArgs is startDaemon with more arguments for octosupd run.
 func (e *Env) startDaemonArgs(ctx context.Context, name string, apps []policy.App, args []string, extraEnv ...string) (*daemon, error) {
-	manifest, err := daemonManifest(apps)
-	if err != nil {
-		return nil, err
-	}
 	dir, err := e.Scratch(name)
 	if err != nil {
 		return nil, err
 	}
-	places := map[string]string{
-		"HOME":            filepath.Join(dir, "home"),
-		"XDG_RUNTIME_DIR": filepath.Join(dir, "run"),
-		"XDG_STATE_HOME":  filepath.Join(dir, "state"),
-		"XDG_DATA_HOME":   filepath.Join(dir, "data"),
-		"XDG_CONFIG_HOME": filepath.Join(dir, "config"),
-	}
-	env := []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range places {
-		if err := os.MkdirAll(v, 0o700); err != nil {
-			return nil, fmt.Errorf("daemon %s: %w", name, err)
-		}
-		env = append(env, k+"="+v)
-	}
-	mpath := filepath.Join(dir, "native-apps.json")
-	if err := os.WriteFile(mpath, manifest, 0o600); err != nil {
-		return nil, fmt.Errorf("daemon %s: write the manifest: %w", name, err)
-	}
-	nsock := filepath.Join(dir, "notify.sock")
-	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
-	if err != nil {
-		return nil, fmt.Errorf("daemon %s: NOTIFY_SOCKET: %w", name, err)
-	}
-	defer notify.Close()
-	logf, err := os.Create(filepath.Join(dir, "octosupd.log"))
+	t, err := rig.NewTree(dir, apps)
 	if err != nil {
 		return nil, fmt.Errorf("daemon %s: %w", name, err)
 	}
-	env = append(env, "NOTIFY_SOCKET="+nsock)
-	env = append(env, extraEnv...)
-
-	cmd := exec.Command(e.Octosupd, append([]string{"run", "--config", mpath}, args...)...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The bench's death takes the daemon (and, by the jail's own
-	// parent-death signal, its apps) along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	d := &daemon{
-		dir:    dir,
-		cmd:    cmd,
-		logf:   logf,
-		exited: make(chan struct{}),
-		Client: control.Client{Path: filepath.Join(places["XDG_RUNTIME_DIR"], "octosup", "control.sock")},
+	// Every autostart app is started before READY=1: more apps, more time.
+	timeout := e.Timeout + time.Duration(len(apps))*e.Timeout/20
+	d, err := rig.Start(ctx, e.Octosupd, t, rig.Options{Args: args, Env: extraEnv, Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("daemon %s: %w", name, err)
 	}
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("daemon %s: start %s: %w", name, e.Octosupd, err)
-	}
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	// Its exit, ctx or the timeout unblock the read below.
-	timeout := time.AfterFunc(e.Timeout+time.Duration(len(apps))*e.Timeout/20, func() { notify.SetReadDeadline(time.Now()) })
-	defer timeout.Stop()
-	stopWatch := context.AfterFunc(ctx, func() { notify.SetReadDeadline(time.Now()) })
-	defer stopWatch()
-	waiting := make(chan struct{})
-	defer close(waiting)
-	go func() {
-		select {
-		case <-d.exited:
-			notify.SetReadDeadline(time.Now())
-		case <-waiting:
-		}
-	}()
-	buf := make([]byte, 4096)
-	for {
-		n, _, err := notify.ReadFromUnix(buf)
-		if err != nil {
-			why := "it did not say READY=1 in time"
-			select {
-			case <-d.exited:
-				why = fmt.Sprintf("it exited (%v)", d.waitErr)
-			default:
-				if ctx.Err() != nil {
-					why = ctx.Err().Error()
-				}
-			}
-			d.kill()
-			return nil, fmt.Errorf("daemon %s (%s): %s; %s", name, e.Octosupd, why, d.logTail(15))
-		}
-		if bytes.Contains(append([]byte("\n"), buf[:n]...), []byte("\nREADY=1")) {
-			d.Ready = time.Since(t0)
-			return d, nil
-		}
-	}
+	return &daemon{Daemon: d, Client: control.Client{Path: t.Socket}}, nil
 }
 
-// Pid is the daemon's pid.
-func (d *daemon) Pid() int { return d.cmd.Process.Pid }
-
-// Stop ends the daemon as systemd would (SIGTERM: it stops every app),
-// SIGKILL after grace.
-func (d *daemon) Stop(grace time.Duration) error {
-	defer d.logf.Close()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-		return nil
-	case <-time.After(grace):
-		d.kill()
-		return fmt.Errorf("octosupd did not stop within %v of SIGTERM; killed", grace)
+// startConnected is startDaemonArgs with one control connection to the
+// daemon; stop closes the connection, then stops the daemon.
+func (e *Env) startConnected(ctx context.Context, name string, apps []policy.App, args []string) (d *daemon, conn *control.Conn, stop func(), err error) {
+	if d, err = e.startDaemonArgs(ctx, name, apps, args); err != nil {
+		return nil, nil, nil, err
 	}
-}
-
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.exited
-	d.logf.Close()
+	if conn, err = d.Client.Connect(ctx); err != nil {
+		_ = d.Stop(30 * time.Second)
+		return nil, nil, nil, err
+	}
+	return d, conn, func() {
+		conn.Close()
+		_ = d.Stop(30 * time.Second)
+	}, nil
 }
 
 // goroutineHeader is a goroutine's first line in a traceback, e.g.
@@ -193,40 +78,22 @@ var goroutineHeader = regexp.MustCompile(`(?m)^goroutine [1-9]\d* (?:[a-z]+=\S+ 
 // and counts them. The daemon exposes no goroutine count while it runs;
 // this gets one without changing it, at the price of the daemon's life.
 func (d *daemon) QuitCountGoroutines(timeout time.Duration) (int, error) {
-	_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+	_ = d.Signal(syscall.SIGQUIT)
 	select {
-	case <-d.exited:
+	case <-d.Exited():
 	case <-time.After(timeout):
-		d.kill()
+		d.Kill()
 		return 0, fmt.Errorf("octosupd did not die of SIGQUIT within %v", timeout)
 	}
-	d.logf.Close()
-	b, err := os.ReadFile(d.logf.Name())
+	b, err := os.ReadFile(d.LogPath())
 	if err != nil {
 		return 0, err
 	}
 	n := len(goroutineHeader.FindAll(b, -1))
 	if n == 0 {
-		return 0, fmt.Errorf("no goroutine dump in %s (does octosupd handle SIGQUIT itself now?)", d.logf.Name())
+		return 0, fmt.Errorf("no goroutine dump in %s (does octosupd handle SIGQUIT itself now?)", d.LogPath())
 	}
 	return n, nil
-}
-
-// logTail says how the daemon's log ends.
-func (d *daemon) logTail(lines int) string {
-	b, err := os.ReadFile(d.logf.Name())
-	if err != nil {
-		return "its log cannot be read: " + err.Error()
-	}
-	text := strings.TrimRight(string(b), "\n")
-	if text == "" {
-		return "it logged nothing"
-	}
-	all := strings.Split(text, "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return "its log ends:\n  " + strings.Join(all, "\n  ")
 }
 
 // appLogs is what status and logs say of an app, for an error message.

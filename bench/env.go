@@ -86,6 +86,18 @@ func (e *Env) Scratch(name string) (string, error) {
 	return dir, nil
 }
 
+// ScratchLog makes the scratch directory name and, in it, the file logName
+// for the output of the processes a section starts itself.
+func (e *Env) ScratchLog(name, logName string) (dir string, logw *os.File, err error) {
+	if dir, err = e.Scratch(name); err != nil {
+		return "", nil, err
+	}
+	if logw, err = os.Create(filepath.Join(dir, logName)); err != nil {
+		return "", nil, err
+	}
+	return dir, logw, nil
+}
+
 // fifo is a named pipe the bench reads and an app writes. The bench holds
 // it open read-write, so an app's open for writing never blocks and the
 // bench never sees end-of-file between apps.

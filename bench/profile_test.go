@@ -13,6 +13,7 @@ import (
 
 	"octosup/control"
 	octosupd "octosup/daemon"
+	"octosup/internal/rig"
 	"octosup/jail"
 	"octosup/policy"
 )
@@ -41,7 +42,7 @@ func BenchmarkToolCallInProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	manifest, err := daemonManifest([]policy.App{toolApp(filepath.Join(bins, "toolapp"), sb)})
+	manifest, err := rig.Manifest([]policy.App{toolApp(filepath.Join(bins, "toolapp"), sb)})
 	if err != nil {
 		b.Fatal(err)
 	}

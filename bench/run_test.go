@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/internal/rig"
 	"octosup/policy"
 )
 
@@ -211,7 +212,7 @@ func TestRunUsage(t *testing.T) {
 
 func TestDaemonManifest(t *testing.T) {
 	f := &fifo{Path: "/tmp/x/fifo/jail/ping"}
-	ok, err := daemonManifest(nil)
+	ok, err := rig.Manifest(nil)
 	if err != nil || !bytes.Contains(ok, []byte(`"apps": []`)) {
 		t.Errorf("the empty manifest: %v\n%s", err, ok)
 	}
@@ -226,7 +227,7 @@ func TestDaemonManifest(t *testing.T) {
 		{"relative program", "bin/hubping", nil, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := daemonManifest([]policy.App{
+			_, err := rig.Manifest([]policy.App{
 				hubpingApp("one", c.hubping, c.f, jailSandbox(false), true),
 				hubpingApp("two", c.hubping, c.f, broadSandbox(), false),
 				hubpingApp("three", c.hubping, c.f, jailSandbox(true), false),

@@ -55,11 +55,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 	if n < 1 {
 		return nil, errors.New("--spawns must be at least 1")
 	}
-	dir, err := env.Scratch("spawn")
-	if err != nil {
-		return nil, err
-	}
-	childLog, err := os.Create(filepath.Join(dir, "children.log"))
+	dir, childLog, err := env.ScratchLog("spawn", "children.log")
 	if err != nil {
 		return nil, err
 	}
@@ -75,37 +71,27 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 		fifos[id] = f
 	}
 
-	d, err := env.startDaemon(ctx, "spawn-daemon", []policy.App{
+	d, conn, stop, err := env.startConnected(ctx, "spawn-daemon", []policy.App{
 		hubpingApp("broad", env.Hubping, fifos["broad"], broadSandbox(), false),
 		hubpingApp("jail", env.Hubping, fifos["jail"], jailSandbox(false), false),
 		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs"], jailSandbox(true), false),
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Stop(30 * time.Second)
-	conn, err := d.Client.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
+	defer stop()
 
 	// The old path, in the same run: a daemon whose jail helper is
 	// octosupd itself (it still answers the helper's mode), as every
 	// start was before octosup-jail.
-	d0, err := env.startDaemonArgs(ctx, "spawn-daemon-old-helper", []policy.App{
+	d0, conn0, stop0, err := env.startConnected(ctx, "spawn-daemon-old-helper", []policy.App{
 		hubpingApp("jail", env.Hubping, fifos["jail-old"], jailSandbox(false), false),
 		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs-old"], jailSandbox(true), false),
 	}, []string{"--jail-helper", env.Octosupd})
 	if err != nil {
 		return nil, err
 	}
-	defer d0.Stop(30 * time.Second)
-	conn0, err := d0.Client.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn0.Close()
+	defer stop0()
 	tiny := filepath.Join(filepath.Dir(env.Octosupd), jail.HelperName)
 	if _, err := os.Stat(tiny); err != nil {
 		return nil, fmt.Errorf("%s is not next to %s (make bench builds both): %w", jail.HelperName, env.Octosupd, err)

@@ -255,11 +255,7 @@ func runRoundTrips(ctx context.Context, env *Env, f *roundTripFlags, s roundTrip
 	if err != nil {
 		return nil, err
 	}
-	dir, err := env.Scratch(s.name)
-	if err != nil {
-		return nil, err
-	}
-	logw, err := os.Create(filepath.Join(dir, "jsonecho.log"))
+	_, logw, err := env.ScratchLog(s.name, "jsonecho.log")
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/internal/rig"
 	"octosup/policy"
 )
 
@@ -57,10 +58,10 @@ type chaos struct {
 	t0    time.Time
 	led   *ledger
 	procs *procs
-	tree  *tree
+	tree  *rig.Tree
 	apps  []string
 
-	d     *daemon
+	d     *rig.Daemon
 	gen   int // the daemon's generation: 1, then 2 after the SIGKILL
 	admin *conn
 	watch *conn
@@ -157,9 +158,9 @@ func run(ctx context.Context, cfg config) (result, error) {
 	for _, a := range apps {
 		c.apps = append(c.apps, a.ID)
 	}
-	t, err := newTree(cfg.Dir, apps)
+	t, err := rig.NewTree(cfg.Dir, apps)
 	if err != nil {
-		return result{}, err
+		return result{}, fmt.Errorf("the daemon's tree in %s: %w", cfg.Dir, err)
 	}
 	c.tree = t
 	rep := &report{}
@@ -193,11 +194,11 @@ func (c *chaos) shutdown() {
 	}
 	if c.d != nil {
 		select {
-		case <-c.d.exited:
+		case <-c.d.Exited():
 		default:
-			c.d.kill()
+			c.d.Kill()
 		}
-		c.procs.Release(c.d.pid())
+		c.procs.Release(c.d.Pid())
 	}
 }
 
@@ -285,7 +286,7 @@ func (c *chaos) phases(ctx context.Context, rep *report) error {
 	rep.linef("standing rules in force before SIGKILL: %d (as approve --remember and revoke left them)", len(want))
 
 	// 6. SIGKILL the daemon: no app may outlive it.
-	oldPid := c.d.pid()
+	oldPid := c.d.Pid()
 	extra := c.procs.TrackChildren(oldPid)
 	c.krw.Lock()
 	c.hungUp.Store(c.kconn, true)
@@ -293,7 +294,7 @@ func (c *chaos) phases(ctx context.Context, rep *report) error {
 	c.hungUp.Store(c.admin, true)
 	c.hungUp.Store(c.watch, true)
 	c.progressf("SIGKILL octosupd %d", oldPid)
-	c.d.kill()
+	c.d.Kill()
 	checked, alive := c.procs.Survivors(oldPid, 10*time.Second)
 	for _, a := range alive {
 		c.led.Violatef("an app outlived the daemon: %s", a)
@@ -325,14 +326,14 @@ func (c *chaos) phases(ctx context.Context, rep *report) error {
 	rep.linef("after restart: every app running with its contexts, consent kept; %d calls (one per app) each got exactly one outcome", sent)
 
 	// 8. A clean stop: the apps go with the daemon.
-	pid := c.d.pid()
+	pid := c.d.Pid()
 	c.procs.TrackChildren(pid)
 	c.krw.Lock()
 	c.hungUp.Store(c.kconn, true)
 	c.krw.Unlock()
 	c.hungUp.Store(c.admin, true)
 	c.hungUp.Store(c.watch, true)
-	if err := c.d.stop(30 * time.Second); err != nil {
+	if err := c.d.Stop(30 * time.Second); err != nil {
 		c.notef("%v", err)
 	}
 	checked, alive = c.procs.Survivors(pid, 10*time.Second)
@@ -370,18 +371,18 @@ func (c *chaos) closeConns() {
 func (c *chaos) startGeneration(ctx context.Context, gen int) error {
 	c.gen = gen
 	c.progressf("starting octosupd (generation %d) with %d apps", gen, len(c.apps))
-	d, err := startDaemon(ctx, c.cfg.Octosupd, c.tree, fmt.Sprint(gen), 2*time.Minute)
+	d, err := rig.Start(ctx, c.cfg.Octosupd, c.tree, rig.Options{Name: fmt.Sprint(gen), Timeout: 2 * time.Minute})
 	if err != nil {
-		return err
+		return fmt.Errorf("octosupd generation %d: %w", gen, err)
 	}
 	c.d = d
 	c.mu.Lock()
 	c.states, c.pids, c.contexts = map[string]string{}, map[string]int{}, map[string][]string{}
 	c.mu.Unlock()
-	if c.admin, err = dialConn(ctx, c.tree.socket, c.nextConn(), nil); err != nil {
+	if c.admin, err = dialConn(ctx, c.tree.Socket, c.nextConn(), nil); err != nil {
 		return err
 	}
-	if c.watch, err = dialConn(ctx, c.tree.socket, c.nextConn(), c.onWatchEvent); err != nil {
+	if c.watch, err = dialConn(ctx, c.tree.Socket, c.nextConn(), c.onWatchEvent); err != nil {
 		return err
 	}
 	go c.watchDrop(c.watch, "watcher")
@@ -447,7 +448,7 @@ func (c *chaos) sawState(ev control.StateEvent) {
 	d := c.d
 	c.mu.Unlock()
 	if ev.Pid > 0 && d != nil {
-		c.procs.Track(ev.Pid, ev.App, d.pid())
+		c.procs.Track(ev.Pid, ev.App, d.Pid())
 	}
 }
 
@@ -468,7 +469,7 @@ func (c *chaos) sawApproval(a control.Approval) {
 // attachLocked opens a kernel connection and attaches it, waiting for a
 // kernel that is still detaching. krw is held.
 func (c *chaos) attachLocked(ctx context.Context) error {
-	kc, err := dialConn(ctx, c.tree.socket, c.nextConn(), c.onKernelEvent)
+	kc, err := dialConn(ctx, c.tree.Socket, c.nextConn(), c.onKernelEvent)
 	if err != nil {
 		return err
 	}
@@ -574,7 +575,7 @@ func (c *chaos) waitAppsReady(ctx context.Context, timeout time.Duration) error 
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%d apps not running with their contexts after %v: %s; %s", len(missing), timeout, strings.Join(first(missing, 8), ", "), c.d.logTail(10))
+			return fmt.Errorf("%d apps not running with their contexts after %v: %s; %s", len(missing), timeout, strings.Join(first(missing, 8), ", "), c.d.LogTail(10))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -130,25 +130,14 @@ func (c *kconn) untilRequest(app, reqID string) {
 // one write, without waiting for answers, has every one accepted and the
 // app sees them in that order.
 func TestKernelOpsInOrder(t *testing.T) {
-	exe, _ := os.Executable()
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(fmt.Sprintf(hubAppManifest, exe)))
-	ctx := context.Background()
-	d := startDaemon(t, env)
-	sub, err := d.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	env, d, sub := hubDaemon(t, hubAppManifest)
 	logs := followLogs(t, d.client, "chat")
 	a := pendingConsent(t, d.client, sub, "chat")
 	k := dialKernel(t, env.dirs.ControlSocket())
 	if line := k.attach(); !strings.Contains(line, `"ok":true`) {
 		t.Fatalf("kernel.attach: %s", line)
 	}
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	allow(t, d.client, a)
 	k.untilRequest("chat", "turn-1")
 	var b strings.Builder
 	b.WriteString(`{"id":2,"op":"request.reply","args":{"app":"chat","req_id":"turn-1","ok":true,"data":{"turn_id":"t1"}}}` + "\n")
@@ -172,20 +161,8 @@ func TestKernelOpsInOrder(t *testing.T) {
 // TestKernelAttachAnswerFirst: with requests streaming in, nothing a
 // kernel is handed precedes the answer to its kernel.attach.
 func TestKernelAttachAnswerFirst(t *testing.T) {
-	exe, _ := os.Executable()
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(fmt.Sprintf(floodManifest, exe)))
-	ctx := context.Background()
-	d := startDaemon(t, env)
-	sub, err := d.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	a := pendingConsent(t, d.client, sub, "flood")
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	env, d, sub := hubDaemon(t, floodManifest)
+	allow(t, d.client, pendingConsent(t, d.client, sub, "flood"))
 	for attached := 0; attached < 20; {
 		k := dialKernel(t, env.dirs.ControlSocket())
 		line := k.attach()
@@ -206,23 +183,13 @@ func TestKernelAttachAnswerFirst(t *testing.T) {
 // turn.start (a kernel attached answers nothing) does not stop status
 // from answering or another app from being served.
 func TestFloodKeepsTheDaemonResponsive(t *testing.T) {
-	exe, _ := os.Executable()
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(fmt.Sprintf(floodManifest, exe)))
+	env, d, sub := hubDaemon(t, floodManifest)
 	ctx := context.Background()
-	d := startDaemon(t, env)
-	sub, err := d.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	logs := followLogs(t, d.client, "chat")
 	k := dialKernel(t, env.dirs.ControlSocket())
 	k.attach()
 	a := pendingConsent(t, d.client, sub, "flood")
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	allow(t, d.client, a)
 	k.untilRequest("flood", "t1")
 	for range 5 {
 		var st control.StatusData
@@ -231,9 +198,7 @@ func TestFloodKeepsTheDaemonResponsive(t *testing.T) {
 		}
 	}
 	c := pendingConsent(t, d.client, sub, "chat")
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: c.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	allow(t, d.client, c)
 	appSaw(t, logs, `"req_id":"open-1"`, `"ok":true`)
 	k.untilRequest("chat", "turn-1")
 }
@@ -242,16 +207,8 @@ func TestFloodKeepsTheDaemonResponsive(t *testing.T) {
 // in the middle of a turn ends that turn for the app (turn.end,
 // kernel_detached), and the next kernel may attach at once.
 func TestKernelDetachMidTurnOverTheSocket(t *testing.T) {
-	exe, _ := os.Executable()
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(fmt.Sprintf(hubAppManifest, exe)))
+	_, d, sub := hubDaemon(t, hubAppManifest)
 	ctx := context.Background()
-	d := startDaemon(t, env)
-	sub, err := d.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	logs := followLogs(t, d.client, "chat")
 	a := pendingConsent(t, d.client, sub, "chat")
 	kernel, err := d.client.Connect(ctx)
@@ -261,9 +218,7 @@ func TestKernelDetachMidTurnOverTheSocket(t *testing.T) {
 	if err := kernel.Do(ctx, control.OpKernelAttach, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	allow(t, d.client, a)
 	for ev := nextEvent(t, kernel); ev.Name != control.EventRequest; ev = nextEvent(t, kernel) {
 	}
 	if err := kernel.Do(ctx, control.OpRequestReply, peer.KernelReply{App: "chat", ReqID: "turn-1", OK: true, Data: json.RawMessage(`{"turn_id":"t1"}`)}, nil); err != nil {
@@ -293,16 +248,7 @@ func TestConsentSurvivesSIGKILL(t *testing.T) {
 	env := newTestEnv(t)
 	env.writeManifest(t, []byte(fmt.Sprintf(hubAppManifest, exe)))
 	cmd := exec.Command(exe)
-	cmd.Env = append(env.environ(), "OCTOSUP_TEST_DAEMON=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer cmd.Process.Kill()
+	exited, stderr := startDaemonProcess(t, env, cmd)
 
 	c := &control.Client{Path: env.dirs.ControlSocket()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -117,26 +117,48 @@ func pendingConsent(t *testing.T, c *control.Client, sub *control.Conn, app stri
 	}
 }
 
+// hubDaemon starts a daemon on a fresh tree whose manifest is the format
+// manifest with this test binary (which runs as the hub apps, see
+// hubApp) as its %[1]q, and subscribes to the daemon's approval events.
+func hubDaemon(t *testing.T, manifest string) (testEnv, *runningDaemon, *control.Conn) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newTestEnv(t)
+	env.writeManifest(t, []byte(fmt.Sprintf(manifest, exe)))
+	d := startDaemon(t, env)
+	return env, d, approvalEvents(t, d.client)
+}
+
+// approvalEvents subscribes to c's approval events until the test ends.
+func approvalEvents(t *testing.T, c *control.Client) *control.Conn {
+	t.Helper()
+	sub, err := c.Subscribe(context.Background(), control.TopicApproval)
+	if err != nil {
+		t.Fatalf("subscribe to approvals: %v", err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
+// allow approves a (the person's "allow").
+func allow(t *testing.T, c *control.Client, a control.Approval) {
+	t.Helper()
+	if err := c.Do(context.Background(), control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
+		t.Fatalf("approve %s (%s of %s): %v", a.ApprovalID, a.Kind, a.App, err)
+	}
+}
+
 // TestPeerLinkThroughTheDaemon drives the peer link the way the shell and
 // a kernel do, over the real control socket, with a real app on a real
 // hub: first-use consent answered with approve, a turn streamed from an
 // attached kernel, the decision surviving a restart of the daemon, and
 // revoke asking again.
 func TestPeerLinkThroughTheDaemon(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(fmt.Sprintf(hubAppManifest, exe)))
+	env, d, sub := hubDaemon(t, hubAppManifest)
 	ctx := context.Background()
-
-	d := startDaemon(t, env)
-	sub, err := d.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	logs := followLogs(t, d.client, "chat")
 	a := pendingConsent(t, d.client, sub, "chat")
 	if a.Method != "octos.session.open" {
@@ -163,9 +185,7 @@ func TestPeerLinkThroughTheDaemon(t *testing.T) {
 	}
 	second.Close()
 
-	if err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow"}, nil); err != nil {
-		t.Fatalf("approve: %v", err)
-	}
+	allow(t, d.client, a)
 	contextLine := appSaw(t, logs, `"req_id":"open-1"`, `"ok":true`)
 
 	// The turn reaches the kernel with the context and account from the
@@ -219,11 +239,7 @@ func TestPeerLinkThroughTheDaemon(t *testing.T) {
 	if err := d2.client.Do(ctx, control.OpConsent, control.ConsentArgs{Action: "revoke", App: "chat"}, &rev); err != nil || rev.Revoked == nil || !*rev.Revoked {
 		t.Fatalf("consent revoke: %v %+v", err, rev)
 	}
-	sub2, err := d2.client.Subscribe(ctx, control.TopicApproval)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub2.Close()
+	sub2 := approvalEvents(t, d2.client)
 	if err := d2.client.Do(ctx, control.OpRestart, control.AppArgs{App: "chat"}, nil); err != nil {
 		t.Fatalf("restart chat: %v", err)
 	}

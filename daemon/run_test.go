@@ -84,6 +84,24 @@ type runningDaemon struct {
 	stop   func() error // cancels Run and returns its error
 }
 
+// startDaemonProcess starts cmd, this test binary run as the daemon in
+// env (main_test.go), and kills it when the test ends, a no-op once it
+// exited. exited has Wait's result; stderr is what the daemon logged.
+func startDaemonProcess(t *testing.T, env testEnv, cmd *exec.Cmd) (exited <-chan error, stderr *strings.Builder) {
+	t.Helper()
+	cmd.Env = append(env.environ(), "OCTOSUP_TEST_DAEMON=1")
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return done, stderr
+}
+
 // startDaemon runs Run in-process with the real supervisor until it is
 // ready (autostart apps started, READY=1 sent).
 func startDaemon(t testing.TB, env testEnv) *runningDaemon {
@@ -414,17 +432,8 @@ func TestSocketActivation(t *testing.T) {
 	}
 	// sh sets LISTEN_PID to its own pid, which exec hands to the daemon.
 	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0"`, exe)
-	cmd.Env = append(env.environ(), "OCTOSUP_TEST_DAEMON=1")
 	cmd.ExtraFiles = []*os.File{f}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer cmd.Process.Kill() // a no-op once it exited: Wait is not done before
+	exited, stderr := startDaemonProcess(t, env, cmd)
 
 	c := &control.Client{Path: sockPath}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

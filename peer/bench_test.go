@@ -2,9 +2,6 @@ package peer
 
 import (
 	"encoding/json"
-	"net"
-	"os"
-	"syscall"
 	"testing"
 
 	"octosup/policy"
@@ -50,19 +47,7 @@ func BenchmarkRequestRoundTrip(b *testing.B) {
 // JSON line over a socketpair, decoded and re-encoded by the other end,
 // and decoded on return.
 func BenchmarkSocketpairEcho(b *testing.B) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conns := make([]net.Conn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "pair")
-		conns[i], err = net.FileConn(f)
-		f.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	conns := socketpair(b)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
