@@ -206,8 +206,19 @@ var ErrBadRequest = errors.New("bad request")
 // one JSON object with a positive integer id, a non-empty op, args an
 // object when present, no other member, nothing after it. On error it
 // still returns the request's id when the line names one, so that the
-// answer can be attributed.
+// answer can be attributed. The request's Args alias line.
 func DecodeRequest(line []byte) (Request, error) {
+	// The usual line is decoded in one pass; any other (a bad request, or
+	// an unusual spelling of a good one) goes through encoding/json,
+	// which gives the verdict and its message.
+	if req, ok := fastRequest(line); ok {
+		return req, nil
+	}
+	return decodeRequestSlow(line)
+}
+
+// decodeRequestSlow is DecodeRequest by encoding/json.
+func decodeRequestSlow(line []byte) (Request, error) {
 	var raw struct {
 		ID   json.RawMessage `json:"id"`
 		Op   json.RawMessage `json:"op"`

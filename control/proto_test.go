@@ -66,10 +66,28 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id":9223372036854775808,"op":"x"}`,
 		"{\"id\":1,\"op\":\"\xff\"}",
 		`null`, `[]`, `"x"`, ``,
+		` { "op" : "tool.call" , "args" : {"app":"notes","call":{"call_id":"c1","args":{"q":[1,-2.5e3,true,null,"\u00e9"]}}}, "id" : 42 } `,
+		`{"id":3,"op":"status","args":null}`,
+		`{"id":3,"op":"status","id":4}`,
+		`{"Id":3,"op":"status"}`,
+		`{"id":3,"op":"st\u0061tus"}`,
+		`{"id":123456789012345678,"op":"x"}`,
+		`{"id":1,"op":"x","args":{"a":{"b":{"c":[[[{}]]]}}}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
+		// The one-pass decoder accepts only what encoding/json accepts,
+		// as the same request.
+		if fast, ok := fastRequest(line); ok {
+			slow, err := decodeRequestSlow(line)
+			if err != nil {
+				t.Fatalf("fast path accepted %q as %+v; encoding/json refuses it: %v", line, fast, err)
+			}
+			if fast.ID != slow.ID || fast.Op != slow.Op || string(fast.Args) != string(slow.Args) {
+				t.Fatalf("fast path decoded %q as %+v; encoding/json as %+v", line, fast, slow)
+			}
+		}
 		req, err := DecodeRequest(line)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {

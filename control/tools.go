@@ -186,3 +186,16 @@ type JailData struct {
 	Spec json.RawMessage `json:"spec"`
 	Text string          `json:"text"`
 }
+
+// DecodeToolCallArgs is DecodeArgs of tool.call's args, in one pass for
+// the usual args (plain strings, each member once); the rest is decoded
+// by DecodeArgs, which gives the verdict and its message. The call's
+// Args alias args.
+func DecodeToolCallArgs(args json.RawMessage) (ToolCallArgs, error) {
+	if a, ok := fastToolCallArgs(args); ok {
+		return a, nil
+	}
+	var a ToolCallArgs
+	err := DecodeArgs(args, &a)
+	return a, err
+}

@@ -456,9 +456,16 @@ func (c *Conn) reply(resp control.Response) {
 
 func (c *Conn) writeLoop() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
+	// The deadline moves at most every tenth of writeTimeout, not at
+	// every line (moving it is a timer update of its own): every write
+	// still has at least nine tenths of it.
+	var armedAt time.Time
 	write := func(line []byte) bool {
 		c.queued.Add(-int64(len(line)))
-		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if now := time.Now(); now.Sub(armedAt) >= writeTimeout/10 {
+			c.nc.SetWriteDeadline(now.Add(writeTimeout))
+			armedAt = now
+		}
 		if _, err := w.Write(line); err != nil {
 			return false
 		}

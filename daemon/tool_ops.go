@@ -175,10 +175,11 @@ func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 }
 
 func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args ToolCallArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
+	ca, err := control.DecodeToolCallArgs(raw)
+	if err != nil {
 		return nil, err
 	}
+	args := ToolCallArgs{App: ca.App, Call: peer.KernelToolCall(ca.Call)}
 	if err := needApp(control.OpToolCall, args.App); err != nil {
 		return nil, err
 	}

@@ -190,8 +190,17 @@ func (o *object) str(name string, required bool) string {
 	if !ok {
 		return ""
 	}
+	if v[0] != '"' {
+		o.fail("%q: want a string", name)
+		return ""
+	}
+	// The line was scanned and is valid UTF-8: a string without an
+	// escape is its bytes between the quotes.
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1])
+	}
 	var s string
-	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+	if json.Unmarshal(v, &s) != nil {
 		o.fail("%q: want a string", name)
 		return ""
 	}

@@ -101,6 +101,12 @@ func (e *enc) key(k string) {
 
 func (e *enc) str(k, v string) {
 	e.key(k)
+	if plainJSON(v) {
+		e.b = append(e.b, '"')
+		e.b = append(e.b, v...)
+		e.b = append(e.b, '"')
+		return
+	}
 	s, err := json.Marshal(v)
 	if err != nil && e.err == nil {
 		e.err = err
@@ -122,14 +128,25 @@ func (e *enc) raw(k string, v json.RawMessage, required bool) {
 		}
 	}
 	e.key(k)
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, v); err != nil {
-		if e.err == nil {
-			e.err = fmt.Errorf("%s: %w", k, err)
-		}
-		return
+	buf := bytes.NewBuffer(e.b)
+	err := json.Compact(buf, v)
+	e.b = buf.Bytes()
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("%s: %w", k, err)
 	}
-	e.b = append(e.b, buf.Bytes()...)
+}
+
+// plainJSON says whether json.Marshal would write s as its bytes between
+// quotes: printable ASCII without '"', '\\' and the HTML characters it
+// escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 func (e *enc) outcome(ok bool, data json.RawMessage, werr *Error) {

@@ -134,6 +134,10 @@ const writeBatch = 64 << 10
 func (l *link) writeLoop() {
 	defer close(l.wrote)
 	buf := make([]byte, 0, writeBatch)
+	// The deadline moves at most every tenth of WriteTimeout, not at
+	// every write (moving it is a timer update of its own): every write
+	// still has at least nine tenths of it.
+	var armedAt time.Time
 	for {
 		select {
 		case <-l.closing:
@@ -152,7 +156,10 @@ func (l *link) writeLoop() {
 				}
 			}
 			l.queued.Add(-int64(len(b)))
-			l.conn.SetWriteDeadline(time.Now().Add(l.m.cfg.WriteTimeout))
+			if now := time.Now(); now.Sub(armedAt) >= l.m.cfg.WriteTimeout/10 {
+				l.conn.SetWriteDeadline(now.Add(l.m.cfg.WriteTimeout))
+				armedAt = now
+			}
 			_, err := l.conn.Write(buf)
 			if cap(buf) > 2*writeBatch {
 				buf = make([]byte, 0, writeBatch) // a huge frame's buffer is not kept

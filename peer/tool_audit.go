@@ -2,6 +2,7 @@ package peer
 
 import (
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -13,10 +14,22 @@ import (
 // grow the daemon).
 const maxAuditPending = 1 << 16
 
-// auditLog writes finished calls to the store in batches: one fsync'd
-// transaction for whatever piled up meanwhile, so that the trail costs a
-// busy daemon one fsync per batch, not per call. Its writer goroutine
-// starts with the first entry and ends in close.
+// The audit trail is written in batches: a batch is written auditInterval
+// after its first entry, or as soon as auditBatch entries are waiting.
+// Each batch is one fsync'd transaction (with the trim), so a busy daemon
+// pays for the disk once per batch, not once per call, and at one call in
+// flight the writer wakes once per interval, not once per call. The
+// interval bounds what a SIGKILL of the daemon loses: the entries of the
+// last batch not yet written (a clean stop writes them, see close). The
+// trail is a record, not a decision: consent and rules are written and
+// fsync'd before they are acted on, elsewhere.
+const (
+	auditInterval = 50 * time.Millisecond
+	auditBatch    = 1024
+)
+
+// auditLog writes finished calls to the store in batches. Its writer
+// goroutine starts with the first entry and ends in close.
 type auditLog struct {
 	store *policy.Store
 	keep  int
@@ -27,7 +40,8 @@ type auditLog struct {
 	dropped int
 	running bool
 	closed  bool
-	wake    chan struct{}
+	wake    chan struct{} // an entry is waiting
+	full    chan struct{} // auditBatch entries are waiting
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -36,7 +50,8 @@ type auditLog struct {
 
 func newAuditLog(store *policy.Store, keep int, log *zap.Logger) *auditLog {
 	return &auditLog{store: store, keep: keep, log: log,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add queues an entry. It never blocks.
@@ -55,22 +70,44 @@ func (a *auditLog) add(e policy.AuditEntry) {
 		a.running = true
 		go a.loop()
 	}
+	signal := a.wake
+	if len(a.pending) >= auditBatch {
+		signal = a.full
+	}
 	select {
-	case a.wake <- struct{}{}:
+	case signal <- struct{}{}:
 	default:
 	}
 }
 
 func (a *auditLog) loop() {
 	defer close(a.done)
+	t := time.NewTimer(auditInterval)
+	t.Stop()
 	for {
+		// Wait for a batch's first entry, then for the interval or a
+		// full batch.
 		select {
 		case <-a.wake:
-			a.flush()
+			t.Reset(auditInterval)
+			select {
+			case <-t.C:
+			case <-a.full:
+				t.Stop()
+			case <-a.stop:
+				t.Stop()
+				a.flush()
+				return
+			}
+		case <-a.full:
 		case <-a.stop:
 			a.flush()
 			return
 		}
+		a.flush()
+		// A signal sent while the batch was taken has its entries
+		// written already, or waits for the next batch: either way one
+		// more round (maybe empty) is all it costs.
 	}
 }
 
@@ -93,7 +130,8 @@ func (a *auditLog) flush() error {
 	return nil
 }
 
-// close stops the writer after a last flush.
+// close stops the writer after a last flush: every entry added before
+// close is on disk when it returns.
 func (a *auditLog) close() {
 	a.mu.Lock()
 	running := a.running && !a.closed

@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -44,7 +47,9 @@ type AuditEntry struct {
 
 // AppendAudit writes entries in one fsync'd transaction (their Seq is
 // assigned here) and drops the oldest beyond keep (DefaultAuditKeep when
-// keep <= 0).
+// keep <= 0). The caller batches: the trim is one cursor step when
+// nothing is beyond keep, and otherwise deletes as many entries as the
+// batch added.
 func (s *Store) AppendAudit(entries []AuditEntry, keep int) error {
 	if len(entries) == 0 {
 		return nil
@@ -54,14 +59,20 @@ func (s *Store) AppendAudit(entries []AuditEntry, keep int) error {
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
+		// Keys only ever grow: full pages, not half-full ones that
+		// would later take inserts, halve the pages a batch writes.
+		b.FillPercent = 1
 		var last uint64
+		buf := make([]byte, 0, 512)
 		for i := range entries {
 			seq, err := b.NextSequence()
 			if err != nil {
 				return err
 			}
 			entries[i].Seq = seq
-			if err := putJSON(b, u64(seq), entries[i]); err != nil {
+			buf = appendAuditEntry(buf[:0], &entries[i])
+			// bbolt keeps the value until the transaction ends.
+			if err := b.Put(u64(seq), bytes.Clone(buf)); err != nil {
 				return err
 			}
 			last = seq
@@ -110,4 +121,61 @@ func (s *Store) Audit(app string, limit int) ([]AuditEntry, error) {
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// appendAuditEntry appends e as json.Marshal writes it, without its
+// reflection for the usual entry (plain strings, a time and a duration
+// json.Marshal writes plainly); any other goes through json.Marshal.
+func appendAuditEntry(b []byte, e *AuditEntry) []byte {
+	plain := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		return true
+	}
+	d := math.Abs(e.DurationMS)
+	if y := e.Started.Year(); y < 0 || y > 9999 || (d != 0 && (d < 1e-6 || d >= 1e21)) || math.IsNaN(d) ||
+		!plain(e.App) || !plain(e.Tool) || !plain(e.CallID) || !plain(e.Risk) || !plain(e.Confirm) ||
+		!plain(e.Decision) || !plain(e.Approved) || !plain(e.Outcome) || !plain(e.Error) || !plain(e.End) ||
+		!plain(e.Account) || !plain(e.ContextID) || !plain(e.Caller) {
+		data, err := json.Marshal(e)
+		if err != nil {
+			// Only a NaN or a year past 9999 gets here; neither is an
+			// entry the daemon makes.
+			data, _ = json.Marshal(AuditEntry{Seq: e.Seq, App: e.App, Tool: e.Tool, CallID: e.CallID, Outcome: e.Outcome, End: e.End})
+		}
+		return append(b, data...)
+	}
+	str := func(key, v string, omitEmpty bool) {
+		if omitEmpty && v == "" {
+			return
+		}
+		b = append(b, ',', '"')
+		b = append(b, key...)
+		b = append(b, '"', ':', '"')
+		b = append(b, v...)
+		b = append(b, '"')
+	}
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	str("app", e.App, false)
+	str("tool", e.Tool, false)
+	str("call_id", e.CallID, false)
+	str("risk", e.Risk, false)
+	str("confirm", e.Confirm, false)
+	str("decision", e.Decision, false)
+	str("approved", e.Approved, true)
+	str("outcome", e.Outcome, false)
+	str("error", e.Error, true)
+	str("end", e.End, false)
+	str("account", e.Account, true)
+	str("context_id", e.ContextID, true)
+	str("caller", e.Caller, true)
+	b = append(b, `,"started":"`...)
+	b = e.Started.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","duration_ms":`...)
+	b = strconv.AppendFloat(b, e.DurationMS, 'f', -1, 64)
+	return append(b, '}')
 }

@@ -1,0 +1,78 @@
+package control
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecodeToolCallArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    string
+		want    ToolCallArgs
+		wantErr string // substring; "" = valid
+	}{
+		{name: "usual", args: `{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{"q":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":"ctx","caller":"k"}}`,
+			want: ToolCallArgs{App: "notes", Call: ToolCall{CallID: "c1", Name: "notes.search", Args: json.RawMessage(`{"q":"x"}`), Risk: "read", Confirm: "none", TimeoutMS: 5000, ContextID: "ctx", Caller: "k"}}},
+		{name: "spaces and order", args: ` { "call" : { "timeout_ms" : -1 , "call_id" : "c" } , "app" : "a" } `,
+			want: ToolCallArgs{App: "a", Call: ToolCall{CallID: "c", TimeoutMS: -1}}},
+		{name: "escaped string", args: `{"app":"n\u006ftes","call":{"call_id":"c\n"}}`,
+			want: ToolCallArgs{App: "notes", Call: ToolCall{CallID: "c\n"}}},
+		{name: "null args", args: `{"app":"a","call":{"args":null}}`,
+			want: ToolCallArgs{App: "a", Call: ToolCall{Args: json.RawMessage(`null`)}}},
+		{name: "empty", args: ``},
+		{name: "unknown member", args: `{"app":"a","cal":{}}`, wantErr: `unknown field "cal"`},
+		{name: "unknown call member", args: `{"app":"a","call":{"id":"x"}}`, wantErr: `unknown field "id"`},
+		{name: "wrong type", args: `{"app":1}`, wantErr: "cannot unmarshal number"},
+		{name: "fraction timeout", args: `{"call":{"timeout_ms":1.5}}`, wantErr: "cannot unmarshal number 1.5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeToolCallArgs(json.RawMessage(tt.args))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("DecodeToolCallArgs(%s) = %v, want an error containing %q", tt.args, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeToolCallArgs(%s): %v", tt.args, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("DecodeToolCallArgs(%s) = %+v, want %+v", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeToolCallArgs holds the one-pass decoder to DecodeArgs: what
+// it accepts, DecodeArgs accepts as the same args.
+func FuzzDecodeToolCallArgs(f *testing.F) {
+	for _, s := range []string{
+		`{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{"q":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":"ctx","caller":"k"}}`,
+		`{"app":"a","call":{"args":[1,{"b":[]}],"timeout_ms":-0}}`,
+		`{"app":"a","app":"b"}`,
+		`{"App":"a"}`,
+		`{"call":{"timeout_ms":01}}`,
+		`{"call":{"timeout_ms":123456789012345678901}}`,
+		`{"call":{"name":"\u00e9"}}`,
+		`{}`, `null`, `[]`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, args []byte) {
+		fast, ok := fastToolCallArgs(args)
+		if !ok {
+			return
+		}
+		var slow ToolCallArgs
+		if err := DecodeArgs(args, &slow); err != nil {
+			t.Fatalf("fast path accepted %q as %+v; DecodeArgs refuses it: %v", args, fast, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast path decoded %q as %+v; DecodeArgs as %+v", args, fast, slow)
+		}
+	})
+}
