@@ -276,8 +276,9 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 	delete(l.calls, c.id)
 	delete(c.ctx.calls, c.id)
 	l.p.rememberCall(c.id, m.cfg.DuplicateWindow)
-	m.ack(c)
-	m.note(relayNote{app: l.appID, callID: c.id, finished: true, r: r})
+	// The entry is queued before the outcome is handed over: whoever
+	// sees the outcome and then asks for the audit trail finds the call
+	// in it (Audit flushes what is queued).
 	e := policy.AuditEntry{
 		App: l.appID, Tool: c.name, CallID: c.id, Risk: c.risk, Confirm: c.confirm,
 		Decision: c.decision, Approved: string(c.approved), Outcome: r.Outcome.String(),
@@ -289,6 +290,8 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 		e.Error = r.Error.Code
 	}
 	m.audit.add(e)
+	m.ack(c)
+	m.note(relayNote{app: l.appID, callID: c.id, finished: true, r: r})
 }
 
 // rememberCall keeps a finished call id for the duplicate window: the
