@@ -4,12 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
-	"os"
-	"slices"
+	"octosup/internal/roundtrip"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -50,43 +47,14 @@ func BenchmarkToolCallControl(b *testing.B) {
 					}
 				}
 			}
-			measureRoundTrips(b, inflight, send, recv)
+			roundtrip.Measure(b, inflight, send, recv)
 		})
 	}
 	for _, inflight := range []int{1, 64} {
 		b.Run("raw-echo/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
-			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var conns [2]net.Conn
-			for i, fd := range fds {
-				f := os.NewFile(uintptr(fd), "pair")
-				conns[i], err = net.FileConn(f)
-				f.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				r := bufio.NewReader(conns[1])
-				for {
-					line, err := r.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					var v map[string]any
-					if json.Unmarshal(line, &v) != nil {
-						return
-					}
-					out, _ := json.Marshal(v)
-					if _, err := conns[1].Write(append(out, '\n')); err != nil {
-						return
-					}
-				}
-			}()
+			conns := roundtrip.Socketpair(b)
+			r1 := bufio.NewReader(conns[1])
+			done := roundtrip.EchoJSON(conns[1], func() ([]byte, error) { return r1.ReadSlice('\n') })
 			defer func() { conns[0].Close(); <-done; conns[1].Close() }()
 			line := []byte(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"b1","name":"notes.search","args":{"query":"milk"},"risk":"read","timeout_ms":60000,"context_id":"n-1","caller":"bench"}}}` + "\n")
 			r := bufio.NewReader(conns[0])
@@ -105,7 +73,7 @@ func BenchmarkToolCallControl(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			measureRoundTrips(b, inflight, send, recv)
+			roundtrip.Measure(b, inflight, send, recv)
 		})
 	}
 }
@@ -121,7 +89,7 @@ func (r *toolRig) echo() (stop func()) {
 			if err != nil {
 				return
 			}
-			if b := echoResult(line); b != nil {
+			if b := roundtrip.ToolResult(line); b != nil {
 				if _, err := r.hub.Write(b); err != nil {
 					return
 				}
@@ -129,51 +97,4 @@ func (r *toolRig) echo() (stop func()) {
 		}
 	}()
 	return func() { r.hub.Close(); <-done }
-}
-
-// measureRoundTrips keeps inflight operations going for b.N completions
-// (completions come back in order) and reports p50/p99 and ops/s.
-func measureRoundTrips(b *testing.B, inflight int, send, recv func()) {
-	lat := make([]time.Duration, 0, b.N)
-	starts := make([]time.Time, 0, b.N)
-	b.ResetTimer()
-	t0 := time.Now()
-	for range min(inflight, b.N) {
-		starts = append(starts, time.Now())
-		send()
-	}
-	for i := range b.N {
-		recv()
-		lat = append(lat, time.Since(starts[i]))
-		if len(starts) < b.N {
-			starts = append(starts, time.Now())
-			send()
-		}
-	}
-	el := time.Since(t0)
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
-}
-
-// echoResult is what a plain app does with a tool_call line: decode it
-// with encoding/json and answer ok, as the raw echo's far end decodes and
-// re-encodes its line (nil for any other line).
-func echoResult(line []byte) []byte {
-	var f struct {
-		Peer struct {
-			Type   string          `json:"type"`
-			CallID string          `json:"call_id"`
-			Name   string          `json:"name"`
-			Args   json.RawMessage `json:"args"`
-		} `json:"octos_peer"`
-	}
-	if json.Unmarshal(line, &f) != nil || f.Peer.Type != "tool_call" {
-		return nil
-	}
-	b, _ := json.Marshal(map[string]any{"octos_peer": map[string]any{
-		"type": "tool_result", "call_id": f.Peer.CallID, "ok": true, "data": map[string]any{"matches": []any{}}}})
-	return append(b, '\n')
 }

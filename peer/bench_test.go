@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"octosup/internal/roundtrip"
 	"octosup/policy"
 )
 
@@ -47,26 +48,8 @@ func BenchmarkRequestRoundTrip(b *testing.B) {
 // JSON line over a socketpair, decoded and re-encoded by the other end,
 // and decoded on return.
 func BenchmarkSocketpairEcho(b *testing.B) {
-	conns := socketpair(b)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r := NewReader(conns[1], MaxFrame)
-		for {
-			line, err := r.Next()
-			if err != nil {
-				return
-			}
-			var v map[string]any
-			if json.Unmarshal(line, &v) != nil {
-				return
-			}
-			out, _ := json.Marshal(v)
-			if _, err := conns[1].Write(append(out, '\n')); err != nil {
-				return
-			}
-		}
-	}()
+	conns := roundtrip.Socketpair(b)
+	done := roundtrip.EchoJSON(conns[1], NewReader(conns[1], MaxFrame).Next)
 	defer func() { conns[0].Close(); <-done; conns[1].Close() }()
 	line, _ := EncodeUp(&Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
 		Args: json.RawMessage(`{"context_id":"n0nce-1","turn_id":"T"}`)})

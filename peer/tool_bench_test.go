@@ -2,14 +2,10 @@ package peer
 
 import (
 	"encoding/json"
-	"net"
-	"os"
-	"slices"
+	"octosup/internal/roundtrip"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // chanRelay hands each Finished to a channel (the benchmark's kernel).
@@ -33,7 +29,7 @@ func echoApp(a *testApp) (stop func()) {
 			if err != nil {
 				return
 			}
-			if b := echoResult(line); b != nil {
+			if b := roundtrip.ToolResult(line); b != nil {
 				if _, err := a.conn.Write(b); err != nil {
 					return
 				}
@@ -66,31 +62,13 @@ func BenchmarkToolCall(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			measure(b, inflight, send, func() { <-relay.done })
+			roundtrip.Measure(b, inflight, send, func() { <-relay.done })
 		})
 	}
 	for _, inflight := range []int{1, 64} {
 		b.Run("raw-echo/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
-			conns := socketpair(b)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				r := NewReader(conns[1], MaxFrame)
-				for {
-					line, err := r.Next()
-					if err != nil {
-						return
-					}
-					var v map[string]any
-					if json.Unmarshal(line, &v) != nil {
-						return
-					}
-					out, _ := json.Marshal(v)
-					if _, err := conns[1].Write(append(out, '\n')); err != nil {
-						return
-					}
-				}
-			}()
+			conns := roundtrip.Socketpair(b)
+			done := roundtrip.EchoJSON(conns[1], NewReader(conns[1], MaxFrame).Next)
 			defer func() { conns[0].Close(); <-done; conns[1].Close() }()
 			line, _ := EncodeDown(&ToolCall{CallID: "b1", Name: "notes.search", Args: json.RawMessage(`{"query":"milk"}`),
 				Risk: RiskRead, TimeoutMS: 60000, Account: "personal", ContextID: "n0nce-2", Client: "notes", Caller: "bench"})
@@ -113,72 +91,7 @@ func BenchmarkToolCall(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			measure(b, inflight, send, recv)
+			roundtrip.Measure(b, inflight, send, recv)
 		})
 	}
-}
-
-// measure keeps inflight operations going for b.N completions: send
-// starts one, recv waits for the next to complete (in order). It reports
-// the p50 and p99 of each one's round trip and the completions per second.
-func measure(b *testing.B, inflight int, send, recv func()) {
-	lat := make([]time.Duration, 0, b.N)
-	starts := make([]time.Time, 0, b.N+inflight)
-	b.ResetTimer()
-	t0 := time.Now()
-	for range min(inflight, b.N) {
-		starts = append(starts, time.Now())
-		send()
-	}
-	for i := range b.N {
-		recv()
-		lat = append(lat, time.Since(starts[i]))
-		if len(starts) < b.N {
-			starts = append(starts, time.Now())
-			send()
-		}
-	}
-	el := time.Since(t0)
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
-}
-
-func socketpair(b *testing.B) [2]net.Conn {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var conns [2]net.Conn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "pair")
-		conns[i], err = net.FileConn(f)
-		f.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	return conns
-}
-
-// echoResult is what a plain app does with a tool_call line: decode it
-// with encoding/json and answer ok, as the raw echo's far end decodes and
-// re-encodes its line (nil for any other line).
-func echoResult(line []byte) []byte {
-	var f struct {
-		Peer struct {
-			Type   string          `json:"type"`
-			CallID string          `json:"call_id"`
-			Name   string          `json:"name"`
-			Args   json.RawMessage `json:"args"`
-		} `json:"octos_peer"`
-	}
-	if json.Unmarshal(line, &f) != nil || f.Peer.Type != "tool_call" {
-		return nil
-	}
-	b, _ := json.Marshal(map[string]any{"octos_peer": map[string]any{
-		"type": "tool_result", "call_id": f.Peer.CallID, "ok": true, "data": map[string]any{"matches": []any{}}}})
-	return append(b, '\n')
 }
