@@ -16,7 +16,8 @@ type Apps interface {
 	Restart(ctx context.Context, id string) (supervisor.AppStatus, error)
 	Status(id string) ([]supervisor.AppStatus, error)
 	Logs(id string, n int) ([]supervisor.LogLine, error)
-	Subscribe(buffer int) Subscription
+	// Subscribe delivers the events of the given kinds (all when none).
+	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
 	Owner(pid int) (appID string, ok bool)
 	// Entry is the app's manifest entry and the manifest's developer
 	// mode, from which its next start's jail is compiled.
@@ -36,4 +37,6 @@ func SupervisorApps(s *supervisor.Supervisor) Apps { return supervisorApps{s} }
 
 type supervisorApps struct{ *supervisor.Supervisor }
 
-func (s supervisorApps) Subscribe(buffer int) Subscription { return s.Supervisor.Subscribe(buffer) }
+func (s supervisorApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription {
+	return s.Supervisor.Subscribe(buffer, kinds...)
+}

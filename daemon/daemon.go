@@ -273,19 +273,18 @@ func loadManifest(path string) (*policy.Manifest, error) {
 func keepStatus(ctx context.Context, log *zap.Logger, apps Apps) {
 	last := ""
 	for ctx.Err() == nil {
-		sub := apps.Subscribe(256)
+		// State events only: a chatty app's log lines must not fill this
+		// queue and cost a resubscription.
+		sub := apps.Subscribe(256, supervisor.KindState)
 		func() {
 			defer sub.Close()
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case ev, ok := <-sub.Events():
+				case _, ok := <-sub.Events():
 					if !ok {
 						return
-					}
-					if ev.Kind != "state" {
-						continue
 					}
 					all, err := apps.Status("")
 					if err != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ func (f *fakeApps) set(id string, state supervisor.State) (supervisor.AppStatus,
 		st.LastExit = &supervisor.Exit{Signal: "SIGTERM", At: st.Since}
 	}
 	cp := *st
-	f.publishLocked(supervisor.Event{Kind: "state", State: &cp})
+	f.publishLocked(supervisor.Event{Kind: supervisor.KindState, State: &cp})
 	return cp, nil
 }
 
@@ -121,7 +122,7 @@ func (f *fakeApps) write(id, text string) {
 	defer f.mu.Unlock()
 	l := supervisor.LogLine{App: id, Stream: "stdout", Text: text, At: time.Now()}
 	f.logs[id] = append(f.logs[id], l)
-	f.publishLocked(supervisor.Event{Kind: "log", Log: &l})
+	f.publishLocked(supervisor.Event{Kind: supervisor.KindLog, Log: &l})
 }
 
 func (f *fakeApps) Owner(pid int) (string, bool) {
@@ -140,16 +141,19 @@ func (f *fakeApps) Entry(id string) (policy.App, bool, bool) {
 	return policy.App{ID: id, Exec: []string{"/bin/true"}}, false, true
 }
 
-func (f *fakeApps) Subscribe(buffer int) Subscription {
+func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &fakeSub{f: f, ch: make(chan supervisor.Event, buffer), done: make(chan struct{})}
+	s := &fakeSub{f: f, ch: make(chan supervisor.Event, buffer), done: make(chan struct{}), kinds: kinds}
 	f.subs[s] = struct{}{}
 	return s
 }
 
 func (f *fakeApps) publishLocked(ev supervisor.Event) {
 	for s := range f.subs {
+		if len(s.kinds) > 0 && !slices.Contains(s.kinds, ev.Kind) {
+			continue
+		}
 		select {
 		case s.ch <- ev:
 		default:
@@ -169,10 +173,11 @@ func (f *fakeApps) endLocked(s *fakeSub, err error) {
 }
 
 type fakeSub struct {
-	f    *fakeApps
-	ch   chan supervisor.Event
-	done chan struct{}
-	err  error
+	f     *fakeApps
+	ch    chan supervisor.Event
+	done  chan struct{}
+	err   error
+	kinds []supervisor.EventKind
 }
 
 func (s *fakeSub) Events() <-chan supervisor.Event { return s.ch }

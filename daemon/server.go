@@ -256,9 +256,9 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 				return
 			}
 			switch {
-			case ev.Kind == "state" && ev.State != nil:
+			case ev.Kind == supervisor.KindState && ev.State != nil:
 				s.Publish(control.TopicState, stateEvent(*ev.State))
-			case ev.Kind == "log" && ev.Log != nil:
+			case ev.Kind == supervisor.KindLog && ev.Log != nil:
 				s.Publish(control.TopicLog, logLine(*ev.Log))
 			}
 		}
