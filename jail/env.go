@@ -5,15 +5,8 @@ import (
 	"strings"
 
 	"octosup/jail/helper"
+	"octosup/policy"
 )
-
-// scrubbedPrefixes and scrubbedNames are removed from the daemon's
-// environment before an app sees it (SPEC §2.1): octos secrets, the
-// daemon's own knobs, and systemd's per-service variables, which belong to
-// the daemon alone (an app that saw NOTIFY_SOCKET could send READY=1 for it).
-var scrubbedPrefixes = [...]string{"OCTOS_", "OCTOSENSE_", "OCTOSUP_", "WATCHDOG_", "LISTEN_"}
-
-var scrubbedNames = [...]string{"NOTIFY_SOCKET"}
 
 // Env variables the daemon sets for every app.
 const (
@@ -26,36 +19,25 @@ const (
 // HubFD is the descriptor number of the hub in every app.
 const HubFD = helper.HubFD
 
-func scrubbed(name string) bool {
-	for _, n := range scrubbedNames {
-		if name == n {
-			return true
-		}
-	}
-	for _, p := range scrubbedPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // Environ builds an app's environment: base (the daemon's) without the
-// scrubbed variables, then the entry's env, then the daemon's own settings,
+// variables SPEC §2.1 scrubs (policy.ReservedEnv: octos secrets, the
+// daemon's own knobs, and systemd's per-service variables, which belong
+// to the daemon alone — an app that saw NOTIFY_SOCKET could send READY=1
+// for it), then the entry's env, then the daemon's own settings,
 // which win over both. The result is sorted so that the same inputs always
 // give the same environment.
 func Environ(base []string, entry map[string]string, daemon map[string]string) []string {
 	vars := make(map[string]string, len(base)+len(entry)+len(daemon))
 	for _, kv := range base {
 		name, value, ok := strings.Cut(kv, "=")
-		if !ok || name == "" || scrubbed(name) {
+		if !ok || name == "" || policy.ReservedEnv(name) {
 			continue
 		}
 		vars[name] = value
 	}
 	for k, v := range entry {
 		// An entry may not smuggle back what the scrub removed.
-		if scrubbed(k) {
+		if policy.ReservedEnv(k) {
 			continue
 		}
 		vars[k] = v
