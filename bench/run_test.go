@@ -141,7 +141,7 @@ func TestRunSmall(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"spawn.plain", "spawn.plain.hub", "spawn.broad", "spawn.jail", "spawn.jail-procs", "spawn.jail.answer",
-		"spawn.jail-old-helper", "spawn.jail-procs-old-helper", "spawn.helper-floor", "spawn.helper-floor-old", "crash.event", "crash.waitpid", "scale.0.status", "scale.4.status"} {
+		"spawn.jail-helper", "spawn.jail-procs-helper", "spawn.helper-floor", "crash.event", "crash.waitpid", "scale.0.status", "scale.4.status"} {
 		r, ok := rows[key]
 		if !ok || r.N != 3 || r.P50 == nil || r.P50.X <= 0 || r.P99.X < r.P50.X {
 			t.Errorf("%s: %+v", key, r)

@@ -22,8 +22,9 @@ func spawnMeasurement() Measurement {
 		Title: "start → the app's first byte (hubping, one start at a time, variants interleaved)",
 		About: "Time from \"start\" to the first byte the same tiny app writes: (a) os/exec with a socketpair as fd 3, " +
 			"(b) octosupd policy broad, (c) octosupd jail with network none and processes false, (c') the same with " +
-			"processes true, (c0) and (c0') the same through octosupd's own binary as the jail helper (the old path), " +
-			"(d) bwrap --unshare-all with the jail's binds; (h) and (h') start and end the two helpers with no spec. " +
+			"processes true (both spawned in-process, octosupd's default), (c1) and (c1') the same through the jail helper " +
+			"octosup-jail (octosupd --jail-spawn helper), (d) bwrap --unshare-all with the jail's binds; (h') starts and " +
+			"ends octosup-jail with no spec. " +
 			"The app writes its hub (fd 3) and then a " +
 			"FIFO the bench holds; the daemon owns the hub of (b) and (c), so every variant is timed to the FIFO byte, " +
 			"and (a) and (d) to the hub byte too, which shows what the FIFO adds.",
@@ -42,7 +43,7 @@ type spawnSample struct {
 }
 
 type spawnVariant struct {
-	id    string // a, b, c, c', c0, c0', h, h', d
+	id    string // a, b, c, c', c1, c1', h', d
 	key   string
 	label string
 	once  func(ctx context.Context) (spawnSample, error)
@@ -62,7 +63,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 	defer childLog.Close()
 
 	fifos := map[string]*fifo{}
-	for _, id := range []string{"plain", "broad", "jail", "jail-procs", "jail-old", "jail-procs-old", "bwrap"} {
+	for _, id := range []string{"plain", "broad", "jail", "jail-procs", "jail-helper", "jail-procs-helper", "bwrap"} {
 		f, err := appFIFO(dir, id)
 		if err != nil {
 			return nil, err
@@ -81,21 +82,21 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 	}
 	defer stop()
 
-	// The old path, in the same run: a daemon whose jail helper is
-	// octosupd itself (it still answers the helper's mode), as every
-	// start was before octosup-jail.
-	d0, conn0, stop0, err := env.startConnected(ctx, "spawn-daemon-old-helper", []policy.App{
-		hubpingApp("jail", env.Hubping, fifos["jail-old"], jailSandbox(false), false),
-		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs-old"], jailSandbox(true), false),
-	}, []string{"--jail-helper", env.Octosupd})
-	if err != nil {
-		return nil, err
-	}
-	defer stop0()
+	// The helper path, in the same run: a daemon that starts every app
+	// through octosup-jail, as every start was before the in-process
+	// spawn.
 	tiny := filepath.Join(filepath.Dir(env.Octosupd), jail.HelperName)
 	if _, err := os.Stat(tiny); err != nil {
 		return nil, fmt.Errorf("%s is not next to %s (make bench builds both): %w", jail.HelperName, env.Octosupd, err)
 	}
+	d1, conn1, stop1, err := env.startConnected(ctx, "spawn-daemon-helper", []policy.App{
+		hubpingApp("jail", env.Hubping, fifos["jail-helper"], jailSandbox(false), false),
+		hubpingApp("jail-procs", env.Hubping, fifos["jail-procs-helper"], jailSandbox(true), false),
+	}, []string{"--jail-spawn", "helper"})
+	if err != nil {
+		return nil, err
+	}
+	defer stop1()
 
 	variants := []*spawnVariant{
 		{id: "a", key: "spawn.plain", label: "a   os/exec, socketpair as fd 3",
@@ -106,16 +107,13 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 			once: daemonSpawn(env, d, conn, "jail", fifos["jail"])},
 		{id: "c'", key: "spawn.jail-procs", label: "c'  octosupd, jail: network none, processes true",
 			once: daemonSpawn(env, d, conn, "jail-procs", fifos["jail-procs"])},
-		{id: "c0", key: "spawn.jail-old-helper", label: "c0  the same as c, octosupd as the helper (old path)",
-			once: daemonSpawn(env, d0, conn0, "jail", fifos["jail-old"])},
-		{id: "c0'", key: "spawn.jail-procs-old-helper", label: "c0' the same as c', octosupd as the helper (old path)",
-			once: daemonSpawn(env, d0, conn0, "jail-procs", fifos["jail-procs-old"])},
-		// The helpers' floors: each binary run as the jail helper with no
-		// spec to read, so it exits once the Go runtime and the package
-		// inits ran — what every start through it pays before any jail
-		// work.
-		{id: "h", key: "spawn.helper-floor-old", label: "h   octosupd re-exec'd as the jail helper, no spec",
-			once: helperFloor(env.Octosupd, childLog)},
+		{id: "c1", key: "spawn.jail-helper", label: "c1  the same as c, through octosup-jail",
+			once: daemonSpawn(env, d1, conn1, "jail", fifos["jail-helper"])},
+		{id: "c1'", key: "spawn.jail-procs-helper", label: "c1' the same as c', through octosup-jail",
+			once: daemonSpawn(env, d1, conn1, "jail-procs", fifos["jail-procs-helper"])},
+		// The helper's floor: run with no spec to read, it exits once the
+		// Go runtime and the package inits ran: what every start through
+		// it pays before any jail work.
 		{id: "h'", key: "spawn.helper-floor", label: "h'  octosup-jail, no spec",
 			once: helperFloor(tiny, childLog)},
 	}
@@ -158,7 +156,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", v.id, v.err))
 		}
 	}
-	return spawnRows(append(variants[:8:8], bw)), errors.Join(errs...)
+	return spawnRows(append(variants[:7:7], bw)), errors.Join(errs...)
 }
 
 // spawnRows turns the samples into rows: each variant to the FIFO byte
@@ -183,7 +181,7 @@ func spawnRows(vs []*spawnVariant) []Row {
 			rows = append(rows, summarize(hub).row(v.key+".hub", v.label+" → hub byte"))
 		}
 		to := " → FIFO byte"
-		if v.id == "h" || v.id == "h'" {
+		if v.id == "h'" {
 			to = " → exit"
 		}
 		r := summarize(fifo).row(v.key, v.label+to)
@@ -211,21 +209,21 @@ func spawnRows(vs []*spawnVariant) []Row {
 		ratio("b", "a", "octosupd broad vs plain", nil),
 		ratio("c", "a", "jailed, processes false vs plain", AtMost(2.0, "×")),
 		ratio("c'", "a", "jailed, processes true vs plain", AtMost(1.5, "×")),
-		ratio("c0", "a", "old path, processes false vs plain", nil),
-		ratio("c0'", "a", "old path, processes true vs plain", nil),
-		ratio("c", "c0", "jailed, processes false: octosup-jail vs old path", nil),
+		ratio("c1", "a", "through octosup-jail, processes false vs plain", nil),
+		ratio("c1'", "a", "through octosup-jail, processes true vs plain", nil),
+		ratio("c", "c1", "jailed, processes false: in-process vs octosup-jail", nil),
 		ratio("d", "a", "bwrap vs plain", nil),
 		ratio("c", "d", "jailed, processes false vs bwrap", nil),
 		ratio("c'", "d", "jailed, processes true vs bwrap", nil),
 	)
 	// A start through the helper cannot beat a plain start plus the
-	// helper's own exec: how close c comes to that floor is what the
+	// helper's own exec: how close c1 comes to that floor is what the
 	// daemon and the jail layers add.
 	a, h := byID["a"], byID["h'"]
 	if a.P50 != nil && h.P50 != nil {
 		floor := Row{Key: "spawn.helper-path-floor", Label: "a+h' the helper path's floor (p50s added)",
 			Value: &Value{X: a.P50.X + h.P50.X, Unit: "ms"}}
-		rows = append(rows, floor, ratioRow("spawn.ratio.c/a+h'", "jailed, processes false vs that floor", "c/(a+h') p50", byID["c"], floor, nil))
+		rows = append(rows, floor, ratioRow("spawn.ratio.c1/a+h'", "through octosup-jail, processes false vs that floor", "c1/(a+h') p50", byID["c1"], floor, nil))
 	}
 	return rows
 }

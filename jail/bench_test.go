@@ -25,8 +25,8 @@ import (
 //     like octosupd, and the static octosup-jail;
 //   - reexec/…: the jail through this test binary re-executed as the
 //     helper, as octosupd's own binary used to be;
-//   - octosup-jail/…: the jail through the static helper (production);
-//   - direct/processes=true: Config.DirectSpawn, no helper.
+//   - octosup-jail/…: the jail through the static helper (UseHelper);
+//   - fork/…: the in-process spawn (production).
 //
 // It reports the p50 and p99 of each path (ms) and each p50's ratio to
 // plain's; docs/jail.md has a run. Run it without -race:
@@ -84,14 +84,14 @@ func BenchmarkSpawn(b *testing.B) {
 			if _, err := proc.Confirm(); err != nil {
 				b.Fatal(err)
 			}
-			if proc.direct != cfg.DirectSpawn {
-				b.Fatalf("direct %v, want %v", proc.direct, cfg.DirectSpawn)
+			if proc.forked == cfg.UseHelper {
+				b.Fatalf("spawned in-process %v with UseHelper %v", proc.forked, cfg.UseHelper)
 			}
 			wait(proc.Pidfd)
 		}
 	}
-	reexec := Config{HelperPath: h.probe}
-	tiny := Config{HelperPath: h.helper}
+	reexec := Config{HelperPath: h.probe, UseHelper: true}
+	tiny := Config{HelperPath: h.helper, UseHelper: true}
 	paths := []struct {
 		name  string
 		spawn func()
@@ -106,7 +106,8 @@ func BenchmarkSpawn(b *testing.B) {
 		{name: "reexec/processes=true", spawn: jailed(reexec, true)},
 		{name: "octosup-jail/processes=false", spawn: jailed(tiny, false)},
 		{name: "octosup-jail/processes=true", spawn: jailed(tiny, true)},
-		{name: "direct/processes=true", spawn: jailed(Config{HelperPath: h.helper, DirectSpawn: true}, true)},
+		{name: "fork/processes=false", spawn: jailed(Config{}, false)},
+		{name: "fork/processes=true", spawn: jailed(Config{}, true)},
 	}
 	round := 0
 	for b.Loop() {

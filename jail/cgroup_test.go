@@ -58,19 +58,18 @@ func testCgroup(t *testing.T) (rel string, dir *os.File) {
 }
 
 // TestStartIntoCgroup: with Request.CgroupFD the app starts in that
-// cgroup, through the helper even when direct spawns are on (the direct
-// path forks under the app's filter, where clone3 is ENOSYS).
+// cgroup (CLONE_INTO_CGROUP), spawned in-process and through the helper.
 func TestStartIntoCgroup(t *testing.T) {
 	rel, dir := testCgroup(t)
 	h := newHarness(t)
 	h.processes = true
-	for _, direct := range []bool{false, true} {
-		h.l = NewLauncher(Config{HelperPath: h.helper, DirectSpawn: direct})
+	for _, useHelper := range []bool{false, true} {
+		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
 		o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
 			return h.l.Start(Request{App: h.probeApp("cg", "cgroup"), Dirs: h.dirs, Stdout: stdout, Stderr: stderr, Hub: hub, CgroupFD: int(dir.Fd())})
 		}, nil)
-		if o.err != nil || o.out != "0::"+rel || o.direct {
-			t.Errorf("DirectSpawn %v: %+v, want 0::%s through the helper", direct, o, rel)
+		if o.err != nil || o.out != "0::"+rel || o.forked == useHelper {
+			t.Errorf("UseHelper %v: %+v, want 0::%s", useHelper, o, rel)
 		}
 	}
 	// Without it, the app stays in the daemon's cgroup.

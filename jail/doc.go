@@ -20,11 +20,23 @@
 // The supervisor calls Launcher.Start from its one spawner goroutine,
 // locked to its OS thread (a child's parent-death signal is tied to the
 // thread that forked it). Start compiles the seccomp rules to BPF with
-// libseccomp (once per rule set) and forks the helper, Config.HelperPath
-// run as [path, HelperArg], with the Spec and the BPF in a memfd (never on
-// argv) and a status pipe, and returns at once with the pid and a pidfd.
-// With Request.CgroupFD the fork puts the helper, and so the app, into
-// that cgroup (CLONE_INTO_CGROUP).
+// libseccomp (once per rule set) and starts the app by one of two paths,
+// which apply the same layers in the same order and report alike:
+//
+//   - In-process (fork.go, spawn.c; the default on x86-64 from Linux
+//     5.11): the daemon builds the Landlock ruleset, and a child forked
+//     with clone3(CLONE_VM|CLONE_VFORK|CLONE_CLEAR_SIGHAND) on a stack of
+//     its own, from the calling thread, jails itself with raw system
+//     calls and execs the program. The child is a new single-threaded
+//     process, so its restrictions cover all of it and none of the
+//     daemon. Start returns once it exec'd or failed; a failure is the
+//     step and errno it wrote before exiting 127.
+//   - Through the helper (Config.UseHelper, or where the in-process spawn
+//     cannot run): Config.HelperPath run as [path, HelperArg], with the
+//     Spec and the BPF in a memfd (never on argv) and a status pipe.
+//
+// With Request.CgroupFD either path puts the app into that cgroup from
+// its first instruction (CLONE_INTO_CGROUP).
 //
 // The helper is octosup-jail (cmd/octosup-jail), a static binary without
 // cgo built from package jail/helper, which holds everything it runs and
@@ -47,22 +59,16 @@
 // program. Process.Confirm reads the pipe: a Report then EOF means the
 // program runs; anything else is a *LayerError naming the layer and the
 // errno ("landlock: open /usr/share/x: ENOENT", "jail: landlock ABI 3 <
-// 6"), which is what status shows after "failed: ".
-//
-// With Config.DirectSpawn, apps that may create processes start without
-// the helper, from a goroutine locked to a fresh thread that restricts
-// itself and forks the app (about 1.7× a bare fork/exec, against 3× for
-// octosup-jail; the app gets no /proc/self, and an app started into a
-// cgroup takes the helper). octosupd leaves it off; docs/jail.md compares
-// the paths.
+// 6"), which is what status shows after "failed: ". An in-process start
+// fails with the same errors, from Start (before the fork) or Confirm.
 //
 // # Layers and kernels
 //
 // Landlock is go-landlock's: Config.NewRulesetFD builds the ruleset, best
 // effort down the ABIs, and the one thread that execs enforces it
 // (LandlockRestrictSelf, not go-landlock's all-threads Restrict);
-// helper.BuildRuleset and helper.RestrictSelf are that code, shared with
-// the direct spawn. Each layer is best effort down the Landlock ABIs, and
+// helper.BuildRuleset is that code, shared with the in-process spawn,
+// whose child enforces the ruleset with the raw system call. Each layer is best effort down the Landlock ABIs, and
 // the Report says which took (Layers) and which the kernel lacks
 // (Missing), never a layer that did not take. Strictness Strict refuses an app whose kernel cannot
 // give it every restriction its Spec asks for (Landlock.MinABI).

@@ -174,16 +174,6 @@ type escapeCase struct {
 	allowed string // the control's outcome; "!EPERM": anything but EPERM
 	// privileged controls need root outside the jail (mount, bpf, TIOCSTI).
 	privileged bool
-	// noProcesses: the rule is processes: false's, which the direct path
-	// never serves.
-	noProcesses bool
-	// helperControl: the control holds through the helper only (a direct
-	// spawn gets no /proc/self).
-	helperControl bool
-	// direct: also run through Config.DirectSpawn. A direct spawn has no
-	// /proc/self, which costs a race-enabled probe a second at start, so
-	// only a sample of each layer runs both ways.
-	direct bool
 }
 
 func (h *harness) do(t *testing.T, w *world, id string, r run) string {
@@ -209,8 +199,8 @@ func (h *harness) do(t *testing.T, w *world, id string, r run) string {
 	if o.err != nil {
 		t.Fatalf("jail did not start: %v", o.err)
 	}
-	if want := h.l.cfg.DirectSpawn && app.Sandbox.MayCreateProcesses(); o.direct != want {
-		t.Fatalf("direct spawn %v, want %v", o.direct, want)
+	if want := !h.l.cfg.UseHelper; o.forked != want {
+		t.Fatalf("spawned in-process %v, want %v", o.forked, want)
 	}
 	if !slices.Contains(o.report.Layers, "seccomp") || (app.Sandbox.Policy == policy.PolicyJail && !slices.Contains(o.report.Layers, "landlock")) {
 		t.Fatalf("layers %v missing %v: the kernel here has both", o.report.Layers, o.report.Missing)
@@ -227,7 +217,7 @@ func escapeCases(h *harness, w *world) []escapeCase {
 	script := viaScript(w.script, h.probe)
 	return []escapeCase{
 		{name: "read home", attempt: jailed(asIs, "read", w.homeFile), refused: []string{"EACCES"},
-			control: jailed(withBroad, "read", w.homeFile), allowed: "ok", direct: true},
+			control: jailed(withBroad, "read", w.homeFile), allowed: "ok"},
 		{name: "read another app's jail", attempt: jailed(asIs, "read", w.otherJailFile), refused: []string{"EACCES"},
 			control: plain("read", w.otherJailFile), allowed: "ok"},
 		{name: "write outside the jail", attempt: jailed(asIs, "write", filepath.Join(w.outsideDir, "new")), refused: []string{"EACCES"},
@@ -255,21 +245,21 @@ func escapeCases(h *harness, w *world) []escapeCase {
 		{name: "rename an outside file into the jail", attempt: jailed(asIs, "rename", w.outsideFile, filepath.Join(jail, "moved")), refused: []string{"EACCES", "EXDEV"},
 			control: jailed(asIs, "write", filepath.Join(jail, "moved")), allowed: "ok"},
 		{name: "chmod a file outside", attempt: jailed(asIs, "chmod", w.homeFile), refused: []string{"EPERM"},
-			control: plain("chmod", w.homeFile), allowed: "ok", direct: true},
+			control: plain("chmod", w.homeFile), allowed: "ok"},
 		{name: "chmod in the jail by fd", attempt: jailed(asIs, "chmod", filepath.Join(jail, "new")), refused: []string{"EPERM"},
 			control: jailed(asIs, "fchmod", filepath.Join(jail, "new")), allowed: "ok"},
 		{name: "exec /bin/sh with processes false", attempt: jailed(asIs, "exec", "/bin/sh", "sh", "-c", "echo ok"), refused: []string{"EACCES"},
-			control: jailed(withProcesses, "exec", "/bin/sh", "sh", "-c", "echo ok"), allowed: "ok", noProcesses: true},
+			control: jailed(withProcesses, "exec", "/bin/sh", "sh", "-c", "echo ok"), allowed: "ok"},
 		{name: "fork", attempt: jailed(asIs, "fork"), refused: []string{"EPERM"},
-			control: jailed(withProcesses, "fork"), allowed: "ok", noProcesses: true},
+			control: jailed(withProcesses, "fork"), allowed: "ok"},
 		{name: "clone a process", attempt: jailed(asIs, "clone_process"), refused: []string{"EPERM"},
-			control: jailed(asIs, "threads"), allowed: "ok", noProcesses: true},
+			control: jailed(asIs, "threads"), allowed: "ok"},
 		{name: "clone3", attempt: jailed(withProcesses, "clone3"), refused: []string{"ENOSYS"},
 			control: plain("clone3"), allowed: "ok"},
 		{name: "tcp connect with network none", attempt: jailed(asIs, "tcp_connect", strconv.Itoa(w.tcpPort)), refused: []string{"EPERM"},
 			control: jailed(withTCP([]uint16{tcp}, nil), "tcp_connect", strconv.Itoa(w.tcpPort)), allowed: "ok"},
 		{name: "tcp connect to a port not granted", attempt: jailed(withTCP([]uint16{tcp + 1}, nil), "tcp_connect", strconv.Itoa(w.tcpPort)), refused: []string{"EACCES"},
-			control: jailed(withTCP([]uint16{tcp}, nil), "tcp_connect", strconv.Itoa(w.tcpPort)), allowed: "ok", direct: true},
+			control: jailed(withTCP([]uint16{tcp}, nil), "tcp_connect", strconv.Itoa(w.tcpPort)), allowed: "ok"},
 		{name: "tcp bind a port not granted", attempt: jailed(withTCP(nil, nil), "tcp_bind", strconv.Itoa(w.freePort)), refused: []string{"EACCES"},
 			control: jailed(withTCP(nil, []uint16{free}), "tcp_bind", strconv.Itoa(w.freePort)), allowed: "ok"},
 		{name: "udp with network none", attempt: jailed(asIs, "udp"), refused: []string{"EPERM"},
@@ -289,17 +279,17 @@ func escapeCases(h *harness, w *world) []escapeCase {
 		{name: "connect to an abstract socket outside", attempt: jailed(withTCP(nil, nil), "unix_connect", w.abstract), refused: []string{"EPERM"},
 			control: jailed(withTCP(nil, nil), "abstract_self"), allowed: "ok"},
 		{name: "signal the daemon", attempt: jailed(asIs, "kill", d), refused: []string{"EPERM"},
-			control: plain("kill", d), allowed: "ok", direct: true},
+			control: plain("kill", d), allowed: "ok"},
 		{name: "ptrace the daemon", attempt: jailed(asIs, "ptrace_attach", d), refused: []string{"EPERM"},
-			control: plain("ptrace_seize", d), allowed: "ok", direct: true},
+			control: plain("ptrace_seize", d), allowed: "ok"},
 		{name: "process_vm_readv the daemon", attempt: jailed(asIs, "vm_readv", d, w.vmAddr), refused: []string{"EPERM"},
 			control: plain("vm_readv", d, w.vmAddr), allowed: "ok"},
 		{name: "read the daemon's environ", attempt: jailed(asIs, "read", "/proc/"+d+"/environ"), refused: []string{"EACCES"},
-			control: plain("read", "/proc/"+d+"/environ"), allowed: "ok", direct: true},
+			control: plain("read", "/proc/"+d+"/environ"), allowed: "ok"},
 		{name: "open the daemon's mem", attempt: jailed(asIs, "open", "/proc/"+d+"/mem"), refused: []string{"EACCES"},
 			control: plain("open", "/proc/"+d+"/mem"), allowed: "ok"},
 		{name: "own /proc entry", attempt: jailed(asIs, "read", "/proc/1/cmdline"), refused: []string{"EACCES"},
-			control: jailed(asIs, "read", "/proc/self/cmdline"), allowed: "ok", helperControl: true},
+			control: jailed(asIs, "read", "/proc/self/cmdline"), allowed: "ok"},
 		{name: "bpf", attempt: jailed(asIs, "bpf"), refused: []string{"EPERM"},
 			control: plain("bpf"), allowed: "ok", privileged: true},
 		{name: "userfaultfd", attempt: jailed(asIs, "userfaultfd"), refused: []string{"EPERM"},
@@ -309,7 +299,7 @@ func escapeCases(h *harness, w *world) []escapeCase {
 		{name: "mount", attempt: jailed(asIs, "mount", jail), refused: []string{"EPERM"},
 			control: plain("mount", w.outsideDir), allowed: "ok", privileged: true},
 		{name: "keyctl", attempt: jailed(asIs, "keyctl"), refused: []string{"EPERM"},
-			control: plain("keyctl"), allowed: "ok", direct: true},
+			control: plain("keyctl"), allowed: "ok"},
 		{name: "io_uring_setup", attempt: jailed(asIs, "io_uring"), refused: []string{"EPERM"},
 			control: plain("io_uring"), allowed: "ok"},
 		{name: "perf_event_open", attempt: jailed(asIs, "perf"), refused: []string{"EPERM"},
@@ -325,34 +315,24 @@ func escapeCases(h *harness, w *world) []escapeCase {
 
 // TestEscape runs every rule of the jail against a real jailed child (the
 // probe), next to its positive control. "The daemon" is this process.
-// It runs twice: through the helper, and with Config.DirectSpawn, where
-// every app that may create processes is started from a restricted thread.
+// It runs twice: spawned in-process (the default) and through the
+// helper (Config.UseHelper).
 func TestEscape(t *testing.T) {
-	t.Run("helper", func(t *testing.T) { testEscape(t, false) })
-	t.Run("direct", func(t *testing.T) { testEscape(t, true) })
+	t.Run("fork", func(t *testing.T) { testEscape(t, false) })
+	t.Run("helper", func(t *testing.T) { testEscape(t, true) })
 }
 
-func testEscape(t *testing.T, direct bool) {
+func testEscape(t *testing.T, useHelper bool) {
 	h := newHarness(t)
-	if direct {
-		h.l = NewLauncher(Config{HelperPath: h.helper, DirectSpawn: true})
-		h.processes = true
-	}
+	h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
 	w := newWorld(t, h)
 	root := os.Geteuid() == 0
 	for _, c := range escapeCases(h, w) {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			if direct && (c.noProcesses || !c.direct) {
-				t.Skip("helper mode covers it")
-			}
 			got := h.do(t, w, "probe", c.attempt)
 			t.Logf("attempt %v: %s", c.attempt.args, got)
 			if !slices.Contains(c.refused, got) {
 				t.Errorf("attempt %v: got %q, want one of %v", c.attempt.args, got, c.refused)
-			}
-			if direct && c.helperControl {
-				t.Logf("control %v holds for the helper only", c.control.args)
-				return
 			}
 			if c.privileged && !root {
 				t.Logf("control %v needs root outside the jail; not run", c.control.args)

@@ -173,7 +173,7 @@ type outcome struct {
 	out    string // the probe's stdout, trimmed
 	report Report
 	err    error // Confirm's
-	direct bool  // started without the helper
+	forked bool  // spawned in-process, not through the helper
 }
 
 // runApp starts app through the Launcher, waits for it to exit and returns
@@ -227,7 +227,7 @@ func (h *harness) runWith(start func(stdout, stderr, hub *os.File) (*Process, er
 	if len(stderr) > 0 {
 		h.t.Logf("stderr of %d: %s", p.Pid, bytes.TrimSpace(stderr))
 	}
-	return outcome{out: strings.TrimSpace(string(stdout)), report: rep, err: cerr, direct: p.direct}
+	return outcome{out: strings.TrimSpace(string(stdout)), report: rep, err: cerr, forked: p.forked}
 }
 
 // runPlain runs the probe without a jail: the positive control that the

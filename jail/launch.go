@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -36,9 +37,7 @@ type Request struct {
 	// is forked into (CLONE_INTO_CGROUP), so that it and every descendant
 	// are in it from the first instruction. -1 (or 0, which is stdin and
 	// never a cgroup) leaves the process in the daemon's cgroup. The
-	// caller keeps ownership. Such a process always takes the helper: a
-	// direct spawn forks from a thread under the app's own filter, where
-	// clone3 is ENOSYS.
+	// caller keeps ownership.
 	CgroupFD int
 }
 
@@ -51,8 +50,8 @@ type Process struct {
 
 	app    string
 	log    *zap.Logger
-	status *os.File // nil for a direct spawn, already confirmed
-	direct bool
+	status *os.File // nil for an in-process spawn, known at Start
+	forked bool     // spawned in-process, not through the helper
 	once   sync.Once
 	report Report
 	err    error
@@ -66,7 +65,7 @@ type Process struct {
 // status pipe.
 func (p *Process) Confirm() (Report, error) {
 	p.once.Do(func() {
-		if !p.direct {
+		if !p.forked {
 			p.report, p.err = readStatus(p.status)
 			p.status.Close()
 		}
@@ -78,7 +77,8 @@ func (p *Process) Confirm() (Report, error) {
 				zap.Int("landlock_abi", p.report.LandlockABI), zap.Strings("layers", p.report.Layers),
 				zap.Strings("missing", p.report.Missing))
 		default:
-			p.log.Info("jailed", zap.String("app", p.app), zap.Int("pid", p.Pid),
+			// Debug: the supervisor's "app started" line carries the same.
+			p.log.Debug("jailed", zap.String("app", p.app), zap.Int("pid", p.Pid),
 				zap.Int("landlock_abi", p.report.LandlockABI), zap.Strings("layers", p.report.Layers))
 		}
 	})
@@ -99,8 +99,10 @@ func parseStatus(data []byte) (Report, error) { return helper.ParseStatus(data) 
 
 // Config sets up a Launcher.
 type Config struct {
-	// HelperPath is the jail helper every helper start runs as
-	// [HelperPath, HelperArg]: octosupd passes octosup-jail (FindHelper).
+	// HelperPath is the jail helper a helper start runs as [HelperPath,
+	// HelperArg]: octosupd passes octosup-jail (FindHelper). Apps take it
+	// with UseHelper, or where the in-process spawn cannot run (not
+	// x86-64, or a kernel before 5.11).
 	// Empty means /proc/self/exe, a binary that is its own helper (a test
 	// binary that dispatches IsHelper in TestMain).
 	HelperPath string
@@ -113,15 +115,10 @@ type Config struct {
 	// Log receives a line per start with the layers that took; nil logs
 	// nothing.
 	Log *zap.Logger
-	// DirectSpawn starts processes: true apps without the helper, from a
-	// restricted thread of the daemon (docs/jail.md compares the costs;
-	// octosupd leaves it off). processes: false apps, apps started into a
-	// cgroup, and any app while the daemon holds a descriptor without
-	// close-on-exec, still take the helper. NewLauncher then marks the
-	// descriptors the daemon inherited without close-on-exec (they stay
-	// open in the daemon; no child should get them, and the helper would
-	// not pass them on).
-	DirectSpawn bool
+	// UseHelper starts every app through the helper instead of the
+	// in-process spawn (fork.go). It costs an exec and a Go runtime start
+	// per app (docs/jail.md); the escape suite runs both ways.
+	UseHelper bool
 }
 
 // Launcher starts app processes. Use NewLauncher.
@@ -129,6 +126,21 @@ type Launcher struct {
 	cfg     Config
 	log     *zap.Logger
 	filters filterCache
+	facts   fileFacts
+	kernel  func() kernelInfo // probed once, at the first start
+	// noFork is set when clone3 refused the in-process spawn's flags.
+	noFork atomic.Bool
+}
+
+// kernelInfo is what a Launcher asks of the kernel once.
+type kernelInfo struct {
+	landlockABI   int
+	seccompAbsent bool
+	fork          bool // forkSupported
+}
+
+func probeKernel() kernelInfo {
+	return kernelInfo{landlockABI: helper.LandlockABI(), seccompAbsent: helper.SeccompAbsent(), fork: forkSupported()}
 }
 
 // NewLauncher returns a Launcher.
@@ -140,14 +152,7 @@ func NewLauncher(cfg Config) *Launcher {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	if cfg.DirectSpawn {
-		if leaks, err := leakyFDs(); err == nil {
-			for _, fd := range leaks {
-				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
-			}
-		}
-	}
-	return &Launcher{cfg: cfg, log: log}
+	return &Launcher{cfg: cfg, log: log, kernel: sync.OnceValue(probeKernel)}
 }
 
 // ErrNoHub is returned when a Request has no hub to become fd 3.
@@ -163,7 +168,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 	if len(app.Exec) == 0 {
 		return Spec{}, fmt.Errorf("jail %s: %w: exec is empty", app.ID, ErrNoProgram)
 	}
-	interps, err := interpreters(app.Exec[0])
+	interps, err := l.facts.interpreters(app.Exec[0])
 	if err != nil {
 		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
 	}
@@ -176,13 +181,13 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		Strictness:    l.cfg.Strictness,
 		ParentPID:     os.Getpid(),
 		Interpreters:  interps,
-		SystemLinks:   systemLinks("/etc"),
+		SystemLinks:   l.facts.systemLinks("/etc"),
 	})
 }
 
-// Start forks the app's process: the helper, which jails itself and execs
-// the program. It returns once the fork is done; Confirm says whether the
-// program runs. It must be called from the daemon's spawner thread: the
+// Start forks the app's process, which jails itself and execs the
+// program: in-process (fork.go), or through the helper. It returns once
+// the fork is done; Confirm says whether the program runs. It must be called from the daemon's spawner thread: the
 // child's parent-death signal is tied to the thread that forked it
 // (golang/go#27505).
 func (l *Launcher) Start(req Request) (*Process, error) {
@@ -194,10 +199,10 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 	if err := prepareDirs(req); err != nil {
 		return nil, fmt.Errorf("start %s: %w", app.ID, err)
 	}
-	if l.cfg.DirectSpawn && directable(spec) && req.Hub != nil && req.CgroupFD <= 0 {
-		p, ok, err := l.startDirect(spec, req.Stdout, req.Stderr, req.Hub)
+	if !l.cfg.UseHelper && !l.noFork.Load() && l.kernel().fork {
+		p, ok, err := l.startFork(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
 		if ok {
-			if err == nil {
+			if p != nil {
 				p.Confirm() // logs the layers, as for the helper
 			}
 			return p, err
@@ -206,9 +211,14 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 	return l.startHelper(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
 }
 
-// startSpec forks the helper with spec, in the daemon's cgroup. Tests use
-// it to start specs no manifest can produce.
+// startSpec starts spec, in the daemon's cgroup, by the path Start would
+// take. Tests use it to start specs no manifest can produce.
 func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
+	if !l.cfg.UseHelper && !l.noFork.Load() && l.kernel().fork {
+		if p, ok, err := l.startFork(spec, stdout, stderr, hub, -1); ok {
+			return p, err
+		}
+	}
 	return l.startHelper(spec, stdout, stderr, hub, -1)
 }
 

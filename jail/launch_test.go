@@ -1,10 +1,9 @@
 package jail
 
 import (
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,7 +18,13 @@ import (
 // TestJailedProcess checks layers 1–3 from inside a jailed app: what the
 // kernel says of its descriptors, privileges and environment.
 func TestJailedProcess(t *testing.T) {
+	t.Run("fork", func(t *testing.T) { testJailedProcess(t, false) })
+	t.Run("helper", func(t *testing.T) { testJailedProcess(t, true) })
+}
+
+func testJailedProcess(t *testing.T, useHelper bool) {
 	h := newHarness(t)
+	h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
 	base := []string{"HOME=" + h.dirs.Home, "PATH=/usr/bin:/bin", "OCTOS_TOKEN=secret", "OCTOSUP_SANDBOX_NARROW=", "NOTIFY_SOCKET=/run/x", "LISTEN_FDS=3", "WATCHDOG_USEC=1"}
 	// A descriptor the daemon has open without close-on-exec must not
 	// reach the app either.
@@ -73,6 +78,35 @@ func TestJailedProcess(t *testing.T) {
 	}
 }
 
+// TestSignalsStartClean: the app starts with no signal blocked, however
+// the daemon's thread that forked it was masked (the in-process spawn
+// blocks every signal across its fork), and with its own /proc/self
+// readable. The program is grep, not Go: a Go runtime changes its mask
+// at start.
+func TestSignalsStartClean(t *testing.T) {
+	grep, err := exec.LookPath("grep")
+	if err != nil {
+		t.Skip("no grep:", err)
+	}
+	for _, useHelper := range []bool{false, true} {
+		h := newHarness(t)
+		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+		no := false
+		app := policy.App{ID: "signals", Exec: []string{grep, "^Sig", "/proc/self/status"},
+			Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &no}}
+		o := h.runApp(app, []string{"PATH=/usr/bin:/bin"}, nil)
+		if o.err != nil {
+			t.Fatalf("UseHelper %v: %v", useHelper, o.err)
+		}
+		if !strings.Contains(o.out, "SigBlk:\t0000000000000000") {
+			t.Errorf("UseHelper %v: the app starts with signals blocked:\n%s", useHelper, o.out)
+		}
+		if o.forked == useHelper {
+			t.Errorf("UseHelper %v: spawned in-process %v", useHelper, o.forked)
+		}
+	}
+}
+
 // TestNarrow: OCTOSUP_SANDBOX_NARROW takes a network: full app with an
 // external to jail-only and no network.
 func TestNarrow(t *testing.T) {
@@ -113,10 +147,17 @@ func TestNarrow(t *testing.T) {
 	}
 }
 
-// TestHelperFailure: a jail that cannot be applied never runs the program;
-// Confirm names the layer, and the errno where there is one.
-func TestHelperFailure(t *testing.T) {
+// TestJailFailure: a jail that cannot be applied never runs the program;
+// Start or Confirm names the layer, and the errno where there is one. The
+// same for both paths: spawned in-process and through the helper.
+func TestJailFailure(t *testing.T) {
+	t.Run("fork", func(t *testing.T) { testJailFailure(t, false) })
+	t.Run("helper", func(t *testing.T) { testJailFailure(t, true) })
+}
+
+func testJailFailure(t *testing.T, useHelper bool) {
 	h := newHarness(t)
+	h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
 	good, err := h.l.Spec(Request{App: h.probeApp("fail", "getpid"), Dirs: h.dirs})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +198,9 @@ func TestHelperFailure(t *testing.T) {
 			if o.err == nil {
 				t.Fatalf("the program ran (%q)", o.out)
 			}
+			if o.report.Layers != nil {
+				t.Errorf("a failed start reported layers %v", o.report.Layers)
+			}
 			var le *LayerError
 			if !errors.As(o.err, &le) || !strings.HasPrefix(o.err.Error(), c.want) {
 				t.Fatalf("Confirm: %v (%T), want %q…", o.err, o.err, c.want)
@@ -177,11 +221,18 @@ func TestHelperFailure(t *testing.T) {
 	}
 }
 
-// TestHelperRefusesFilter: the helper loads only a filter that begins with
-// the native architecture check, whatever the daemon sent; a filter
-// without it never runs the program.
+// TestHelperRefusesFilter: the helper, and the in-process spawn, load only
+// a filter that begins with the native architecture check, whatever the
+// cache holds; a filter without it never runs the program.
 func TestHelperRefusesFilter(t *testing.T) {
-	h := newHarness(t)
+	for _, useHelper := range []bool{false, true} {
+		h := newHarness(t)
+		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+		testRefusesFilter(t, h)
+	}
+}
+
+func testRefusesFilter(t *testing.T, h *harness) {
 	req := Request{App: h.probeApp("filter", "getpid"), Dirs: h.dirs}
 	spec, err := h.l.Spec(req)
 	if err != nil {
@@ -196,25 +247,16 @@ func TestHelperRefusesFilter(t *testing.T) {
 	}
 	// Skip the arch load: the program still ends in verdicts the kernel
 	// would take.
-	h.l.filters.progs[filterKey(t, spec.Seccomp)] = good[1:]
+	h.l.filters.entries[0].prog = good[1:]
 	o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
 		return h.l.startSpec(spec, stdout, stderr, hub)
 	}, nil)
-	if o.err == nil || !strings.HasPrefix(o.err.Error(), "spec: invalid seccomp filter: does not begin with a load of seccomp_data.arch") {
+	if o.err == nil || !strings.Contains(o.err.Error(), ": invalid seccomp filter: does not begin with a load of seccomp_data.arch") {
 		t.Fatalf("Confirm: %v, want the helper to refuse the filter", o.err)
 	}
 	if o.out != "" {
 		t.Errorf("the program ran: %q", o.out)
 	}
-}
-
-func filterKey(t *testing.T, rules []Syscall) [sha256.Size]byte {
-	t.Helper()
-	b, err := json.Marshal(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
 }
 
 // TestReexecHelper: a binary that is its own helper (Config.HelperPath
@@ -288,7 +330,14 @@ func FuzzParseStatus(f *testing.F) {
 // TestNoLandlockNoLayer: a helper with nothing for Landlock to enforce
 // (NewRulesetFD gives -1) does not report the layer.
 func TestNoLandlockNoLayer(t *testing.T) {
-	h := newHarness(t)
+	for _, useHelper := range []bool{false, true} {
+		h := newHarness(t)
+		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+		testNoLandlockNoLayer(t, h)
+	}
+}
+
+func testNoLandlockNoLayer(t *testing.T, h *harness) {
 	req := Request{App: h.probeApp("bare", "getpid"), Dirs: h.dirs}
 	spec, err := h.l.Spec(req)
 	if err != nil {

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	var configPath, logLevel, jailHelper string
+	var configPath, logLevel, jailHelper, jailSpawn string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon in the foreground (what systemd runs)",
@@ -60,12 +60,17 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 				return err
 			}
 			defer log.Sync()
+			if jailSpawn != "fork" && jailSpawn != "helper" {
+				code = exitUsage
+				return fmt.Errorf("--jail-spawn %q: want fork or helper", jailSpawn)
+			}
 			helper, err := jail.FindHelper(jailHelper)
 			if err != nil {
 				code = exitFailed
 				return err
 			}
-			err = daemon.Run(cmd.Context(), daemon.Config{ManifestPath: configPath, Log: log, Jail: jail.Config{HelperPath: helper}})
+			jcfg := jail.Config{HelperPath: helper, UseHelper: jailSpawn == "helper"}
+			err = daemon.Run(cmd.Context(), daemon.Config{ManifestPath: configPath, Log: log, Jail: jcfg})
 			if err != nil {
 				code = exitFailed
 				var verr *policy.ValidationError
@@ -78,7 +83,8 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 	}
 	runCmd.Flags().StringVar(&configPath, "config", "", "the manifest (default $XDG_CONFIG_HOME/octosup/native-apps.json)")
 	runCmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	runCmd.Flags().StringVar(&jailHelper, "jail-helper", "", "the jail helper every app starts through (default: octosup-jail next to octosupd)")
+	runCmd.Flags().StringVar(&jailHelper, "jail-helper", "", "the jail helper apps start through with --jail-spawn helper, or where the in-process spawn cannot run (default: octosup-jail next to octosupd)")
+	runCmd.Flags().StringVar(&jailSpawn, "jail-spawn", "fork", "fork: jail each app in a child forked in-process (where the kernel allows); helper: start every app through the jail helper")
 	root.AddCommand(runCmd)
 	root.SetArgs(args)
 	root.SetOut(stderr)

@@ -20,7 +20,7 @@
 // written instead, as a LayerError, and the helper exits with Exit;
 // ParseStatus reads either on the daemon's side.
 //
-// The package jail uses the same Landlock, capability and filter-loading
-// code for its direct spawn, and test binaries that re-execute themselves
-// as the helper call Run when IsHelper(os.Args).
+// The package jail builds the Landlock ruleset of its in-process spawn
+// with the same code (BuildRuleset, PathRights), and test binaries that
+// re-execute themselves as the helper call Run when IsHelper(os.Args).
 package helper

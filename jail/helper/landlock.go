@@ -14,9 +14,9 @@ import (
 // (best effort down the ABIs, its rule types carrying the semantics) and
 // the calling thread alone enforces it with ll.LandlockRestrictSelf. The
 // helper holds that thread locked and execs from it, so no other thread
-// needs covering; go-landlock's Restrict, which covers every thread
-// (psx below ABI 8, TSYNC from 8), would also restrict the daemon in a
-// direct spawn.
+// needs covering (go-landlock's Restrict covers every thread: psx below
+// ABI 8, TSYNC from 8). The daemon's in-process spawn builds the ruleset
+// here too and its child enforces it with the raw system call.
 
 // errataScopeSignal is the Landlock erratum whose fix makes signal
 // scoping (ABI 6) trustworthy; go-landlock treats a kernel without it as
@@ -123,6 +123,19 @@ func fsRights(a Access, dir bool) uint64 {
 	return r
 }
 
+// PathRights is the Landlock rights a path rule of a grants on a
+// directory (dir) or a file, for a kernel at abi.
+func PathRights(a Access, dir bool, abi int) uint64 {
+	rights := fsRights(a, dir)
+	if abi < 2 {
+		// go-landlock drops the whole ruleset when a rule asks for refer
+		// on ABI 1; without the right, renames across directories are
+		// refused there, which is the stricter way to degrade.
+		rights &^= ll.AccessFSRefer
+	}
+	return rights
+}
+
 // landlockRules turns ls into go-landlock rules for a kernel at abi. Each
 // path is looked at first: a regular file takes the file rights only, and
 // a missing required path fails with its name and errno.
@@ -137,15 +150,7 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 				}
 				return nil, LayerErr("landlock", "open "+p.Path, err)
 			}
-			rights := fsRights(p.Access, st.IsDir())
-			if abi < 2 {
-				// go-landlock drops the whole ruleset when a rule asks
-				// for refer on ABI 1; without the right, renames across
-				// directories are refused there, which is the stricter
-				// way to degrade.
-				rights &^= ll.AccessFSRefer
-			}
-			r := pathRule(p.Path, rights, st.IsDir())
+			r := pathRule(p.Path, PathRights(p.Access, st.IsDir(), abi), st.IsDir())
 			if p.Optional {
 				r = r.IgnoreIfMissing()
 			}

@@ -1,0 +1,120 @@
+package jail
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileFacts remembers what Spec reads from the filesystem besides the
+// entry, for as long as the files it came from stay as they were: a
+// program's interpreters (its #! line, PT_INTERP) and /etc's symlinks.
+// Reading them again costs more than all the rest of a start's
+// preparation (an ELF parse; a directory read and a symlink walk per
+// link), while a stat per file says whether they still hold.
+//
+// What a stat cannot see: a symlink in /etc retargeted at a place past
+// its first hop (/etc's own entries changing updates its mtime). The
+// daemon's restart, or any change to /etc itself, reads them again.
+type fileFacts struct {
+	mu     sync.Mutex
+	interp map[string]interpFact
+	links  map[string]linksFact
+}
+
+// maxFacts bounds each map (programs and directories, one per app at
+// most); past it the map starts over.
+const maxFacts = 4096
+
+// fileKey is what changes when a file is replaced or rewritten.
+type fileKey struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func statKey(path string) (fileKey, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileKey{}, false
+	}
+	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, true
+}
+
+type interpFact struct {
+	keys   []fileKey // the program's, then each interpreter's
+	interp []string
+}
+
+type linksFact struct {
+	key   fileKey
+	links map[string]string
+}
+
+// interpreters is interpreters(program), read again only when the
+// program or one of its interpreters changed. Errors are not remembered:
+// the file may appear, and the error says what to fix.
+func (f *fileFacts) interpreters(program string) ([]string, error) {
+	f.mu.Lock()
+	fact, ok := f.interp[program]
+	f.mu.Unlock()
+	if ok && f.holds(append([]string{program}, fact.interp...), fact.keys) {
+		return fact.interp, nil
+	}
+	// Keys first: a change while reading makes the next start read again.
+	var keys []fileKey
+	pk, ok := statKey(program)
+	interp, err := interpreters(program)
+	if err != nil || !ok {
+		return interp, err
+	}
+	keys = append(keys, pk)
+	for _, p := range interp {
+		k, ok := statKey(p)
+		if !ok {
+			return interp, nil
+		}
+		keys = append(keys, k)
+	}
+	f.mu.Lock()
+	if f.interp == nil || len(f.interp) >= maxFacts {
+		f.interp = map[string]interpFact{}
+	}
+	f.interp[program] = interpFact{keys: keys, interp: interp}
+	f.mu.Unlock()
+	return interp, nil
+}
+
+func (f *fileFacts) holds(paths []string, keys []fileKey) bool {
+	if len(paths) != len(keys) {
+		return false
+	}
+	for i, p := range paths {
+		if k, ok := statKey(p); !ok || k != keys[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// systemLinks is systemLinks(dir), read again when dir changed. The map
+// is shared: callers must not modify it.
+func (f *fileFacts) systemLinks(dir string) map[string]string {
+	key, ok := statKey(dir)
+	f.mu.Lock()
+	fact, hit := f.links[dir]
+	f.mu.Unlock()
+	if ok && hit && fact.key == key {
+		return fact.links
+	}
+	links := systemLinks(dir)
+	if ok {
+		f.mu.Lock()
+		if f.links == nil || len(f.links) >= maxFacts {
+			f.links = map[string]linksFact{}
+		}
+		f.links[dir] = linksFact{key: key, links: links}
+		f.mu.Unlock()
+	}
+	return links
+}
