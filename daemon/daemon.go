@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 		newApps = newSupervisor
 	}
 	// One launcher: the jail op compiles specs with the very settings
-	// (strictness, narrowing, direct spawn) the apps start under.
+	// (strictness, narrowing, spawn path) the apps start under.
 	launcher := jail.NewLauncher(jcfg)
 	apps, runApps, err := newApps(supervisor.Config{
 		Launcher:  launcher,
@@ -269,15 +269,43 @@ func loadManifest(path string) (*policy.Manifest, error) {
 	return m, nil
 }
 
-// keepStatus keeps systemd's STATUS= line current as apps change state.
+// statusDelay is how long keepStatus lets state changes gather before it
+// sends STATUS=. The line is for a person reading systemctl status;
+// answering each change at once would put a status of every app and a
+// datagram to systemd next to each event on its way to subscribers (a
+// crash's stopped event among them), and an autostart of n apps would
+// cost n² status entries.
+const statusDelay = 50 * time.Millisecond
+
+// keepStatus keeps systemd's STATUS= line current as apps change state:
+// at most statusDelay after a change, the line says where the apps are.
 func keepStatus(ctx context.Context, log *zap.Logger, apps Apps) {
 	last := ""
+	update := func() {
+		all, err := apps.Status("")
+		if err != nil {
+			return
+		}
+		if s := summary(all); s != last {
+			last = s
+			notify(log, "STATUS="+s)
+		}
+	}
 	for ctx.Err() == nil {
 		// State events only: a chatty app's log lines must not fill this
 		// queue and cost a resubscription.
 		sub := apps.Subscribe(256, supervisor.KindState)
 		func() {
 			defer sub.Close()
+			var (
+				timer *time.Timer
+				due   <-chan time.Time // armed by a change, nil otherwise
+			)
+			defer func() {
+				if timer != nil {
+					timer.Stop()
+				}
+			}()
 			for {
 				select {
 				case <-ctx.Done():
@@ -286,20 +314,21 @@ func keepStatus(ctx context.Context, log *zap.Logger, apps Apps) {
 					if !ok {
 						return
 					}
-					all, err := apps.Status("")
-					if err != nil {
-						continue
+					if due == nil {
+						timer = time.NewTimer(statusDelay)
+						due = timer.C
 					}
-					if s := summary(all); s != last {
-						last = s
-						notify(log, "STATUS="+s)
-					}
+				case <-due:
+					timer, due = nil, nil
+					update()
 				}
 			}
 		}()
 		if !errors.Is(sub.Err(), supervisor.ErrSlowSubscriber) {
 			return
 		}
+		// Changes may have gone with the dropped queue.
+		update()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,8 +59,8 @@ type proc struct {
 	outputs  []*os.File    // read ends, closed by their readers
 	ioDone   chan struct{} // closed when both readers have returned
 	started  time.Time
-	attached bool   // the hub went to Links
-	cgroup   string // the process's cgroup leaf; "": its process group
+	attached bool         // the hub went to Links
+	leaf     *processLeaf // the process's cgroup leaf; nil: its process group
 }
 
 // runner is one app's lifecycle. Its goroutine (run) is the only place
@@ -90,6 +91,10 @@ type runner struct {
 	killTimer      *time.Timer
 	backoff        *time.Timer
 	leaving        error // ErrUnknownApp (removed) or ErrShutdown once leaving
+	// litter is the emptied leaf of the process collected last, which
+	// tidy removes once that process's end is published (leaves are never
+	// reused: cgroupTree.leaf).
+	litter *processLeaf
 }
 
 func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
@@ -180,6 +185,7 @@ func (r *runner) leave(why error) {
 }
 
 func (r *runner) finish() {
+	r.tidy()
 	if r.killTimer != nil {
 		r.killTimer.Stop()
 	}
@@ -365,7 +371,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		outputs: []*os.File{c.outR, c.errR},
 		ioDone:  make(chan struct{}),
 		started: now,
-		cgroup:  leaf,
+		leaf:    leaf,
 	}
 	r.proc = p
 	s.mu.Lock()
@@ -399,11 +405,13 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		<-p.exited
 		exit := r.collect()
 		r.drainConfirm(confirmed, p.pid)
-		return r.fail(&exit, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
+		st, err := r.fail(&exit, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
+		r.tidy()
+		return st, err
 	}
 	r.move(Starting, func(st *AppStatus) {
 		st.Pid = p.pid
-		if p.cgroup == "" {
+		if p.leaf == nil {
 			st.Stopper = StopperProcessGroup
 		}
 	})
@@ -439,6 +447,7 @@ func (r *runner) awaitStart(entry policy.App, hub *os.File, confirmed <-chan con
 			st = r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, why.Error() })
 			err = &startError{id: r.id, reason: why.Error(), cause: why}
 		}
+		r.tidy()
 		r.replyAll(&joined, cmdResult{st, err})
 		return st, err
 	}
@@ -486,6 +495,7 @@ wait:
 		<-p.exited
 		exit := r.collect()
 		st, err := r.fail(&exit, res.err)
+		r.tidy()
 		r.replyAll(&joined, cmdResult{st, err})
 		return st, err
 	}
@@ -578,44 +588,85 @@ func (r *runner) signal(sig unix.Signal) {
 	if err := killGroup(r.proc.pid, sig); err != nil {
 		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
 	}
-	if sig == unix.SIGKILL && r.proc.cgroup != "" {
-		if err := killLeaf(r.proc.cgroup); err != nil {
+	if sig == unix.SIGKILL && r.proc.leaf != nil {
+		if err := r.proc.leaf.killAll(); err != nil {
 			r.s.log.Error("cannot kill app's cgroup", zap.String("app", r.id), zap.Error(err))
 		}
 	}
 }
 
 // newLeaf makes the cgroup leaf of the next process and opens it for the
-// fork; "" and nil where the process group is the stopper, or where the
-// leaf could not be made (that process then falls back to its group,
-// logged, and its status says so).
-func (r *runner) newLeaf() (string, *os.File) {
+// fork (the caller closes dir once the fork is done); nil and nil where
+// the process group is the stopper, or where the leaf could not be made
+// (that process then falls back to its group, logged, and its status
+// says so).
+func (r *runner) newLeaf() (leaf *processLeaf, dir *os.File) {
 	s := r.s
 	if s.cgroups == nil {
-		return "", nil
+		return nil, nil
 	}
 	path, dir, err := s.cgroups.leaf(r.id)
+	if err == nil {
+		if leaf, err = openProcessLeaf(path, dir); err != nil {
+			dir.Close()
+			_ = os.Remove(path)
+		}
+	}
 	if err != nil {
 		s.log.Warn("app process falls back to its process group", zap.String("app", r.id), zap.Error(err))
-		return "", nil
+		return nil, nil
 	}
-	return path, dir
+	return leaf, dir
 }
 
 // removeLeaf kills what is left in a process's leaf, waits for it to
 // empty and removes it; a leaf that does not empty is logged and left
 // for the next daemon start.
-func (r *runner) removeLeaf(leaf string) {
-	if leaf == "" {
+func (r *runner) removeLeaf(leaf *processLeaf) {
+	if leaf == nil {
 		return
 	}
-	if err := removeLeaf(leaf); err != nil {
+	if err := leaf.killAll(); err != nil {
+		leaf.close()
+		r.s.log.Warn("app's cgroup stays", zap.String("app", r.id), zap.Error(err))
+		return
+	}
+	r.emptied(leaf)
+	r.tidy()
+}
+
+// emptied waits until a killed leaf is empty (at most cgroupDrain) and
+// leaves it to tidy. A leaf that does not empty is logged and left, its
+// processes still dying, for the next daemon start to clear.
+func (r *runner) emptied(leaf *processLeaf) {
+	if err := leaf.awaitEmpty(cgroupDrain); err != nil {
+		leaf.close()
+		r.s.log.Warn("app's cgroup stays", zap.String("app", r.id), zap.Error(err))
+		return
+	}
+	r.tidy() // a leaf a caller left: never expected
+	r.litter = leaf
+}
+
+// tidy removes the leaf emptied last. Nothing of the app is left in it,
+// so its removal need not delay the state change that says the process
+// ended: callers publish that first and tidy after.
+func (r *runner) tidy() {
+	leaf := r.litter
+	if leaf == nil {
+		return
+	}
+	r.litter = nil
+	if err := leaf.remove(); err != nil {
 		r.s.log.Warn("app's cgroup stays", zap.String("app", r.id), zap.Error(err))
 	}
 }
 
 // collect finishes a process that has exited: it kills what is left of
-// its group, reaps it, waits for its output and tells Links.
+// its group and leaf, reaps it, waits until its leaf is empty and its
+// output read, and tells Links. Once it returns, nothing of the process
+// is left running, its output is in the log and its link is gone: the
+// caller publishes its end, then calls tidy, which removes the leaf.
 func (r *runner) collect() Exit {
 	s, p := r.s, r.proc
 	// What remains of the group dies with its leader: the leader, a
@@ -631,8 +682,11 @@ func (r *runner) collect() Exit {
 	}
 	p.pidfd.Close()
 	// The leaf was killed with the group: once it is empty, nothing of the
-	// app is left, wherever its descendants went.
-	r.removeLeaf(p.cgroup)
+	// app is left, wherever its descendants went. The leader's exit left
+	// it so unless a descendant is still dying: one read, as a rule.
+	if p.leaf != nil {
+		r.emptied(p.leaf)
+	}
 	if r.killTimer != nil {
 		r.killTimer.Stop()
 		r.killTimer = nil
@@ -656,6 +710,9 @@ func (r *runner) collect() Exit {
 	return exit
 }
 
+// onExit handles the end of the app's process. The new state is
+// published as soon as collect is done; the leaf's removal and the
+// daemon's log line come after, and a Stop is answered once all is done.
 func (r *runner) onExit() {
 	s := r.s
 	ran := s.cfg.Now().Sub(r.proc.started)
@@ -663,6 +720,7 @@ func (r *runner) onExit() {
 	if r.stopRequested {
 		r.stopRequested = false
 		st := r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, "" })
+		r.afterPublish()
 		s.log.Info("app stopped", zap.String("app", r.id), zap.Stringer("exit", exit))
 		r.replyAll(&r.stopWaiters, cmdResult{status: st})
 		if len(r.startWaiters) > 0 && r.leaving == nil {
@@ -674,20 +732,34 @@ func (r *runner) onExit() {
 	d := r.policy.Exited(exit, ran, s.cfg.Now())
 	switch {
 	case d.fail:
-		s.log.Error("app gave up", zap.String("app", r.id), zap.String("reason", d.reason))
 		r.move(Failed, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, d.reason })
+		r.afterPublish()
+		s.log.Error("app gave up", zap.String("app", r.id), zap.Stringer("exit", exit), zap.String("reason", d.reason))
 	case d.restart:
-		s.log.Warn("app exited", zap.String("app", r.id), zap.Stringer("exit", exit), zap.Duration("restart_in", d.delay))
 		r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, d.reason })
 		r.backoff = time.NewTimer(d.delay)
+		r.afterPublish()
+		s.log.Warn("app exited", zap.String("app", r.id), zap.Stringer("exit", exit), zap.Duration("restart_in", d.delay))
 	default:
+		r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, "" })
+		r.afterPublish()
 		lvl := zap.InfoLevel
 		if !exit.Clean() {
 			lvl = zap.WarnLevel
 		}
 		s.log.Log(lvl, "app exited", zap.String("app", r.id), zap.Stringer("exit", exit))
-		r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, "" })
 	}
+}
+
+// afterPublish follows the state change that ends a process. It first
+// yields: the subscribers the change woke (the control socket's
+// forwarder among them) were made runnable on this goroutine's
+// processor, and would otherwise wait until this goroutine blocks, or
+// until another processor steals them, while it tidies and logs. That
+// changes when things run, never what happens. Then it tidies.
+func (r *runner) afterPublish() {
+	runtime.Gosched()
+	r.tidy()
 }
 
 // cancelBackoff drops a pending automatic restart; a non-empty reason

@@ -148,6 +148,15 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitState(t, sub, "tree", inState(Stopped))
+				// The emptied leaf is removed just after the stopped
+				// event, before the app's goroutine serves anything
+				// else: a Stop of the stopped app is answered once the
+				// leaf is gone.
+				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+				defer cancel()
+				if _, err := sup.Stop(ctx, "tree"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if c.noCgroup {
 				// The gap the cgroup closes: the descendant lives on.
@@ -269,4 +278,76 @@ func TestAwaitEmptyWakes(t *testing.T) {
 	if err := cmd.Wait(); err == nil {
 		t.Error("the process in the killed leaf exited 0")
 	}
+}
+
+// TestProcessLeaf: a leaf opened for a process kills everything in it
+// through its held cgroup.kill, sees it empty through its held
+// cgroup.events, and is removed.
+func TestProcessLeaf(t *testing.T) {
+	cgroupOrSkip(t)
+	tree, err := openCgroupTree(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.close()
+	path, dir, err := tree.leaf("held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := openProcessLeaf(path, dir)
+	if err != nil {
+		dir.Close()
+		t.Fatal(err)
+	}
+	// Outside any process group of ours, as a setsid descendant would be.
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	err = cmd.Start()
+	dir.Close()
+	if err != nil {
+		leaf.close()
+		t.Fatal(err)
+	}
+	if err := leaf.awaitEmpty(0); err == nil {
+		t.Error("awaitEmpty(0) of a leaf with a process in it returned nil")
+	}
+	if err := leaf.killAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.awaitEmpty(waitFor); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("the process in the leaf ended with %v, want SIGKILL", err)
+	}
+	if err := leaf.remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leaf %s still there after remove: %v", path, err)
+	}
+}
+
+// leavesOf lists the leaves of app in sup's cgroup subtree: none where
+// sup stops apps through process groups, or once the subtree is gone.
+func leavesOf(t testing.TB, sup *Supervisor, app string) []string {
+	t.Helper()
+	if sup.cgroups == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(sup.cgroups.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaves []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), app+".") {
+			leaves = append(leaves, e.Name())
+		}
+	}
+	return leaves
 }

@@ -54,10 +54,17 @@
 // straight into a leaf of its own (jail.Request.CgroupFD,
 // CLONE_INTO_CGROUP), and the SIGKILLs above also go to the whole leaf
 // through cgroup.kill, which reaches the descendants that left the group
-// (setsid, double fork); the leaf is removed once empty. AppStatus.Stopper
-// says "cgroup" then, "process-group" elsewhere (Config.NoCgroup forces
-// it). At start the supervisor kills and removes the leaves of a daemon
-// that is gone (one SIGKILLed, whose apps' descendants outlived it).
+// (setsid, double fork). AppStatus.Stopper says "cgroup" then,
+// "process-group" elsewhere (Config.NoCgroup forces it). At start the
+// supervisor kills and removes the leaves of a daemon that is gone (one
+// SIGKILLed, whose apps' descendants outlived it).
+//
+// The state change that ends a process (its stopped or failed event) is
+// published once the leader is reaped, its leaf (if any) is empty, its
+// output is read to the end and its link is detached; what only tidies up
+// (the empty leaf's removal, the daemon's log line) comes just after it,
+// before the app's goroutine serves anything else, and before a Stop is
+// answered.
 //
 // Stop sends SIGTERM to the group and SIGKILL (group and leaf) after
 // Config.StopGrace.

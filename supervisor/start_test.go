@@ -230,6 +230,9 @@ func TestCancelStart(t *testing.T) {
 			if calls.Load() != 1 {
 				t.Errorf("Confirm called %d times, want 1", calls.Load())
 			}
+			if l := leavesOf(t, sup, "mute"); len(l) > 0 {
+				t.Errorf("the cancelled start left its cgroup leaves %q", l)
+			}
 		})
 	}
 }
@@ -303,6 +306,9 @@ func TestStartFailureReaps(t *testing.T) {
 			}
 			if calls.Load() != 1 {
 				t.Errorf("Confirm called %d times, want 1 (the jail status must be consumed)", calls.Load())
+			}
+			if l := leavesOf(t, sup, "bad"); len(l) > 0 {
+				t.Errorf("the failed start left its cgroup leaves %q", l)
 			}
 		})
 	}
