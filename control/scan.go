@@ -98,6 +98,13 @@ func skipNumber(d []byte, i int) int {
 func skipString(d []byte, i int) (end int, plain bool) {
 	plain = true
 	for i++; i < len(d); i++ {
+		// The usual bytes, in a loop of their own.
+		for i < len(d) && d[i] >= 0x20 && d[i] < 0x80 && d[i] != '"' && d[i] != '\\' {
+			i++
+		}
+		if i == len(d) {
+			break
+		}
 		switch c := d[i]; {
 		case c == '"':
 			return i + 1, plain
@@ -294,10 +301,13 @@ func fastRequest(line []byte) (req Request, ok bool) {
 }
 
 // members calls fn with each member of the object at d[i] (its plain
-// key and its value's bytes) and returns the index after the object. It
-// returns -1 when the object is not one fastRequest's kind of decoder
-// takes: a key that is not plain, a key twice, or when fn says no.
-func members(d []byte, i int, fn func(key, v []byte) bool) int {
+// key, its value's bytes, and whether that value is a plain string, see
+// skipString) and returns the index after the object. It returns -1 when
+// the object is not one fastRequest's kind of decoder takes: a key that
+// is not plain, a key twice, or when fn says no. An object member whose
+// key inner names (inner may be nil) is read by members with inner's fn in
+// the same pass, not skipped first; fn then gets it with its bytes.
+func members(d []byte, i int, fn func(key, v []byte, plain bool) bool, inner func(key []byte) func(key, v []byte, plain bool) bool) int {
 	if i >= len(d) || d[i] != '{' {
 		return -1
 	}
@@ -311,8 +321,8 @@ func members(d []byte, i int, fn func(key, v []byte) bool) int {
 		if i >= len(d) || d[i] != '"' {
 			return -1
 		}
-		kend, plain := skipString(d, i)
-		if kend < 0 || !plain {
+		kend, plainKey := skipString(d, i)
+		if kend < 0 || !plainKey {
 			return -1
 		}
 		key := d[i+1 : kend-1]
@@ -331,8 +341,21 @@ func members(d []byte, i int, fn func(key, v []byte) bool) int {
 			return -1
 		}
 		i = skipSpace(d, i+1)
-		end := skipValue(d, i, 1)
-		if end < 0 || !fn(key, d[i:end:end]) {
+		var end int
+		plain := false
+		var sub func(key, v []byte, plain bool) bool
+		if i < len(d) && d[i] == '{' && inner != nil {
+			sub = inner(key)
+		}
+		switch {
+		case sub != nil:
+			end = members(d, i, sub, nil)
+		case i < len(d) && d[i] == '"':
+			end, plain = skipString(d, i) // the string's one scan
+		default:
+			end = skipValue(d, i, 1)
+		}
+		if end < 0 || !fn(key, d[i:end:end], plain) {
 			return -1
 		}
 		i = skipSpace(d, end)
@@ -350,15 +373,29 @@ func members(d []byte, i int, fn func(key, v []byte) bool) int {
 	}
 }
 
-// plainString is the value of a JSON string whose bytes are its value.
-func plainString(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
+// plainString is the value of a member's value v when members found it
+// a plain string (its bytes between the quotes are its value).
+func plainString(v []byte, plain bool) (string, bool) {
+	if !plain {
 		return "", false
 	}
-	if end, plain := skipString(v, 0); end != len(v) || !plain {
-		return "", false
+	switch s := v[1 : len(v)-1]; string(s) {
+	// The usual risks and confirmations, without a copy each.
+	case RiskRead:
+		return RiskRead, true
+	case RiskWrite:
+		return RiskWrite, true
+	case RiskDestructive:
+		return RiskDestructive, true
+	case ConfirmNone:
+		return ConfirmNone, true
+	case ConfirmHost:
+		return ConfirmHost, true
+	case ConfirmApp:
+		return ConfirmApp, true
+	default:
+		return string(s), true
 	}
-	return string(v[1 : len(v)-1]), true
 }
 
 // plainInt is the value of a JSON integer of at most 18 digits.
@@ -387,14 +424,14 @@ func plainInt(v []byte) (int64, bool) {
 // false for anything else, which DecodeToolCallArgs then decodes with
 // encoding/json. The call's Args alias args.
 func fastToolCallArgs(args []byte) (a ToolCallArgs, ok bool) {
-	call := func(key, v []byte) bool {
+	call := func(key, v []byte, plain bool) bool {
 		c := &a.Call
 		var ok bool
 		switch string(key) {
 		case "call_id":
-			c.CallID, ok = plainString(v)
+			c.CallID, ok = plainString(v, plain)
 		case "name":
-			c.Name, ok = plainString(v)
+			c.Name, ok = plainString(v, plain)
 		case "args":
 			// An object or an array, as encoding/json keeps it; null and
 			// the other kinds go the slow way.
@@ -402,30 +439,35 @@ func fastToolCallArgs(args []byte) (a ToolCallArgs, ok bool) {
 				c.Args = v
 			}
 		case "risk":
-			c.Risk, ok = plainString(v)
+			c.Risk, ok = plainString(v, plain)
 		case "confirm":
-			c.Confirm, ok = plainString(v)
+			c.Confirm, ok = plainString(v, plain)
 		case "timeout_ms":
 			c.TimeoutMS, ok = plainInt(v)
 		case "context_id":
-			c.ContextID, ok = plainString(v)
+			c.ContextID, ok = plainString(v, plain)
 		case "caller":
-			c.Caller, ok = plainString(v)
+			c.Caller, ok = plainString(v, plain)
 		}
 		return ok
 	}
-	top := func(key, v []byte) bool {
+	top := func(key, v []byte, plain bool) bool {
 		var ok bool
 		switch string(key) {
 		case "app":
-			a.App, ok = plainString(v)
+			a.App, ok = plainString(v, plain)
 		case "call":
-			ok = members(v, 0, call) == len(v)
+			ok = v[0] == '{' // read by members already, with call
 		}
 		return ok
 	}
 	i := skipSpace(args, 0)
-	end := members(args, i, top)
+	end := members(args, i, top, func(key []byte) func(key, v []byte, plain bool) bool {
+		if string(key) == "call" {
+			return call
+		}
+		return nil
+	})
 	if end < 0 || skipSpace(args, end) != len(args) {
 		return ToolCallArgs{}, false
 	}

@@ -187,19 +187,27 @@ type connKernel struct {
 const maxHeldKernelEvents = 4096
 
 func (k *connKernel) event(topic string, ev any) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.active {
-		return k.c.Event(topic, ev)
-	}
 	// Encoded now: ev may refer to memory its caller reuses.
 	line, err := control.EncodeEvent(topic, ev)
 	if err != nil {
 		return err
 	}
+	return k.eventLine(line)
+}
+
+// eventLine sends an encoded event, or holds it until activate.
+func (k *connKernel) eventLine(line []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.active {
+		if !k.c.sendEvent(line) {
+			return errors.New("send an event: the kernel connection is gone or too slow")
+		}
+		return nil
+	}
 	if len(k.held) >= maxHeldKernelEvents {
 		k.c.drop("too many kernel events before kernel.attach was answered")
-		return fmt.Errorf("send %s event: the kernel connection is gone", topic)
+		return errors.New("send an event: the kernel connection is gone")
 	}
 	k.held = append(k.held, line)
 	return nil
@@ -238,7 +246,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
 	k := &connKernel{c: c}
-	ks, err := p.m.AttachKernel(withToolEvents(k, k.event))
+	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine))
 	if err != nil {
 		return nil, peerError("kernel.attach", err)
 	}

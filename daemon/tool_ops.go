@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"octosup/control"
@@ -121,10 +122,17 @@ func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.Kern
 // (including the ones queued while no kernel was attached) arrive on c as
 // tool.acknowledged and tool.finished events.
 func WithToolEvents(c *Conn, k peer.Kernel) peer.Kernel {
-	return withToolEvents(k, c.Event)
+	return withToolEvents(k, func(line []byte) error {
+		if !c.sendEvent(line) {
+			return errors.New("send a tool event: the connection is gone or too slow")
+		}
+		return nil
+	})
 }
 
-func withToolEvents(k peer.Kernel, send func(topic string, ev any) error) peer.Kernel {
+// withToolEvents makes k the tool relay too; send queues an encoded event
+// line and never blocks.
+func withToolEvents(k peer.Kernel, send func(line []byte) error) peer.Kernel {
 	return toolKernel{Kernel: k, toolEvents: toolEvents{send: send}}
 }
 
@@ -135,17 +143,39 @@ type toolKernel struct {
 
 // toolEvents is a peer.ToolRelay that writes events on a connection. Its
 // methods are called with the peer Manager's lock held: send never
-// blocks (a kernel that does not read is dropped).
+// blocks (a kernel that does not read is dropped). Every call makes two
+// events, so they are encoded by appends (control.AppendToolEvent), not
+// by json.Marshal.
 type toolEvents struct {
-	send func(topic string, ev any) error
+	send func(line []byte) error
 }
 
 func (e toolEvents) Acknowledged(app, callID string) {
-	e.send(control.EventToolAcknowledged, ToolEvent{App: app, CallID: callID})
+	e.emit(control.EventToolAcknowledged, control.ToolEvent{App: app, CallID: callID})
 }
 
 func (e toolEvents) Finished(app, callID string, r peer.Result) {
-	e.send(control.EventToolFinished, ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data, Error: r.Error})
+	ev := control.ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data}
+	if r.Error != nil {
+		ev.Error = &control.Error{Code: r.Error.Code, Message: r.Error.Message}
+	}
+	e.emit(control.EventToolFinished, ev)
+}
+
+func (e toolEvents) emit(topic string, ev control.ToolEvent) {
+	n := len(`{"event":"","app":"","call_id":"","outcome":"outcome_unknown","data":}`) + len(topic) + len(ev.App) + len(ev.CallID) + len(ev.Data)
+	if ev.Error != nil {
+		n += len(`,"error":{"code":"","message":""}`) + len(ev.Error.Code) + len(ev.Error.Message)
+	}
+	// A line of its own: the connection's queue holds it until written.
+	line, err := control.AppendToolEvent(make([]byte, 0, n), topic, ev)
+	if err != nil {
+		// Only data an app sent that did not encode: the peer link
+		// checked it, so this is a bug; the kernel's call still ends.
+		line, _ = control.AppendToolEvent(nil, topic, control.ToolEvent{App: ev.App, CallID: ev.CallID, Outcome: ev.Outcome,
+			Error: &control.Error{Code: peer.CodeInternal, Message: fmt.Sprintf("the daemon could not encode the call's result: %v", err)}})
+	}
+	e.send(line)
 }
 
 type toolOps struct {

@@ -42,7 +42,10 @@
 // (store_jobs.go) in order, and Approve writes its answer (fsync'd)
 // before it acts on it, off the lock. Attach and Detach never wait for a
 // teardown: a new process's link handles no line before the old link's
-// teardown is done.
+// teardown is done. Each link's writer gathers what is queued into one
+// write; a frame the app alone waits on (the only call out, the reply to
+// the only open request) is written by its sender instead, without
+// blocking: what the socket does not take at once goes to the writer.
 //
 // Events.Approval and the Kernel's methods are called with the Manager's
 // lock held, so that the order they see is the order things happened in;

@@ -20,6 +20,14 @@ const maxDepth = 128
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
+	if r, ok := fastToolResult(line); ok {
+		return r, false, nil
+	}
+	return parseLineStrict(line)
+}
+
+// parseLineStrict is ParseLine for every line.
+func parseLineStrict(line []byte) (up Up, passthrough bool, err error) {
 	top, err := topMembers(line)
 	if err != nil {
 		return nil, false, err

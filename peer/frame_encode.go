@@ -14,7 +14,12 @@ import (
 
 // EncodeDown encodes a daemon → app frame as one line.
 func EncodeDown(f Down) ([]byte, error) {
-	e := newEnc(f.downFrame())
+	size := 128
+	if c, ok := f.(*ToolCall); ok {
+		// The one frame every call sends: its buffer is sized once.
+		size += len(c.CallID) + len(c.Name) + len(c.Args) + len(c.Account) + len(c.ContextID) + len(c.Client) + len(c.Caller) + 64
+	}
+	e := newEnc(f.downFrame(), size)
 	switch f := f.(type) {
 	case *Reply:
 		e.str("req_id", f.ReqID)
@@ -61,7 +66,7 @@ func EncodeDown(f Down) ([]byte, error) {
 func EncodeUp(f Up) ([]byte, error) {
 	switch f := f.(type) {
 	case *Request:
-		e := newEnc(TypeRequest)
+		e := newEnc(TypeRequest, 128)
 		e.str("req_id", f.ReqID)
 		e.str("method", f.Method)
 		if f.Args != nil {
@@ -69,7 +74,7 @@ func EncodeUp(f Up) ([]byte, error) {
 		}
 		return e.finish()
 	case *ToolResult:
-		e := newEnc(TypeToolResult)
+		e := newEnc(TypeToolResult, 128)
 		e.str("call_id", f.CallID)
 		if f.AwaitingConfirmation {
 			e.boolean("awaiting_confirmation", true)
@@ -86,8 +91,8 @@ type enc struct {
 	err error
 }
 
-func newEnc(typ string) *enc {
-	e := &enc{b: make([]byte, 0, 128)}
+func newEnc(typ string, size int) enc {
+	e := enc{b: make([]byte, 0, size)}
 	e.b = append(e.b, `{"`+Envelope+`":{"type":`...)
 	e.b = strconv.AppendQuote(e.b, typ) // frame types are plain ASCII
 	return e
@@ -128,6 +133,12 @@ func (e *enc) raw(k string, v json.RawMessage, required bool) {
 		}
 	}
 	e.key(k)
+	if !hasSpace(v) && checkAny(v) == nil {
+		// Compact already (what the daemon sends is): json.Compact
+		// would copy it as it is.
+		e.b = append(e.b, v...)
+		return
+	}
 	buf := bytes.NewBuffer(e.b)
 	err := json.Compact(buf, v)
 	e.b = buf.Bytes()

@@ -149,14 +149,15 @@ func isHex(c byte) bool {
 }
 
 // keyOf returns a scanned string's value (the key two spellings of which
-// are duplicates: "a" and "\u0061" are the same key).
-func (s *scanner) keyOf(start, end int, escaped bool) string {
+// are duplicates: "a" and "\u0061" are the same key). An unescaped key is
+// its bytes in the line, not a copy: most keys are only compared.
+func (s *scanner) keyOf(start, end int, escaped bool) []byte {
 	if !escaped {
-		return string(s.data[start+1 : end-1])
+		return s.data[start+1 : end-1]
 	}
 	var k string
 	json.Unmarshal(s.data[start:end], &k) // scanned: cannot fail
-	return k
+	return []byte(k)
 }
 
 func (s *scanner) enter(i int) error {
@@ -179,7 +180,7 @@ func (s *scanner) object(i int, members map[string]json.RawMessage) (int, error)
 	if i < len(d) && d[i] == '}' {
 		return i + 1, nil
 	}
-	var few [8]string // most objects are small: no map for them
+	var few [8][]byte // most objects are small: no map for them
 	keys := few[:0]
 	var seen map[string]struct{}
 	for {
@@ -194,16 +195,17 @@ func (s *scanner) object(i int, members map[string]json.RawMessage) (int, error)
 		if seen == nil && len(keys) == len(few) {
 			seen = make(map[string]struct{}, 2*len(few))
 			for _, k := range keys {
-				seen[k] = struct{}{}
+				seen[string(k)] = struct{}{}
 			}
 		}
 		dup := false
 		if seen != nil {
-			_, dup = seen[k]
-			seen[k] = struct{}{}
+			if _, dup = seen[string(k)]; !dup {
+				seen[string(k)] = struct{}{}
+			}
 		} else {
 			for _, o := range keys {
-				if o == k {
+				if string(o) == string(k) {
 					dup = true
 					break
 				}
@@ -223,7 +225,7 @@ func (s *scanner) object(i int, members map[string]json.RawMessage) (int, error)
 			return i, err
 		}
 		if members != nil {
-			members[k] = json.RawMessage(d[vstart:i:i])
+			members[string(k)] = json.RawMessage(d[vstart:i:i])
 		}
 		i = s.ws(i)
 		if i < len(d) && d[i] == ',' {

@@ -225,10 +225,10 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 			m.endTurn(t, "interrupted", true)
 		}
 		r.move(reqDone)
-		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendReply(&Reply{ReqID: r.id, OK: true, Data: data})
 	default:
 		r.move(reqDone)
-		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendReply(&Reply{ReqID: r.id, OK: true, Data: data})
 	}
 	return nil
 }
@@ -336,6 +336,12 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if v == nil {
 		return nil, nil
 	}
+	if len(v) <= MaxFrame && !hasSpace(v) && checkAny(v) == nil {
+		// Compact already (the usual kernel's value): checked and
+		// copied, not compacted. Anything else goes the long way, which
+		// also words the refusals.
+		return bytes.Clone(v), nil
+	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, v); err != nil {
 		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrInvalid, name, err)
@@ -347,6 +353,18 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// hasSpace reports whether v holds a byte json.Compact could remove. A
+// valid value without any is its own compact form (a space inside a
+// string counts too: the check is for the usual value, not every one).
+func hasSpace(v []byte) bool {
+	for _, c := range v {
+		if isSpace(c) {
+			return true
+		}
+	}
+	return false
 }
 
 func turnIDOf(data json.RawMessage) (string, error) {

@@ -9,7 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,8 +25,17 @@ type link struct {
 	appID string
 	conn  net.Conn
 
-	out    chan []byte
-	queued atomic.Int64 // bytes in out
+	// The write queue, guarded by wmu: the frames waiting for the writer,
+	// back to back in one buffer, which the writer swaps for its own
+	// and writes in one go (one write per burst under load). A frame
+	// sent while the writer is idle and nothing waits may be written at
+	// once by its sender (sendNow), without waking the writer.
+	wmu     sync.Mutex
+	pending []byte
+	frames  int           // frames in pending
+	writing bool          // the writer holds a batch not yet written
+	kick    chan struct{} // wakes the writer (capacity 1)
+	raw     syscall.RawConn
 
 	// prev is the link this one replaced: its teardown ends before this
 	// link handles a line.
@@ -52,10 +61,10 @@ type link struct {
 }
 
 func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
-	return &link{
+	l := &link{
 		m: m, p: p, appID: p.app.ID, conn: conn, prev: prev,
 		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
-		out:      make(chan []byte, m.cfg.QueueFrames),
+		kick:     make(chan struct{}, 1),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
 		calls:    map[string]*call{},
@@ -63,6 +72,10 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 		wrote:    make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	if sc, ok := conn.(syscall.Conn); ok {
+		l.raw, _ = sc.SyscallConn() // without it, every frame goes through the writer
+	}
+	return l
 }
 
 // shut closes the hub; the reader then tears the link down. The first
@@ -85,22 +98,80 @@ func (l *link) isShut() bool {
 }
 
 // send queues one encoded line. It never blocks: a full queue disconnects
-// the app. It reports whether the line was queued.
-func (l *link) send(line []byte) bool {
+// the app. It reports whether the line was queued (or written).
+func (l *link) send(line []byte) bool { return l.write(line, false) }
+
+// sendNow is send for a frame someone waits on while the link is
+// otherwise quiet (one call in flight): when the writer is idle and
+// nothing is queued, the line is written at once, as far as the socket
+// takes it without blocking, saving the writer's wake-up; the rest, if
+// any, is queued.
+func (l *link) sendNow(line []byte) bool { return l.write(line, true) }
+
+func (l *link) write(line []byte, now bool) bool {
 	if l.isShut() {
 		return false
 	}
-	n := int64(len(line))
-	if q := l.queued.Load(); q+n > int64(l.m.cfg.QueueBytes) || len(l.out) == cap(l.out) {
+	l.wmu.Lock()
+	if now && l.raw != nil && !l.writing && len(l.pending) == 0 {
+		n, err := l.tryWrite(line)
+		if err != nil {
+			l.wmu.Unlock()
+			l.shut("hub write failed: " + err.Error())
+			return false
+		}
+		if n == len(line) {
+			l.wmu.Unlock()
+			return true
+		}
+		line = line[n:]
+	}
+	if q, n := len(l.pending), len(line); q+n > l.m.cfg.QueueBytes || l.frames >= l.m.cfg.QueueFrames {
+		frames := l.frames
+		l.wmu.Unlock()
 		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
-			len(l.out), q, n, cap(l.out), l.m.cfg.QueueBytes)
+			frames, q, n, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
 		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
 		l.shut(reason)
 		return false
 	}
-	l.queued.Add(n)
-	l.out <- line
+	l.pending = append(l.pending, line...)
+	l.frames++
+	l.wmu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default: // the writer is awake already
+	}
 	return true
+}
+
+// tryWrite writes b to the hub without blocking and returns how much of
+// it went. wmu is held and the writer is idle. A socket that is full, or
+// whose write deadline (the writer's, armed for its last write) has
+// passed, takes nothing: the writer then writes it, with a fresh deadline.
+func (l *link) tryWrite(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := l.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), b)
+			if werr != syscall.EINTR {
+				break
+			}
+		}
+		return true // never wait: what did not go is queued
+	})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case werr == syscall.EAGAIN:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return max(n, 0), nil
 }
 
 // sendFrame encodes and queues a down frame. A frame over MaxFrame is
@@ -108,6 +179,31 @@ func (l *link) send(line []byte) bool {
 // internal error reply, anything else is dropped and logged (the callers
 // that pass outside data check its size first).
 func (l *link) sendFrame(f Down) bool {
+	b, ok := l.encodeFrame(f)
+	return ok && l.send(b)
+}
+
+// sendFrameNow is sendFrame by sendNow.
+func (l *link) sendFrameNow(f Down) bool {
+	b, ok := l.encodeFrame(f)
+	return ok && l.sendNow(b)
+}
+
+// sendReply sends the reply of a request that is done: written at once
+// (sendNow) when it was the link's only open request, the app then
+// waiting on it alone; else queued for the writer, which gathers. m.mu
+// is held.
+func (l *link) sendReply(rp *Reply) {
+	if len(l.requests) == 0 {
+		l.sendFrameNow(rp)
+		return
+	}
+	l.sendFrame(rp)
+}
+
+// encodeFrame is sendFrame's encoding: false when there is nothing to
+// send.
+func (l *link) encodeFrame(f Down) ([]byte, bool) {
 	b, err := EncodeDown(f)
 	if err == nil && len(b)-1 > MaxFrame {
 		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, MaxFrame)
@@ -119,21 +215,21 @@ func (l *link) sendFrame(f Down) bool {
 		if r, ok := f.(*Reply); ok {
 			b, _ = EncodeDown(&Reply{ReqID: r.ReqID, Error: errorf(CodeInternal, "the daemon could not encode this reply")})
 		} else {
-			return false
+			return nil, false
 		}
 	}
-	return l.send(b)
+	return b, true
 }
 
-// writeBatch caps the bytes the writer gathers into one write.
+// writeBatch caps the bytes of one write: the write deadline is checked
+// (and moved) between them.
 const writeBatch = 64 << 10
 
-// writeLoop writes queued frames, gathering whatever is queued at the
-// moment into one write: one syscall per burst under load, no added
-// latency when idle.
+// writeLoop writes what is queued, all of it at each wake-up: one write
+// per burst under load, no added latency when idle.
 func (l *link) writeLoop() {
 	defer close(l.wrote)
-	buf := make([]byte, 0, writeBatch)
+	var buf []byte
 	// The deadline moves at most every tenth of WriteTimeout, not at
 	// every write (moving it is a timer update of its own): every write
 	// still has at least nine tenths of it.
@@ -142,35 +238,38 @@ func (l *link) writeLoop() {
 		select {
 		case <-l.closing:
 			return
-		case b := <-l.out:
-			buf = append(buf[:0], b...)
-		gather:
-			for len(buf) < writeBatch {
-				select {
-				case more := <-l.out:
-					l.queued.Add(-int64(len(b)))
-					b = more
-					buf = append(buf, b...)
-				default:
-					break gather
+		case <-l.kick:
+		}
+		for {
+			l.wmu.Lock()
+			if len(l.pending) == 0 {
+				l.writing = false
+				l.wmu.Unlock()
+				break
+			}
+			// The written batch's buffer takes the next frames.
+			buf, l.pending = l.pending, buf[:0]
+			l.frames = 0
+			l.writing = true
+			l.wmu.Unlock()
+			for off := 0; off < len(buf); {
+				end := min(off+writeBatch, len(buf))
+				if now := time.Now(); now.Sub(armedAt) >= l.m.cfg.WriteTimeout/10 {
+					l.conn.SetWriteDeadline(now.Add(l.m.cfg.WriteTimeout))
+					armedAt = now
 				}
+				if _, err := l.conn.Write(buf[off:end]); err != nil {
+					reason := "hub write failed: " + err.Error()
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
+					}
+					l.shut(reason)
+					return
+				}
+				off = end
 			}
-			l.queued.Add(-int64(len(b)))
-			if now := time.Now(); now.Sub(armedAt) >= l.m.cfg.WriteTimeout/10 {
-				l.conn.SetWriteDeadline(now.Add(l.m.cfg.WriteTimeout))
-				armedAt = now
-			}
-			_, err := l.conn.Write(buf)
 			if cap(buf) > 2*writeBatch {
-				buf = make([]byte, 0, writeBatch) // a huge frame's buffer is not kept
-			}
-			if err != nil {
-				reason := "hub write failed: " + err.Error()
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
-				}
-				l.shut(reason)
-				return
+				buf = nil // a burst's buffer is not kept
 			}
 		}
 	}

@@ -128,9 +128,12 @@ type Manager struct {
 	// beforeTeardown, when a test sets it before attaching, runs on a
 	// link's reader between its hub closing and its teardown.
 	beforeTeardown func()
-	// liveTimers counts call deadlines not yet stopped or fired: zero
-	// whenever no call is outstanding (the tests hold it to that).
+	// liveTimers counts call deadlines not yet stopped or done firing,
+	// and timers waits for them: none once no call is outstanding and a
+	// timer that fired as its call ended has run (the tests hold it to
+	// that).
 	liveTimers atomic.Int64
+	timers     sync.WaitGroup
 }
 
 // peer is what the daemon keeps of an app across its processes.

@@ -45,7 +45,8 @@ type auditLog struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	wmu sync.Mutex // one batch at a time, in order
+	wmu   sync.Mutex          // one batch at a time, in order
+	spare []policy.AuditEntry // guarded by wmu: the last batch's array, emptied, for the next pending
 }
 
 func newAuditLog(store *policy.Store, keep int, log *zap.Logger) *auditLog {
@@ -118,12 +119,19 @@ func (a *auditLog) flush() error {
 	defer a.wmu.Unlock()
 	a.mu.Lock()
 	batch, dropped := a.pending, a.dropped
-	a.pending, a.dropped = nil, 0
+	// The entries are copied into the store's transaction: the batch's
+	// array takes the next entries, not a new one grown by appends.
+	a.pending, a.dropped, a.spare = a.spare, 0, nil
 	a.mu.Unlock()
 	if dropped > 0 {
 		a.log.Error("audit entries dropped: the store did not keep up", zap.Int("dropped", dropped))
 	}
-	if err := a.store.AppendAudit(batch, a.keep); err != nil {
+	err := a.store.AppendAudit(batch, a.keep)
+	if cap(batch) <= 4*auditBatch { // a backlog's array is not kept
+		clear(batch)
+		a.spare = batch[:0]
+	}
+	if err != nil {
 		a.log.Error("write the audit trail", zap.Int("entries", len(batch)), zap.Error(err))
 		return err
 	}

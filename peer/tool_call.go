@@ -178,6 +178,7 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 		decision: policy.AuditDecisionNone,
 	}
 	m.liveTimers.Add(1)
+	m.timers.Add(1)
 	c.timer = time.AfterFunc(timeout, func() { m.callTimeout(c) })
 	l.calls[c.id] = c
 	ctx.calls[c.id] = c
@@ -226,11 +227,20 @@ func (m *Manager) deliver(c *call) bool {
 	if ms < 1 {
 		ms = 1
 	}
-	ok := c.link.sendFrame(&ToolCall{
+	f := &ToolCall{
 		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
 		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
-	})
+	}
+	var ok bool
+	if len(c.link.calls) == 1 {
+		// The only call out: written now rather than by the link's
+		// writer, a wake-up less on the way. With more out, the writer
+		// gathers them into one write.
+		ok = c.link.sendFrameNow(f)
+	} else {
+		ok = c.link.sendFrame(f)
+	}
 	if !ok {
 		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
 		return false
@@ -258,6 +268,7 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 	if c.timer != nil {
 		if c.timer.Stop() {
 			m.liveTimers.Add(-1)
+			m.timers.Done()
 		}
 		c.timer = nil
 	}
@@ -310,7 +321,10 @@ func (p *peer) rememberCall(id string, window int) {
 }
 
 func (m *Manager) callTimeout(c *call) {
-	m.liveTimers.Add(-1) // fired: endCall's Stop will report false
+	// Fired: endCall's Stop will report false, so the count is this
+	// function's to settle, once it is done with the call.
+	defer m.timers.Done()
+	defer m.liveTimers.Add(-1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c.state.terminal() {
