@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,7 +23,8 @@ func crashMeasurement() Measurement {
 		Title: "kill -9 of an app → its stopped event (kills interleaved with the floor)",
 		About: "kill(2) with SIGKILL of a running jailed hubping → the `stopped` state event on a control connection " +
 			"subscribed to state, against the floor: kill(2) of a plain child of the bench and a blocking wait4(2) " +
-			"for it (the kernel's teardown of the process).",
+			"for it (the kernel's teardown of the process). Both are timed alike, when a blocking system call returns " +
+			"with the news: the floor's wait4, the event's read(2) on a subscribed socket the Go runtime does not poll.",
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&n, "kills", 200, "kills of each kind")
 		},
@@ -50,11 +53,11 @@ func runCrash(ctx context.Context, env *Env, n int) ([]Row, error) {
 		return nil, err
 	}
 	defer stop()
-	sub, err := d.Client.Subscribe(ctx, control.TopicState)
+	sub, err := subscribeState(d.Client.SocketPath(), env.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	defer sub.Close()
+	defer sub.close()
 
 	var event, floor []time.Duration
 	rows := func(err error) ([]Row, error) {
@@ -118,7 +121,7 @@ func killPlain(env *Env, logw *os.File) (time.Duration, error) {
 
 // killApp starts the app through the daemon, waits until it runs (its
 // FIFO byte and its running event), and times kill → its stopped event.
-func killApp(ctx context.Context, env *Env, d *daemon, conn, sub *control.Conn, f *fifo) (time.Duration, error) {
+func killApp(ctx context.Context, env *Env, d *daemon, conn *control.Conn, sub *stateSub, f *fifo) (time.Duration, error) {
 	const app = "victim"
 	ctx, cancel := context.WithTimeout(ctx, env.Timeout)
 	defer cancel()
@@ -133,42 +136,112 @@ func killApp(ctx context.Context, env *Env, d *daemon, conn, sub *control.Conn, 
 	if _, err := f.await(env.Timeout); err != nil {
 		return 0, fmt.Errorf("the FIFO: %w; %s", err, d.appLogs(context.Background(), app))
 	}
-	if _, err := awaitState(ctx, sub, app, "running", pid); err != nil {
+	if _, err := sub.await(app, "running", pid); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
 	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		return 0, fmt.Errorf("kill %d: %w", pid, err)
 	}
-	at, err := awaitState(ctx, sub, app, "stopped", 0)
+	at, err := sub.await(app, "stopped", 0)
 	if err != nil {
 		return 0, err
 	}
 	return at.Sub(t0), nil
 }
 
-// awaitState returns when the subscription delivers app's event for
-// state (of that pid, unless 0), skipping every other event.
-func awaitState(ctx context.Context, sub *control.Conn, app, state string, pid int) (time.Time, error) {
+// stateSub is a subscription to state events read with blocking read(2)
+// calls on a socket that is not Go's (no netpoller, no reader goroutine,
+// no channel): an event is timed when the read that brings it returns,
+// as the floor is timed when its wait4 returns. control.Conn would add a
+// goroutine hand-off and a channel to the event's time that the floor
+// does not pay.
+type stateSub struct {
+	fd      int
+	pending []byte // bytes read, not yet a whole line or not yet wanted
+	at      time.Time
+	buf     []byte
+}
+
+func subscribeState(path string, timeout time.Duration) (*stateSub, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	s := &stateSub{fd: fd, buf: make([]byte, 64<<10)}
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe: SO_RCVTIMEO: %w", err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe: connect %s: %w", path, err)
+	}
+	req := `{"id":1,"op":"` + control.OpSubscribe + `","args":{"topics":["` + control.TopicState + `"]}}` + "\n"
+	if _, err := unix.Write(fd, []byte(req)); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	line, err := s.next()
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	var resp control.Response
+	if err := json.Unmarshal(line, &resp); err != nil || resp.ID != 1 || !resp.OK {
+		s.close()
+		return nil, fmt.Errorf("subscribe answered %s", bytes.TrimSpace(line))
+	}
+	return s, nil
+}
+
+func (s *stateSub) close() { unix.Close(s.fd) }
+
+// next returns the next line; s.at is the time the read that completed
+// it returned.
+func (s *stateSub) next() ([]byte, error) {
 	for {
-		select {
-		case ev, ok := <-sub.Events():
-			if !ok {
-				return time.Time{}, fmt.Errorf("the subscription ended: %w", sub.Err())
-			}
-			at := time.Now()
-			if ev.Name != control.TopicState {
-				continue
-			}
-			var se control.StateEvent
-			if err := ev.Decode(&se); err != nil {
-				return time.Time{}, fmt.Errorf("decode a state event: %w", err)
-			}
-			if se.App == app && se.State == state && (pid == 0 || se.Pid == pid) {
-				return at, nil
-			}
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("no %s event for %s: %w", state, app, ctx.Err())
+		if i := bytes.IndexByte(s.pending, '\n'); i >= 0 {
+			line := s.pending[:i+1]
+			s.pending = s.pending[i+1:]
+			return line, nil
+		}
+		n, err := unix.Read(s.fd, s.buf)
+		at := time.Now()
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return nil, errors.New("no event within the timeout")
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return nil, errors.New("the daemon closed the subscription")
+		}
+		s.at = at
+		s.pending = append(bytes.Clone(s.pending), s.buf[:n]...)
+	}
+}
+
+// await returns when app's event for state (of that pid, unless 0)
+// arrives, skipping every other line, with the time the read that
+// brought it returned.
+func (s *stateSub) await(app, state string, pid int) (time.Time, error) {
+	for {
+		line, err := s.next()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("awaiting %s's %s event: %w", app, state, err)
+		}
+		var ev struct {
+			Event string `json:"event"`
+			control.StateEvent
+		}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return time.Time{}, fmt.Errorf("decode %q: %w", bytes.TrimSpace(line), err)
+		}
+		if ev.Event == control.TopicState && ev.App == app && ev.State == state && (pid == 0 || ev.Pid == pid) {
+			return s.at, nil
 		}
 	}
 }
