@@ -85,6 +85,12 @@ func (p *Process) Confirm() (Report, error) {
 	return p.report, p.err
 }
 
+// Settled reports whether Confirm's answer is known already and it
+// returns at once: an in-process spawn's is known when Start returns
+// (its child exec'd or failed by then); the helper's comes down its
+// status pipe.
+func (p *Process) Settled() bool { return p.forked }
+
 // readStatus reads the helper's status lines up to EOF: a report then EOF
 // is an exec that succeeded; a failure line is the reason it did not.
 func readStatus(r io.Reader) (Report, error) {

@@ -247,6 +247,12 @@ type confirmResult struct {
 // that a helper that never reports cannot hold the app's goroutine.
 func (r *runner) confirmAsync(c confirmer) <-chan confirmResult {
 	ch := make(chan confirmResult, 1)
+	if s, ok := c.(settled); ok && s.Settled() {
+		// Known already (the in-process spawn): no goroutine to wait on.
+		rep, err := c.Confirm()
+		ch <- confirmResult{rep, err}
+		return ch
+	}
 	r.s.io.Add(1)
 	go func() {
 		defer r.s.io.Done()

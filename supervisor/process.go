@@ -35,6 +35,13 @@ type confirmer interface {
 	Confirm() (jail.Report, error)
 }
 
+// settled is implemented by a confirmer whose answer may be known when
+// the launch returns (*jail.Process: an in-process spawn's); the runner
+// then takes it at once instead of waiting on a goroutine for it.
+type settled interface {
+	Settled() bool
+}
+
 // spawned is one process a launch forked.
 type spawned struct {
 	pid, pidfd int
