@@ -1,13 +1,24 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
+
+	"octosup/control"
 )
 
 // TestConnEventBudget: a connection's unwritten events are bounded in
@@ -18,8 +29,9 @@ func TestConnEventBudget(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &Conn{nc: a, log: zap.NewNop(), ctx: ctx, cancel: cancel,
-		out: make(chan []byte, connQueue), quit: make(chan struct{})}
+	// A pipe has no descriptor: every line goes to the writer, which
+	// does not run here.
+	c := newConn(ctx, cancel, nil, a, Peer{}, zap.NewNop())
 	line := bytes.Repeat([]byte("x"), 1<<20) // nobody writes them out
 	sent := 0
 	for range connQueue {
@@ -60,5 +72,223 @@ func TestConnCloseHooks(t *testing.T) {
 	c.nc.Close()
 	if a, b := <-ran, <-ran; a != 1 || b != 2 {
 		t.Fatalf("hooks ran %d, %d", a, b)
+	}
+}
+
+// connPair is a Conn on one end of a real Unix socketpair, with its
+// socket's send buffer made small so that a line of a few hundred KiB
+// cannot go in one write; the test reads the other end.
+func connPair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		nc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		conns[i] = nc
+	}
+	if err := conns[0].(*net.UnixConn).SetWriteBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := newConn(ctx, cancel, nil, conns[0], Peer{}, testLogger(t))
+	if c.raw == nil {
+		t.Fatal("a Unix socket gave no raw conn: no line would be written by its sender")
+	}
+	return c, conns[1]
+}
+
+// runWriter runs c's writer until the test ends (stop, as serveConn does).
+func runWriter(t *testing.T, c *Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.writeLoop()
+	}()
+	t.Cleanup(func() {
+		c.stop()
+		<-done
+	})
+}
+
+// readLines reads n lines from nc, each whole, within a deadline.
+func readLines(t *testing.T, r *bufio.Reader, nc net.Conn, n int) []string {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	out := make([]string, 0, n)
+	for range n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d lines: %v", len(out), err)
+		}
+		out = append(out, strings.TrimSuffix(line, "\n"))
+	}
+	return out
+}
+
+// TestConnWritesIdleLinesItself: on an idle connection a line is written
+// by its sender, without the writer (which does not run here); a held
+// answer goes out with the events its follow-up sends, after it.
+func TestConnWritesIdleLinesItself(t *testing.T) {
+	c, peerEnd := connPair(t)
+	r := bufio.NewReader(peerEnd)
+	if !c.sendEvent([]byte(`{"event":"state","n":1}`)) {
+		t.Fatal("event refused")
+	}
+	if got := readLines(t, r, peerEnd, 1); got[0] != `{"event":"state","n":1}` {
+		t.Fatalf("got %q", got)
+	}
+	c.answer(control.Response{ID: 7, OK: true}, func() {
+		if !c.sendEvent([]byte(`{"event":"tool.acknowledged","n":2}`)) {
+			t.Error("event refused")
+		}
+		c.sendEvent([]byte(`{"event":"tool.finished","n":3}`))
+	})
+	got := readLines(t, r, peerEnd, 3)
+	want := []string{`{"id":7,"ok":true}`, `{"event":"tool.acknowledged","n":2}`, `{"event":"tool.finished","n":3}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestConnLinesWholeAndInOrder: lines far larger than the socket's
+// buffer, written partly by their sender and the rest by the writer,
+// arrive whole and in the order they were sent, interleaved with small
+// ones sent meanwhile and from other goroutines' answers.
+func TestConnLinesWholeAndInOrder(t *testing.T) {
+	c, peerEnd := connPair(t)
+	runWriter(t, c)
+	const n = 60
+	want := make([]string, n)
+	for i := range want {
+		size := 10
+		if i%3 == 1 {
+			size = 300 << 10 // many times the socket's buffer
+		}
+		want[i] = fmt.Sprintf(`{"event":"x","n":%d,"pad":"%s"}`, i, strings.Repeat(string(rune('a'+i%26)), size))
+	}
+	// All sent before any is read: the first big line fills the socket,
+	// the rest queue behind what it did not take.
+	for _, line := range want {
+		if !c.sendEvent([]byte(line)) {
+			t.Fatal("event refused")
+		}
+	}
+	r := bufio.NewReader(peerEnd)
+	check := func(got []string, want []string) {
+		t.Helper()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("line %d: %d bytes %.40q…, want %d bytes %.40q…", i, len(got[i]), got[i], len(want[i]), want[i])
+			}
+		}
+	}
+	check(readLines(t, r, peerEnd, n), want)
+	// One at a time, each read before the next is sent: each starts on an
+	// idle connection, written by its sender as far as the socket takes.
+	for i := range want {
+		if !c.sendEvent([]byte(want[i])) {
+			t.Fatal("event refused")
+		}
+		check(readLines(t, r, peerEnd, 1), want[i:i+1])
+	}
+}
+
+// TestConnAnswersAndEventsInOrder: answers and the events their
+// follow-ups send, from several goroutines, reach the socket each answer
+// before its own events, and each goroutine's lines in its order.
+func TestConnAnswersAndEventsInOrder(t *testing.T) {
+	c, peerEnd := connPair(t)
+	runWriter(t, c)
+	const workers, each = 4, 100 // 800 lines: under connQueue, so no event is refused
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := int64(w*each + i + 1)
+				c.answer(control.Response{ID: id, OK: true}, func() {
+					c.sendEvent(fmt.Appendf(nil, `{"event":"e","id":%d,"pad":"%s"}`, id, strings.Repeat("p", i*37%5000)))
+				})
+			}
+		}()
+	}
+	got := readLines(t, bufio.NewReader(peerEnd), peerEnd, 2*workers*each)
+	wg.Wait()
+	next := make([]int64, workers) // the next answer of each goroutine
+	due := map[int64]bool{}        // answers whose event has not come yet
+	for i, line := range got {
+		var probe struct {
+			ID    int64  `json:"id"`
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal([]byte(line), &probe); err != nil {
+			t.Fatalf("line %d not whole: %.60q (%v)", i, line, err)
+		}
+		if probe.Event != "" {
+			if !due[probe.ID] {
+				t.Fatalf("line %d: the event of %d before its answer (or twice)", i, probe.ID)
+			}
+			delete(due, probe.ID)
+			continue
+		}
+		w := (probe.ID - 1) / each
+		if want := w*each + next[w] + 1; probe.ID != want {
+			t.Fatalf("line %d: answer %d, want %d next from its goroutine", i, probe.ID, want)
+		}
+		next[w]++
+		due[probe.ID] = true
+	}
+	if len(due) != 0 {
+		t.Fatalf("answers without their event: %v", due)
+	}
+}
+
+// TestClientThatDoesNotRead: a client that sends requests and never reads
+// their answers holds up its own connection only: its answers wait for
+// room (bounded), other clients are served, and once it goes its
+// connection is torn down (Serve returns at the test's end).
+func TestClientThatDoesNotRead(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	deaf := dialRaw(t, ts.path)
+	// Far more answers than its queue and the sockets' buffers hold.
+	var b strings.Builder
+	for i := range 4 * connQueue {
+		fmt.Fprintf(&b, `{"id":%d,"op":"status"}`+"\n", i+1)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(deaf.nc, strings.Repeat(b.String(), 16))
+		sent <- err // the daemon stops reading it: this ends when it is closed
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 50 {
+		var st control.StatusData
+		if err := ts.client.Do(ctx, control.OpStatus, nil, &st); err != nil || len(st.Apps) != 1 {
+			t.Fatalf("status while a client does not read: %v %+v", err, st)
+		}
+	}
+	// What it was sent is whole answers, in a stream that ends when it
+	// goes.
+	deaf.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for range connQueue {
+		if resp := deaf.response(); !resp.OK {
+			t.Fatalf("%+v", resp.Error)
+		}
+	}
+	deaf.nc.Close()
+	if err := <-sent; err == nil {
+		t.Fatal("all requests were read although their answers were not")
 	}
 }

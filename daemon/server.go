@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"octosup/control"
 	"octosup/jail"
@@ -27,10 +29,11 @@ import (
 // *control.Error is answered as is; any other error is internal.
 type Handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
-// Queue sizes. A connection holds at most connQueue lines (and
-// connQueueBytes bytes of events) not yet written to it and runs at most
-// maxInflight requests at once; reading the next request waits for a free
-// slot, which slows that client only.
+// Queue sizes. A connection queues at most connQueue lines for its
+// writer, and holds at most connQueueBytes bytes not yet written to its
+// socket: an event past either drops the connection, an answer waits for
+// room. It runs at most maxInflight requests at once; reading the next
+// request waits for a free slot, which slows that client only.
 const (
 	connQueue      = 1024
 	connQueueBytes = 16 << 20
@@ -66,6 +69,9 @@ type Server struct {
 	log *zap.Logger
 	hub hub
 	uid int // the only uid served: the daemon's own
+	// debug: the logger takes Debug entries (fixed when it is built), so
+	// each op's are worth building.
+	debug bool
 
 	mu      sync.RWMutex
 	ops     map[string]Handler
@@ -82,9 +88,10 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.LinkStatus = func(string) control.LinkStatus { return control.LinkStatus{} }
 	}
 	s := &Server{
-		cfg: cfg,
-		log: cfg.Log,
-		uid: os.Getuid(),
+		cfg:   cfg,
+		log:   cfg.Log,
+		uid:   os.Getuid(),
+		debug: cfg.Log.Core().Enabled(zapcore.DebugLevel),
 		topics: map[string]bool{
 			control.TopicState:    true,
 			control.TopicLog:      true,
@@ -286,16 +293,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
-	c := &Conn{
-		srv:    s,
-		nc:     nc,
-		peer:   peer,
-		log:    log,
-		ctx:    cctx,
-		cancel: cancel,
-		out:    make(chan []byte, connQueue),
-		quit:   make(chan struct{}),
-	}
+	c := newConn(cctx, cancel, s, nc, peer, log)
 	var writer sync.WaitGroup
 	writer.Add(1)
 	go func() {
@@ -320,7 +318,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	for _, f := range hooks {
 		f()
 	}
-	c.quitOnce.Do(func() { close(c.quit) })
+	c.stop()
 	writer.Wait()
 	nc.Close()
 }
@@ -345,9 +343,26 @@ type Conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	out      chan []byte
-	queued   atomic.Int64  // bytes of the lines in out
-	quit     chan struct{} // closed when the writer is to flush and stop
+	// The write queue, guarded by wmu: the lines (answers and events)
+	// waiting for the writer, back to back in one buffer, which the
+	// writer swaps for its own and writes in one go (one write per burst
+	// under load). A line sent while the writer is idle and nothing
+	// waits is written at once by its sender, as far as the socket takes
+	// it without blocking, without waking the writer. Either way the
+	// lines reach the socket in the order they took wmu.
+	wmu     sync.Mutex
+	pending []byte
+	lines   int           // lines in pending
+	batch   int           // bytes the writer holds, not yet written
+	writing bool          // the writer holds a batch not yet written
+	held    int           // holds (hold): what is sent meanwhile waits for the last release
+	closed  bool          // the writer flushes and stops: nothing more is taken
+	failed  bool          // a write failed: nothing more is written
+	room    chan struct{} // closed when pending has room again; nil: nobody waits
+	kick    chan struct{} // wakes the writer (capacity 1)
+	quit    chan struct{} // closed when the writer is to flush and stop
+	raw     syscall.RawConn
+
 	quitOnce sync.Once
 	dropOnce sync.Once
 
@@ -360,6 +375,18 @@ type Conn struct {
 
 	hookMu sync.Mutex
 	hooks  []func() // OnClose's, run at teardown
+}
+
+func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, p Peer, log *zap.Logger) *Conn {
+	c := &Conn{
+		srv: s, nc: nc, peer: p, log: log, ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn() // without it, every line goes through the writer
+	}
+	return c
 }
 
 // OnClose runs f when the connection ends, after its last request was
@@ -400,28 +427,128 @@ func (c *Conn) Event(topic string, event any) error {
 	return nil
 }
 
-// sendEvent queues an event line without blocking; a full queue drops
-// the connection: a subscriber that does not read is cut off, never
-// waited for.
+// sendEvent sends an event line without blocking; a connection over its
+// bounds is dropped: a subscriber that does not read is cut off, never
+// waited for. line is not kept (a published line goes to many).
 func (c *Conn) sendEvent(line []byte) bool {
-	select {
-	case <-c.quit:
-		return false
-	default:
-	}
-	n := int64(len(line))
-	if q := c.queued.Load(); q+n > connQueueBytes {
-		c.drop(fmt.Sprintf("slow subscriber: %d bytes of events not read", q))
+	c.wmu.Lock()
+	if c.closed || c.failed {
+		c.wmu.Unlock()
 		return false
 	}
-	select {
-	case c.out <- line:
-		c.queued.Add(n)
+	var why string
+	switch q := len(c.pending) + c.batch; {
+	case q+len(line)+1 > connQueueBytes:
+		why = fmt.Sprintf("slow subscriber: %d bytes of events not read", q)
+	case c.lines >= connQueue:
+		why = "slow subscriber: its queue of events is full"
+	}
+	if why != "" {
+		c.wmu.Unlock()
+		c.drop(why)
+		return false
+	}
+	return c.put(line)
+}
+
+// put writes line (and its newline) at once when the writer is idle,
+// nothing waits and no answer is held, as far as the socket takes it
+// without blocking, and queues the rest for the writer. wmu is held; put
+// releases it. It reports false when the connection failed.
+func (c *Conn) put(line []byte) bool {
+	direct := c.raw != nil && c.held == 0 && !c.writing && len(c.pending) == 0
+	c.pending = append(c.pending, line...)
+	c.pending = append(c.pending, '\n')
+	c.lines++
+	if direct {
+		return c.flushLocked()
+	}
+	// While an answer is held its holder writes what queued meanwhile
+	// (release), unless that grows: then the writer starts on it.
+	kick := c.held == 0 || c.lines >= connQueue/4 || len(c.pending) >= writeBatch
+	c.wmu.Unlock()
+	if kick {
+		c.wake()
+	}
+	return true
+}
+
+// flushLocked writes pending without blocking and hands the writer what
+// the socket did not take. wmu is held, the writer idle; it releases
+// wmu.
+func (c *Conn) flushLocked() bool {
+	n, err := c.tryWrite(c.pending)
+	if err != nil {
+		c.failLocked()
+		c.wmu.Unlock()
+		c.drop("write failed: " + err.Error())
+		return false
+	}
+	if n == len(c.pending) {
+		c.pending = c.pending[:0]
+		c.lines = 0
+		c.wakeRoomLocked()
+		c.wmu.Unlock()
 		return true
-	default:
-		c.drop("slow subscriber: its queue of events is full")
-		return false
 	}
+	c.pending = c.pending[:copy(c.pending, c.pending[n:])]
+	c.wmu.Unlock()
+	c.wake()
+	return true
+}
+
+func (c *Conn) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default: // the writer is awake already
+	}
+}
+
+// wakeRoomLocked lets answers waiting for room in pending try again. wmu
+// is held.
+func (c *Conn) wakeRoomLocked() {
+	if c.room != nil {
+		close(c.room)
+		c.room = nil
+	}
+}
+
+// failLocked marks the connection unwritable: what is queued is dropped
+// and nobody waits for room any more. wmu is held.
+func (c *Conn) failLocked() {
+	c.failed = true
+	c.pending, c.lines, c.batch = nil, 0, 0
+	c.wakeRoomLocked()
+}
+
+// tryWrite writes b to the socket without blocking and returns how much
+// of it went. wmu is held and the writer is idle. A socket that is full,
+// or whose write deadline (the writer's, armed for its last write) has
+// passed, takes nothing: the writer then writes it, with a fresh
+// deadline.
+func (c *Conn) tryWrite(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), b)
+			if werr != syscall.EINTR {
+				break
+			}
+		}
+		return true // never wait: what did not go is queued
+	})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case werr == syscall.EAGAIN:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return max(n, 0), nil
 }
 
 // drop closes a connection that cannot keep up. The teardown in
@@ -434,9 +561,26 @@ func (c *Conn) drop(why string) {
 	})
 }
 
-// reply queues an answer; it waits for room (the client's own backlog),
+// stop has the writer write what is queued and end; nothing sent after
+// it is taken.
+func (c *Conn) stop() {
+	c.quitOnce.Do(func() {
+		c.wmu.Lock()
+		c.closed = true
+		c.wakeRoomLocked()
+		c.wmu.Unlock()
+		close(c.quit)
+	})
+}
+
+// reply sends an answer; it waits for room (the client's own backlog),
 // and gives up only when the connection is gone.
-func (c *Conn) reply(resp control.Response) {
+func (c *Conn) reply(resp control.Response) { c.answer(resp, nil) }
+
+// answer sends an answer, then runs follow (nil: none). While follow
+// runs the answer is held: what follow sends (the events the answer
+// announces) goes out with it, in one write, after it.
+func (c *Conn) answer(resp control.Response, follow func()) {
 	line, err := encodeResponse(resp)
 	if err == nil && len(line) > control.MaxLine {
 		resp.OK, resp.Data = false, nil
@@ -447,71 +591,117 @@ func (c *Conn) reply(resp control.Response) {
 		c.log.Error("encode answer", zap.Error(err))
 		line, _ = json.Marshal(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
 	}
-	select {
-	case c.out <- line:
-		c.queued.Add(int64(len(line)))
-	case <-c.quit:
+	c.wmu.Lock()
+	for c.lines >= connQueue && !c.closed && !c.failed {
+		if c.room == nil {
+			c.room = make(chan struct{})
+		}
+		room := c.room
+		c.wmu.Unlock()
+		<-room // closed by the writer taking the queue, by a failure or by stop
+		c.wmu.Lock()
 	}
+	if c.closed || c.failed {
+		c.wmu.Unlock()
+		if follow != nil {
+			follow()
+		}
+		return
+	}
+	if follow == nil {
+		c.put(line)
+		return
+	}
+	c.held++
+	c.put(line)
+	follow()
+	c.release()
 }
 
+// hold keeps what is sent from being written until release (see answer
+// and readLoop); the writer still takes it once it grows.
+func (c *Conn) hold() {
+	c.wmu.Lock()
+	c.held++
+	c.wmu.Unlock()
+}
+
+// release ends a hold: the last one writes what queued meanwhile, or
+// hands it to the writer.
+func (c *Conn) release() {
+	c.wmu.Lock()
+	c.held--
+	if c.held > 0 || c.writing || c.closed || c.failed || len(c.pending) == 0 || c.raw == nil {
+		wake := c.held == 0 && len(c.pending) > 0 && !c.failed
+		c.wmu.Unlock()
+		if wake {
+			c.wake()
+		}
+		return
+	}
+	c.flushLocked()
+}
+
+// writeBatch caps the bytes of one write: the write deadline is checked
+// (and moved) between them.
+const writeBatch = 64 << 10
+
+// writeLoop writes what is queued, all of it at each wake-up: one write
+// per burst under load, no added latency when idle. After stop it
+// writes what is left and ends.
 func (c *Conn) writeLoop() {
-	w := bufio.NewWriterSize(c.nc, 64<<10)
+	var buf []byte
 	// The deadline moves at most every tenth of writeTimeout, not at
-	// every line (moving it is a timer update of its own): every write
+	// every write (moving it is a timer update of its own): every write
 	// still has at least nine tenths of it.
 	var armedAt time.Time
-	write := func(line []byte) bool {
-		c.queued.Add(-int64(len(line)))
-		if now := time.Now(); now.Sub(armedAt) >= writeTimeout/10 {
-			c.nc.SetWriteDeadline(now.Add(writeTimeout))
-			armedAt = now
-		}
-		if _, err := w.Write(line); err != nil {
-			return false
-		}
-		if err := w.WriteByte('\n'); err != nil {
-			return false
-		}
-		// Flush when nothing else is queued: batches under load,
-		// latency when idle.
-		if len(c.out) == 0 {
-			if err := w.Flush(); err != nil {
-				return false
-			}
-		}
-		return true
-	}
 	for {
+		var last bool
 		select {
-		case line := <-c.out:
-			if !write(line) {
-				c.drop("write failed")
-				c.discard()
-				return
-			}
+		case <-c.kick:
 		case <-c.quit:
-			for {
-				select {
-				case line := <-c.out:
-					if !write(line) {
-						return
+			last = true
+		}
+		for {
+			c.wmu.Lock()
+			if len(c.pending) == 0 || c.failed {
+				c.writing = false
+				c.wmu.Unlock()
+				break
+			}
+			// The written batch's buffer takes the next lines.
+			buf, c.pending = c.pending, buf[:0]
+			c.lines, c.batch, c.writing = 0, len(buf), true
+			c.wakeRoomLocked()
+			c.wmu.Unlock()
+			for off := 0; off < len(buf); {
+				end := min(off+writeBatch, len(buf))
+				if now := time.Now(); now.Sub(armedAt) >= writeTimeout/10 {
+					c.nc.SetWriteDeadline(now.Add(writeTimeout))
+					armedAt = now
+				}
+				_, err := c.nc.Write(buf[off:end])
+				c.wmu.Lock()
+				if err != nil {
+					c.failLocked()
+					c.writing = false
+					c.wmu.Unlock()
+					why := "write failed: " + err.Error()
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						why = fmt.Sprintf("client did not read for %s", writeTimeout)
 					}
-				default:
-					w.Flush()
+					c.drop(why)
 					return
 				}
+				c.batch -= end - off
+				c.wmu.Unlock()
+				off = end
+			}
+			if cap(buf) > 2*writeBatch {
+				buf = nil // a burst's buffer is not kept
 			}
 		}
-	}
-}
-
-// discard empties the queue after a failed write until quit, so that no
-// sender waits on a connection that will never be written again.
-func (c *Conn) discard() {
-	for {
-		select {
-		case <-c.out:
-		case <-c.quit:
+		if last {
 			return
 		}
 	}
@@ -525,8 +715,26 @@ func (c *Conn) discard() {
 func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	slots := make(chan struct{}, maxInflight)
+	// While another whole request waits in r, what the handling of this
+	// one sends is held (corked): the lines of a burst of requests go out
+	// in one write once the last is handled, not in one write each (and
+	// one wake-up of the client each). Nothing is held while the reader
+	// may block.
+	corked := false
+	uncork := func() {
+		if corked {
+			corked = false
+			c.release()
+		}
+	}
+	defer uncork()
 	for {
 		line, tooLong, err := readRequestLine(r, control.MaxLine)
+		more := err == nil && lineBuffered(r)
+		if more && !corked {
+			c.hold()
+			corked = true
+		}
 		if tooLong {
 			c.reply(control.Response{Error: control.Errorf(control.CodeBadRequest, "request line over %d bytes: skipped", control.MaxLine)})
 		} else if len(line) > 0 {
@@ -538,8 +746,13 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 			} else {
 				select {
 				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return
+				default:
+					uncork() // the wait may be long (a stop's grace)
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
 				}
 				inflight.Add(1)
 				go func() {
@@ -549,10 +762,23 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 				}()
 			}
 		}
+		if !more {
+			uncork()
+		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// lineBuffered reports whether r holds a whole line not yet read.
+func lineBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := r.Peek(n)
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // then wraps an answer whose follow-up (starting a stream) must run once
@@ -573,13 +799,18 @@ func (c *Conn) handle(ctx context.Context, req control.Request) {
 		c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeUnknownOp, "unknown op %q", req.Op)})
 		return
 	}
-	start := time.Now()
+	// The clock and the log entry cost only when debug is on: this runs
+	// for every op, a tool call's included.
+	var start time.Time
+	if c.srv.debug {
+		start = time.Now()
+	}
 	data, err := h(ctx, c, req.Args)
 	if err != nil {
 		cerr := asControlError(err)
 		if cerr.Code == control.CodeInternal {
 			c.log.Error("op failed", zap.String("op", req.Op), zap.Error(err))
-		} else {
+		} else if c.srv.debug {
 			c.log.Debug("op refused", zap.String("op", req.Op), zap.String("code", cerr.Code), zap.String("message", cerr.Message))
 		}
 		c.reply(control.Response{ID: req.ID, Error: cerr})
@@ -599,11 +830,10 @@ func (c *Conn) handle(ctx context.Context, req control.Request) {
 		}
 		resp.Data = b
 	}
-	c.reply(resp)
-	if follow != nil {
-		follow()
+	c.answer(resp, follow)
+	if c.srv.debug {
+		c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
 	}
-	c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
 }
 
 // asControlError maps an op's error to its wire form.
