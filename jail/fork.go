@@ -62,6 +62,12 @@ const landlockABI1FS = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSRe
 	ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg |
 	ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym
 
+// SpawnsInProcess reports whether apps may take the in-process spawn
+// here (x86-64, Linux 5.11 or later); where not, every app takes the
+// helper. (A kernel that then refuses clone3's flags still sends them to
+// the helper, at the first start.)
+func SpawnsInProcess() bool { return forkSupported() }
+
 // forkSupported probes what spawn.c needs beyond clone3 (which it finds
 // out at the first fork): x86-64, and close_range with
 // CLOSE_RANGE_CLOEXEC (Linux 5.11). A range past any descriptor closes

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"go.uber.org/zap"
+
 	"octosup/daemon"
 	"octosup/jail"
 	"octosup/policy"
@@ -66,8 +68,18 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 			}
 			helper, err := jail.FindHelper(jailHelper)
 			if err != nil {
-				code = exitFailed
-				return err
+				// Apps spawned in-process never need it: only an explicit
+				// --jail-helper or --jail-spawn helper, or a machine
+				// without the in-process spawn, makes it a failure. The
+				// rare fallback to the helper (a kernel refusing clone3's
+				// flags) then runs octosupd itself as the helper: slower,
+				// the same jail.
+				if jailHelper != "" || jailSpawn == "helper" || !jail.SpawnsInProcess() {
+					code = exitFailed
+					return err
+				}
+				log.Warn("no jail helper: apps are spawned in-process; where that fails, octosupd itself stands in for the helper", zap.Error(err))
+				helper = ""
 			}
 			jcfg := jail.Config{HelperPath: helper, UseHelper: jailSpawn == "helper"}
 			err = daemon.Run(cmd.Context(), daemon.Config{ManifestPath: configPath, Log: log, Jail: jcfg})

@@ -34,9 +34,15 @@ func TestRunExitCodes(t *testing.T) {
 			`(?s)^octosupd: the manifest .*bad.json has 2 problem\(s\); fix them and start again:\n  app #0: id: .*\n  app #0: exec\[0\]: .*\n$`},
 		{"missing manifest", []string{"run", "--jail-helper", exe, "--config", filepath.Join(dir, "none.json")}, exitFailed,
 			`^octosupd: no manifest at .*none.json: create one .* or pass --config FILE\n$`},
-		// The test binary has no octosup-jail next to it.
-		{"no helper next to octosupd", []string{"run", "--config", bad}, exitFailed,
+		// The test binary has no octosup-jail next to it: apps spawned
+		// in-process do without (it goes on to the manifest), while
+		// --jail-spawn helper needs it.
+		{"no helper, in-process spawn", []string{"run", "--config", bad}, exitManifest,
+			`(?s)^octosupd: the manifest .*bad.json has 2 problem\(s\)`},
+		{"no helper next to octosupd", []string{"run", "--jail-spawn", "helper", "--config", bad}, exitFailed,
 			`^octosupd: jail helper not found: octosup-jail not found next to octosupd.test \(.*\): install it \(make install\) or pass --jail-helper\n$`},
+		{"bad spawn", []string{"run", "--jail-spawn", "vfork", "--config", bad}, exitUsage,
+			`^octosupd: --jail-spawn "vfork": want fork or helper\n$`},
 		{"helper not executable", []string{"run", "--jail-helper", bad, "--config", bad}, exitFailed,
 			`^octosupd: jail helper not found: --jail-helper .*bad.json: .*bad.json is not executable: permission denied\n$`},
 		{"bad log level", []string{"run", "--log-level", "loud"}, exitUsage, `^octosupd: --log-level "loud": use debug, info, warn or error\n$`},
