@@ -232,6 +232,9 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		if !filepath.IsAbs(r) {
 			return nil, fmt.Errorf("resources: %q is not absolute", r)
 		}
+		if policy.SelfPath(filepath.Clean(r)) {
+			return nil, fmt.Errorf("resources: %q names the daemon's own process when the daemon opens it", r)
+		}
 		add(r, sys, "resource", false)
 	}
 	if jailDir != "" {
@@ -244,6 +247,9 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		p, err := expandHome(e.Path, opt.Dirs.Home)
 		if err != nil {
 			return nil, fmt.Errorf("external %q: %w", e.Path, err)
+		}
+		if policy.SelfPath(filepath.Clean(p)) {
+			return nil, fmt.Errorf("external %q names the daemon's own process when the daemon opens it", e.Path)
 		}
 		switch e.Access {
 		case policy.AccessRO:

@@ -165,6 +165,8 @@ func TestCompileErrors(t *testing.T) {
 		{func(a *policy.App, o *Options) { a.Sandbox.External[0].Access = "x" }, "external"},
 		{func(a *policy.App, o *Options) { a.Sandbox.External[0].Path = "Documents" }, "external"},
 		{func(a *policy.App, o *Options) { o.Dirs.Home = "" }, "external"},
+		{func(a *policy.App, o *Options) { a.Resources = []string{"/proc/self/cwd"} }, "daemon's own process"},
+		{func(a *policy.App, o *Options) { a.Sandbox.External[0].Path = "/dev/fd" }, "daemon's own process"},
 	} {
 		a, o := notesApp(), testOptions()
 		a.Sandbox.External = slices.Clone(a.Sandbox.External)

@@ -400,7 +400,28 @@ func userPathFindings(at jsonPath, p string) []finding {
 		return []finding{{at: at, msg: fmt.Sprintf("%q has redundant parts (//, /./, /../ or a trailing /)", p),
 			fix: fmt.Sprintf("write %q", clean)}}
 	}
+	if SelfPath(clean) {
+		return []finding{{at: at, msg: fmt.Sprintf("%q names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files", p),
+			fix: "name the real path (the app's own /proc entry is always readable)"}}
+	}
 	return nil
+}
+
+// selfPaths resolve to the process that opens them.
+var selfPaths = [...]string{"/proc/self", "/proc/thread-self", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
+
+// SelfPath reports whether the absolute, clean path p is or lies under a
+// path that names the process opening it (/proc/self, /dev/fd, …). The
+// jail's rules are opened by the daemon, so such a path would grant the
+// daemon's files (its working directory through /proc/self/cwd, its
+// descriptors) rather than the app's.
+func SelfPath(p string) bool {
+	for _, s := range selfPaths {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func containsString(list []string, s string) bool {

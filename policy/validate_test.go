@@ -164,6 +164,15 @@ var badCases = []badCase{
 			`app "notes": resources[1]: "/usr/share/notes/" has redundant parts (//, /./, /../ or a trailing /) (fix: write "/usr/share/notes")`,
 			`app "notes": resources[3]: "/usr/share/x" is already listed at [2] (fix: remove the duplicate)`,
 		}},
+	// Paths that name the process opening them: the daemon opens the
+	// jail's paths, so they would grant the daemon's own files.
+	{name: "self paths", input: app(`"resources": ["/proc/self/cwd", "/proc/selfish", "/dev/stdout"], "sandbox": {"policy": "jail", "network": "none", "external": [{"path": "/dev/fd/3", "access": "rw"}, {"path": "/proc/thread-self", "access": "ro"}]}`),
+		want: []string{
+			`app "notes": resources[0]: "/proc/self/cwd" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+			`app "notes": resources[2]: "/dev/stdout" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+			`app "notes": sandbox.external[0].path: "/dev/fd/3" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+			`app "notes": sandbox.external[1].path: "/proc/thread-self" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+		}},
 	{name: "reserved environment variables", input: app(`"env": {"OCTOS_AUTH_TOKEN": "x", "OCTOSENSE_VAULT": "x", "OCTOSUP_HUB_FD": "4", "NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "1", "LISTEN_FDS": "1", "OCTOSX": "fine", "LISTENER": "fine"}`),
 		want: []string{
 			`app "notes": env.OCTOS_AUTH_TOKEN: is reserved: the daemon keeps octos' own variables (OCTOS_*, OCTOSENSE_*) away from every app (fix: remove it, or give the variable a name outside these prefixes)`,
