@@ -2,10 +2,12 @@ package jail
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,5 +79,60 @@ func TestStartIntoCgroup(t *testing.T) {
 	o := h.runApp(h.probeApp("cg", "cgroup"), nil, nil)
 	if o.err != nil || o.out != "0::"+filepath.Dir(rel) {
 		t.Errorf("no CgroupFD: %+v, want 0::%s", o, filepath.Dir(rel))
+	}
+}
+
+// TestKilledBeforeExec: an in-process spawn whose child dies before it
+// reaches execve is a failed start (ErrHelperDied), never a running app
+// with a full report. The child is forked into a frozen cgroup, so it
+// stops before its first instruction, and is killed there.
+func TestKilledBeforeExec(t *testing.T) {
+	_, dir := testCgroup(t)
+	path := dir.Name()
+	write := func(file, v string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(path, file), []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cgroup.freeze", "1")
+	h := newHarness(t)
+	type started struct {
+		o outcome
+	}
+	done := make(chan started, 1)
+	go func() {
+		o := h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+			return h.l.Start(Request{App: h.probeApp("frozen", "getpid"), Dirs: h.dirs, Stdout: stdout, Stderr: stderr, Hub: hub, CgroupFD: int(dir.Fd())})
+		}, nil)
+		done <- started{o}
+	}()
+	// No event says the child is in the cgroup: read cgroup.procs until
+	// it is, within a bound (then thaw it, so that Start returns and the
+	// test fails rather than hangs).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.TrimSpace(string(b))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			write("cgroup.freeze", "0")
+			<-done
+			t.Fatal("the child never appeared in its cgroup")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	write("cgroup.kill", "1")
+	r := <-done
+	write("cgroup.freeze", "0")
+	if !r.o.forked {
+		t.Fatalf("not spawned in-process: %+v", r.o)
+	}
+	if !errors.Is(r.o.err, ErrHelperDied) || r.o.report.Layers != nil || r.o.out != "" {
+		t.Fatalf("a child killed before execve: %+v, want ErrHelperDied, no report, no output", r.o)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
+	"syscall"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -54,10 +56,13 @@ var ocsStep = [...]struct{ layer, msg string }{
 	C.OCS_LANDLOCK_RESTRICT: {"landlock", "restrict"},
 	C.OCS_SECCOMP:           {"seccomp", "load"},
 	C.OCS_EXEC:              {"exec", ""},
+	C.OCS_NO_EXEC:           {"", "the process died before it reached execve"},
 }
 
 // landlockABI1FS is every filesystem right of Landlock ABI 1: the rights
-// the child's /proc/self rule may carry on any kernel with Landlock.
+// the child's /proc/self rule may carry on any kernel with Landlock (the
+// rule is read-only; a right past ABI 1 given to it would be dropped
+// here, on this path only).
 const landlockABI1FS = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSReadDir |
 	ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg |
 	ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym
@@ -211,6 +216,7 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	}
 	s.filter = mem.filter(prog)
 	s.filter_len = C.uint32_t(len(prog))
+	s.ignored = C.uint64_t(ignoredSignals())
 
 	ret := C.ocs_spawn(s)
 	// The descriptors were read by the child, which has its own table by
@@ -220,10 +226,16 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	runtime.KeepAlive(hub)
 	if ret < 0 {
 		errno := unix.Errno(-ret)
-		if errno == unix.ENOSYS || errno == unix.EINVAL && cgroupFD <= 0 {
-			// No clone3, or not with CLONE_CLEAR_SIGHAND (before 5.5).
+		if s.step == C.OCS_STACK {
+			return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("fork", "the child's stack", errno))
+		}
+		if errno == unix.ENOSYS || errno == unix.EPERM && cgroupFD <= 0 {
+			// No clone3 here, or a seccomp policy around the daemon (a
+			// container's, systemd's SystemCallFilter=) refusing it; Go's
+			// fork of the helper uses clone(2), which such policies allow.
+			// Into a cgroup that, too, needs clone3.
 			l.noFork.Store(true)
-			l.log.Sugar().Infof("jail: starting apps through the helper: clone3 for the in-process spawn: %v", errno)
+			l.log.Sugar().Warnf("jail: starting apps through the helper: clone3 for the in-process spawn: %v", errno)
 			return nil, false, nil
 		}
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("fork", "clone3", errno))
@@ -236,7 +248,21 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	return p, true, nil
 }
 
-// forkFailure is the LayerError of the step the child failed at.
+// ignoredSignals is the set of signals this process ignores, bit n-1 for
+// signal n: the child resets them, as an exec of the helper (whose Go
+// runtime handles every signal) does.
+func ignoredSignals() uint64 {
+	var set uint64
+	for n := 1; n <= 64; n++ {
+		if signal.Ignored(syscall.Signal(n)) {
+			set |= 1 << (n - 1)
+		}
+	}
+	return set
+}
+
+// forkFailure is the LayerError of the step the child failed at, or
+// ErrHelperDied for a child killed before it reached execve.
 func forkFailure(spec Spec, step int, errno unix.Errno) error {
 	if step <= 0 || step >= len(ocsStep) {
 		return fmt.Errorf("jail: spawn child failed at unknown step %d (errno %d): a bug", step, errno)
@@ -249,6 +275,10 @@ func forkFailure(spec Spec, step int, errno unix.Errno) error {
 		return layerErr(st.layer, "chdir "+spec.Dir, errno)
 	case C.OCS_EXEC:
 		return layerErr(st.layer, spec.Program, errno)
+	case C.OCS_NO_EXEC:
+		// Killed (the exit the caller reaps names the signal): it is the
+		// helper dying without a word, on this path.
+		return fmt.Errorf("%w: %s", ErrHelperDied, st.msg)
 	}
 	return layerErr(st.layer, st.msg, errno)
 }

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -48,7 +50,7 @@ func testJailedProcess(t *testing.T, useHelper bool) {
 
 	o = h.runApp(h.probeApp("basics", "status"), base, nil)
 	fields := strings.Fields(o.out)
-	for _, f := range []string{"NoNewPrivs=1", "Seccomp=2", "CapInh=0000000000000000", "CapPrm=0000000000000000", "CapEff=0000000000000000", "CapAmb=0000000000000000"} {
+	for _, f := range []string{"NoNewPrivs=1", "Seccomp=2", "CapInh=0000000000000000", "CapPrm=0000000000000000", "CapEff=0000000000000000", "CapAmb=0000000000000000", "Pdeathsig=9", "OwnGroup=true"} {
 		if !slices.Contains(fields, f) {
 			t.Errorf("/proc/self/status of the app lacks %s: %s", f, o.out)
 		}
@@ -78,16 +80,20 @@ func testJailedProcess(t *testing.T, useHelper bool) {
 	}
 }
 
-// TestSignalsStartClean: the app starts with no signal blocked, however
-// the daemon's thread that forked it was masked (the in-process spawn
-// blocks every signal across its fork), and with its own /proc/self
-// readable. The program is grep, not Go: a Go runtime changes its mask
+// TestSignalsStartClean: the app starts with no signal blocked or
+// ignored, however the daemon's thread that forked it was masked (the
+// in-process spawn blocks every signal across its fork) and whatever the
+// daemon ignores, and with its own /proc/self readable. The program is grep, not Go: a Go runtime changes its mask
 // at start.
 func TestSignalsStartClean(t *testing.T) {
 	grep, err := exec.LookPath("grep")
 	if err != nil {
 		t.Skip("no grep:", err)
 	}
+	// A signal this process ignores must not stay ignored in the app
+	// (SIGUSR1: 0x200 in SigIgn).
+	signal.Ignore(syscall.SIGUSR1)
+	defer signal.Reset(syscall.SIGUSR1)
 	for _, useHelper := range []bool{false, true} {
 		h := newHarness(t)
 		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
@@ -100,6 +106,9 @@ func TestSignalsStartClean(t *testing.T) {
 		}
 		if !strings.Contains(o.out, "SigBlk:\t0000000000000000") {
 			t.Errorf("UseHelper %v: the app starts with signals blocked:\n%s", useHelper, o.out)
+		}
+		if !strings.Contains(o.out, "SigIgn:\t0000000000000000") {
+			t.Errorf("UseHelper %v: the app starts with signals ignored:\n%s", useHelper, o.out)
 		}
 		if o.forked == useHelper {
 			t.Errorf("UseHelper %v: spawned in-process %v", useHelper, o.forked)
@@ -172,23 +181,24 @@ func testJailFailure(t *testing.T, useHelper bool) {
 		return s
 	}
 	cases := []struct {
-		name  string
-		spec  Spec
-		want  string
-		errno unix.Errno
+		name    string
+		spec    Spec
+		want    string
+		errno   unix.Errno
+		inChild bool // found after the fork
 	}{
 		{"missing resource", mut(func(s *Spec) {
 			s.Landlock.Paths = append(s.Landlock.Paths, PathRule{Path: "/nonexistent/octosup", Access: AccessRO, Why: "resource"})
-		}), "landlock: open /nonexistent/octosup: ENOENT", unix.ENOENT},
+		}), "landlock: open /nonexistent/octosup: ENOENT", unix.ENOENT, false},
 		{"strict above the kernel", mut(func(s *Spec) { s.Strict = true; s.Landlock.MinABI = LandlockABI() + 1 }),
-			"jail: landlock ABI " + strconv.Itoa(LandlockABI()) + " < " + strconv.Itoa(LandlockABI()+1), 0},
-		{"daemon gone", mut(func(s *Spec) { s.ParentPID = 2 }), "pdeathsig: daemon (pid 2) is gone", 0},
-		{"invalid spec", mut(func(s *Spec) { s.FDs = []int{0, 1, 2, 3, 7} }), "spec: invalid jail spec: fds", 0},
-		{"no working directory", mut(func(s *Spec) { s.Dir = "/nonexistent/octosup" }), "dir: chdir /nonexistent/octosup: ENOENT", unix.ENOENT},
+			"jail: landlock ABI " + strconv.Itoa(LandlockABI()) + " < " + strconv.Itoa(LandlockABI()+1), 0, false},
+		{"daemon gone", mut(func(s *Spec) { s.ParentPID = 2 }), "pdeathsig: daemon (pid 2) is gone", 0, true},
+		{"invalid spec", mut(func(s *Spec) { s.FDs = []int{0, 1, 2, 3, 7} }), "spec: invalid jail spec: fds", 0, false},
+		{"no working directory", mut(func(s *Spec) { s.Dir = "/nonexistent/octosup" }), "dir: chdir /nonexistent/octosup: ENOENT", unix.ENOENT, true},
 		{"program vanished", mut(func(s *Spec) {
 			s.Landlock.FS, s.Landlock.Paths = false, nil
 			s.Program = "/nonexistent/octosup"
-		}), "exec: /nonexistent/octosup: ENOENT", unix.ENOENT},
+		}), "exec: /nonexistent/octosup: ENOENT", unix.ENOENT, true},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -200,6 +210,11 @@ func testJailFailure(t *testing.T, useHelper bool) {
 			}
 			if o.report.Layers != nil {
 				t.Errorf("a failed start reported layers %v", o.report.Layers)
+			}
+			// The failures the child itself finds (after the fork) must
+			// come from the path asked for, not a silent fallback.
+			if c.inChild && o.forked == useHelper {
+				t.Errorf("spawned in-process %v with UseHelper %v", o.forked, useHelper)
 			}
 			var le *LayerError
 			if !errors.As(o.err, &le) || !strings.HasPrefix(o.err.Error(), c.want) {

@@ -291,6 +291,18 @@ func probe(action string, a []string) (string, error) {
 				out = append(out, k+"="+strings.TrimSpace(v))
 			}
 		}
+		// Also what survives exec but /proc/self/status does not show:
+		// the parent-death signal, and whether the app leads its own
+		// process group.
+		var sig int
+		if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0); err != nil {
+			return "", err
+		}
+		pgid, err := unix.Getpgid(0)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("Pdeathsig=%d", sig), fmt.Sprintf("OwnGroup=%v", pgid == os.Getpid()))
 		return strings.Join(out, " "), nil
 	case "env":
 		env := os.Environ()

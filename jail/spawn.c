@@ -32,6 +32,17 @@
 #define OCS_CAP_SETPCAP 8
 #define OCS_CAP_V3 0x20080522
 
+#define OCS_SIGKILL 9
+#define OCS_SIGSTOP 19
+
+// The kernel's struct sigaction on x86-64 (not glibc's).
+struct ocs_sigaction {
+	void *handler;
+	unsigned long flags;
+	void *restorer;
+	uint64_t mask;
+};
+
 struct ocs_clone_args {
 	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
 };
@@ -119,6 +130,9 @@ static int fail(struct ocs_spawn *s, int step, long ret) {
 static long drop_caps(void) {
 	struct ocs_cap_header hdr = {OCS_CAP_V3, 0};
 	struct ocs_cap_data data[2];
+	// Zeroed field by field below, not with memset: a libc call (or one
+	// a sanitizer adds) has no place in a child sharing the daemon's
+	// memory.
 	long r = SYS2(SYS_capget, &hdr, data);
 	if (r < 0)
 		return r;
@@ -134,7 +148,11 @@ static long drop_caps(void) {
 	r = SYS5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	if (r < 0 && r != -EINVAL)
 		return r;
-	memset(data, 0, sizeof data);
+	for (int i = 0; i < 2; i++) {
+		data[i].effective = 0;
+		data[i].permitted = 0;
+		data[i].inheritable = 0;
+	}
 	r = SYS2(SYS_capset, &hdr, data);
 	if (r < 0)
 		return r;
@@ -154,8 +172,23 @@ static int child(void *arg) {
 	struct ocs_spawn *s = c->s;
 	long r;
 
-	// CLONE_CLEAR_SIGHAND reset the daemon's handlers: a signal from here
-	// on does what it does to any new process.
+	// Out of the daemon's process group first: a signal to that group (a
+	// terminal's ^Z or ^C to a daemon run by hand) must not reach a child
+	// the daemon's spawner thread is waiting on.
+	r = SYS2(SYS_setpgid, 0, 0);
+	if (r < 0)
+		return fail(s, OCS_SETPGID, r);
+	// CLONE_CLEAR_SIGHAND reset the daemon's handlers, but not what it
+	// ignores (execve keeps that too): the app starts with every signal's
+	// default, as the helper path gives it.
+	for (long sig = 1; sig <= 64; sig++) {
+		if (!(s->ignored & (1ULL << (sig - 1))) || sig == OCS_SIGKILL || sig == OCS_SIGSTOP)
+			continue;
+		struct ocs_sigaction dfl = {0, 0, 0, 0};
+		r = SYS4(SYS_rt_sigaction, sig, &dfl, NULL, 8);
+		if (r < 0)
+			return fail(s, OCS_SIGMASK, r);
+	}
 	r = SYS4(SYS_rt_sigprocmask, SIG_SETMASK, &c->mask, NULL, 8);
 	if (r < 0)
 		return fail(s, OCS_SIGMASK, r);
@@ -179,9 +212,6 @@ static int child(void *arg) {
 	if (r < 0)
 		return fail(s, OCS_FDS, r);
 
-	r = SYS2(SYS_setpgid, 0, 0);
-	if (r < 0)
-		return fail(s, OCS_SETPGID, r);
 	r = SYS5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	if (r < 0)
 		return fail(s, OCS_NO_NEW_PRIVS, r);
@@ -223,19 +253,25 @@ static int child(void *arg) {
 		if (r < 0)
 			return fail(s, OCS_SECCOMP, r);
 	}
+	// Until here a signal that ends the child leaves OCS_NO_EXEC for the
+	// parent; a signal during execve may still end it after this store,
+	// which the daemon then sees as the app's own, immediate death.
+	s->step = OCS_OK;
 	r = SYS3(SYS_execve, s->path, s->argv, s->envp);
 	return fail(s, OCS_EXEC, r);
 }
 
 int ocs_spawn(struct ocs_spawn *s) {
 	enum { stack_size = 64 << 10 };
-	s->step = OCS_OK;
+	s->step = OCS_NO_EXEC;
 	s->err = 0;
 	s->pid = -1;
 	s->pidfd = -1;
 	void *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED)
+	if (stack == MAP_FAILED) {
+		s->step = OCS_STACK;
 		return -errno;
+	}
 	// Every signal blocked on this thread across the fork: the child must
 	// not run a handler of the daemon's before CLONE_CLEAR_SIGHAND took.
 	sigset_t all, old;

@@ -22,6 +22,10 @@ enum {
 	OCS_LANDLOCK_RESTRICT,
 	OCS_SECCOMP,
 	OCS_EXEC,
+	// Not steps of the child: it never reached execve (a signal killed
+	// it), and, in the parent, the child's stack could not be mapped.
+	OCS_NO_EXEC,
+	OCS_STACK,
 };
 
 struct ocs_filter {
@@ -44,16 +48,18 @@ struct ocs_spawn {
 	uint64_t proc_access; // Landlock rights on /proc/self; 0: no rule
 	const struct ocs_filter *filter;
 	uint32_t filter_len; // 0: no seccomp
+	uint64_t ignored;    // signals the daemon ignores (bit n-1 for n): reset to SIG_DFL
 	// Out.
 	int pid, pidfd;
-	int step; // OCS_*: where the child failed, OCS_OK when it exec'd
+	int step; // OCS_*: where the child failed; OCS_OK once it reached execve
 	int err;  // the errno of that step
 };
 
 // ocs_spawn forks s's program: 0, or -errno when clone3 itself failed
-// (-ENOSYS: not on this architecture or kernel). A child that could not
-// jail or exec itself sets s->step and s->err and exits 127 before this
-// returns.
+// (-ENOSYS: not on this architecture or kernel; s->step OCS_STACK: no
+// stack for the child). A child that could not jail or exec itself sets
+// s->step and s->err and exits 127 before this returns; one killed before
+// it reached execve leaves s->step at OCS_NO_EXEC.
 int ocs_spawn(struct ocs_spawn *s);
 
 #endif
