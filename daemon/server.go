@@ -614,8 +614,10 @@ func (c *Conn) answer(resp control.Response, follow func()) {
 	}
 	c.held++
 	c.put(line)
+	// Released even if follow panics: a hold left behind would keep every
+	// later line of the connection waiting for the writer's next wake-up.
+	defer c.release()
 	follow()
-	c.release()
 }
 
 // hold keeps what is sent from being written until release (see answer

@@ -33,6 +33,8 @@ type link struct {
 	wmu     sync.Mutex
 	pending []byte
 	frames  int           // frames in pending
+	batch   int           // bytes the writer took and has not written yet
+	batchN  int           // frames in the batch the writer took, until all of it is written
 	writing bool          // the writer holds a batch not yet written
 	kick    chan struct{} // wakes the writer (capacity 1)
 	raw     syscall.RawConn
@@ -126,8 +128,10 @@ func (l *link) write(line []byte, now bool) bool {
 		}
 		line = line[n:]
 	}
-	if q, n := len(l.pending), len(line); q+n > l.m.cfg.QueueBytes || l.frames >= l.m.cfg.QueueFrames {
-		frames := l.frames
+	// The bound counts what the writer holds too: a hub that does not
+	// read must not get a second queue's worth while the first is stuck.
+	if q, n := len(l.pending)+l.batch, len(line); q+n > l.m.cfg.QueueBytes || l.frames+l.batchN >= l.m.cfg.QueueFrames {
+		frames := l.frames + l.batchN
 		l.wmu.Unlock()
 		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
 			frames, q, n, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
@@ -249,7 +253,8 @@ func (l *link) writeLoop() {
 			}
 			// The written batch's buffer takes the next frames.
 			buf, l.pending = l.pending, buf[:0]
-			l.frames = 0
+			l.batchN, l.frames = l.frames, 0
+			l.batch = len(buf)
 			l.writing = true
 			l.wmu.Unlock()
 			for off := 0; off < len(buf); {
@@ -267,6 +272,12 @@ func (l *link) writeLoop() {
 					return
 				}
 				off = end
+				l.wmu.Lock()
+				l.batch = len(buf) - off
+				if l.batch == 0 {
+					l.batchN = 0
+				}
+				l.wmu.Unlock()
 			}
 			if cap(buf) > 2*writeBatch {
 				buf = nil // a burst's buffer is not kept

@@ -50,8 +50,14 @@ type call struct {
 	confirm string // normalized: none, host or app
 	caller  string
 
-	state    callState
-	acked    bool
+	state callState
+	acked bool
+	// placed is set when place runs; until then the call's relay notes
+	// (an end that came first: its deadline, its context or app gone) wait
+	// in held, so that nothing of the call reaches the kernel before the
+	// answer that accepted it, which is written between accept and place.
+	placed   bool
+	held     []relayNote
 	started  time.Time // monotonic: durations and the deadline
 	at       time.Time // Config.Now at acceptance, for the audit
 	deadline time.Time
@@ -187,8 +193,13 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 
 // place sends an accepted call on its way. m.mu is held.
 func (m *Manager) place(c *call) {
+	c.placed = true
+	for _, n := range c.held {
+		m.note(n)
+	}
+	c.held = nil
 	if c.state != callAccepted {
-		return // it ended between acceptance and placing
+		return // it ended between acceptance and placing: its notes went above
 	}
 	switch c.confirm {
 	case ConfirmHost:
@@ -254,7 +265,17 @@ func (m *Manager) ack(c *call) {
 		return
 	}
 	c.acked = true
-	m.note(relayNote{app: c.link.appID, callID: c.id})
+	m.noteCall(c, relayNote{app: c.link.appID, callID: c.id})
+}
+
+// noteCall is note for c's callbacks, held until c is placed. m.mu is
+// held.
+func (m *Manager) noteCall(c *call, n relayNote) {
+	if !c.placed {
+		c.held = append(c.held, n)
+		return
+	}
+	m.note(n)
 }
 
 // endCall gives a call its one outcome. cancel, when not "", is the reason
@@ -302,7 +323,7 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 	}
 	m.audit.add(e)
 	m.ack(c)
-	m.note(relayNote{app: l.appID, callID: c.id, finished: true, r: r})
+	m.noteCall(c, relayNote{app: l.appID, callID: c.id, finished: true, r: r})
 }
 
 // rememberCall keeps a finished call id for the duplicate window: the

@@ -653,3 +653,32 @@ func TestToolAudit(t *testing.T) {
 		t.Fatalf("after reopen %+v %v", again, err)
 	}
 }
+
+// TestNothingBeforePlace: a call that ends between its acceptance and its
+// placing (here its deadline passes while the control socket is still
+// writing the answer that accepted it) sends the relay nothing until it
+// is placed, then its acknowledgement and its outcome: no event of a call
+// may reach the kernel before the answer that accepted it.
+func TestNothingBeforePlace(t *testing.T) {
+	h := newHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks, err := h.m.AttachKernel(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks.Detach()
+	call := kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone)
+	call.TimeoutMS = 1
+	place, err := ks.AcceptToolCall("notes", call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.timers.Wait() // its deadline fired and ended it
+	if evs := k.Events(); len(evs) != 0 {
+		t.Fatalf("the relay heard of the call before it was placed: %v", evs)
+	}
+	place()
+	expectRelay(t, k.RecordingToolRelay, "ack notes c1", "fin notes c1 error timeout")
+	a.expectFrames() // never sent to the app
+}
