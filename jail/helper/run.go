@@ -88,6 +88,9 @@ func restrict() (Spec, Report, *LayerError) {
 		return Spec{}, Report{}, LayerErr("caps", err.Error(), err)
 	}
 	rep.Layers = append(rep.Layers, "caps")
+	if err := resetIgnoredSignals(); err != nil {
+		return Spec{}, Report{}, LayerErr("signals", "reset ignored signals", err)
+	}
 	if err := unix.Chdir(spec.Dir); err != nil {
 		return Spec{}, Report{}, LayerErr("dir", "chdir "+spec.Dir, err)
 	}
