@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"octosup/internal/trywrite"
 	"os"
 	"strconv"
 	"sync"
@@ -477,7 +478,7 @@ func (c *Conn) put(line []byte) bool {
 // the socket did not take. wmu is held, the writer idle; it releases
 // wmu.
 func (c *Conn) flushLocked() bool {
-	n, err := c.tryWrite(c.pending)
+	n, err := trywrite.Write(c.raw, c.pending)
 	if err != nil {
 		c.failLocked()
 		c.wmu.Unlock()
@@ -519,36 +520,6 @@ func (c *Conn) failLocked() {
 	c.failed = true
 	c.pending, c.lines, c.batch = nil, 0, 0
 	c.wakeRoomLocked()
-}
-
-// tryWrite writes b to the socket without blocking and returns how much
-// of it went. wmu is held and the writer is idle. A socket that is full,
-// or whose write deadline (the writer's, armed for its last write) has
-// passed, takes nothing: the writer then writes it, with a fresh
-// deadline.
-func (c *Conn) tryWrite(b []byte) (int, error) {
-	var n int
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
-				break
-			}
-		}
-		return true // never wait: what did not go is queued
-	})
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	case werr == syscall.EAGAIN:
-		return 0, nil
-	case werr != nil:
-		return 0, werr
-	}
-	return max(n, 0), nil
 }
 
 // drop closes a connection that cannot keep up. The teardown in

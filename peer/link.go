@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"octosup/internal/trywrite"
 	"os"
 	"sync"
 	"syscall"
@@ -116,7 +117,7 @@ func (l *link) write(line []byte, now bool) bool {
 	}
 	l.wmu.Lock()
 	if now && l.raw != nil && !l.writing && len(l.pending) == 0 {
-		n, err := l.tryWrite(line)
+		n, err := trywrite.Write(l.raw, line)
 		if err != nil {
 			l.wmu.Unlock()
 			l.shut("hub write failed: " + err.Error())
@@ -147,35 +148,6 @@ func (l *link) write(line []byte, now bool) bool {
 	default: // the writer is awake already
 	}
 	return true
-}
-
-// tryWrite writes b to the hub without blocking and returns how much of
-// it went. wmu is held and the writer is idle. A socket that is full, or
-// whose write deadline (the writer's, armed for its last write) has
-// passed, takes nothing: the writer then writes it, with a fresh deadline.
-func (l *link) tryWrite(b []byte) (int, error) {
-	var n int
-	var werr error
-	err := l.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
-				break
-			}
-		}
-		return true // never wait: what did not go is queued
-	})
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	case werr == syscall.EAGAIN:
-		return 0, nil
-	case werr != nil:
-		return 0, werr
-	}
-	return max(n, 0), nil
 }
 
 // sendFrame encodes and queues a down frame. A frame over MaxFrame is

@@ -1,0 +1,89 @@
+package trywrite
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair is a connected Unix stream socket pair as net.Conns, the sender's
+// send buffer made small so that it fills.
+func pair(t *testing.T) (send, recv net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096); err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[i] = c
+	}
+	return conns[0], conns[1]
+}
+
+func raw(t *testing.T, c net.Conn) syscall.RawConn {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// TestWrite: what the socket takes goes at once; a full socket takes
+// nothing and is no error; a passed deadline takes nothing and is no
+// error; a peer gone is an error.
+func TestWrite(t *testing.T) {
+	send, recv := pair(t)
+	rc := raw(t, send)
+	if n, err := Write(rc, []byte("hello\n")); n != 6 || err != nil {
+		t.Fatalf("Write to an empty socket: %d, %v", n, err)
+	}
+	got := make([]byte, 6)
+	if _, err := recv.Read(got); err != nil || string(got) != "hello\n" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	total := 0
+	for {
+		n, err := Write(rc, big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break // full: nothing taken, no error, no wait
+		}
+		total += n
+		if total > 64<<20 {
+			t.Fatal("the socket never filled")
+		}
+	}
+	if total == 0 || total >= len(big)*64 {
+		t.Fatalf("took %d bytes before filling", total)
+	}
+
+	send.SetWriteDeadline(time.Now().Add(-time.Second))
+	if n, err := Write(rc, []byte("late\n")); n != 0 || err != nil {
+		t.Fatalf("Write past the deadline: %d, %v; want 0, nil", n, err)
+	}
+
+	recv.Close()
+	send.SetWriteDeadline(time.Time{})
+	if _, err := Write(rc, []byte("gone\n")); err == nil {
+		t.Fatal("Write to a closed peer: no error")
+	}
+}
