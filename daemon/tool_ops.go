@@ -13,32 +13,14 @@ import (
 
 // The tool-call ops of the control socket (SPEC §4), a thin adapter over
 // the peer package's relay seams. Their names and wire types are in
-// package control; the answer types below marshal to control's (a test
-// holds them to it) but carry the peer and policy values as they are.
+// package control, used here as they are; the few types below carry
+// peer and policy values as they are instead, and marshal to control's
+// (a test holds them to it).
 
 // ToolCallArgs are tool.call's args.
 type ToolCallArgs struct {
 	App  string              `json:"app"`
 	Call peer.KernelToolCall `json:"call"`
-}
-
-// ToolCallData is tool.call's answer: the call was accepted, and its
-// tool.acknowledged and tool.finished events follow on this connection.
-type ToolCallData struct {
-	CallID   string `json:"call_id"`
-	Accepted bool   `json:"accepted"`
-}
-
-// CallArgs are tool.cancel's args.
-type CallArgs struct {
-	App    string `json:"app"`
-	CallID string `json:"call_id"`
-}
-
-// ContextArgs are context.owner's args; its answer is a peer.ContextOwner.
-type ContextArgs struct {
-	App       string `json:"app"`
-	ContextID string `json:"context_id"`
 }
 
 // ContextsData is context.list's answer (args control.AppArgs): the
@@ -47,54 +29,14 @@ type ContextsData struct {
 	Contexts []peer.ContextInfo `json:"contexts"`
 }
 
-// LinkData is link.has's answer (args control.AppArgs).
-type LinkData struct {
-	Connected bool `json:"connected"`
-}
-
-// AccountArgs are account.close's args.
-type AccountArgs struct {
-	App     string `json:"app"`
-	Account string `json:"account"`
-}
-
-// AccountData is account.close's answer: how many contexts closed.
-type AccountData struct {
-	Closed int `json:"closed"`
-}
-
-// RulesArgs are rules's args: list (app optional) or revoke (app, and
-// tool, or every rule of app when tool is absent).
-type RulesArgs struct {
-	Action string `json:"action"`
-	App    string `json:"app,omitempty"`
-	Tool   string `json:"tool,omitempty"`
-}
-
 // RulesData is rules's answer: the rules listed, or the ones revoked.
 type RulesData struct {
 	Rules []policy.Rule `json:"rules"`
 }
 
-// AuditArgs are audit's args: the last Limit (default 100) finished calls
-// of App ("" for all).
-type AuditArgs struct {
-	App   string `json:"app,omitempty"`
-	Limit int    `json:"limit,omitempty"`
-}
-
 // AuditData is audit's answer, oldest first.
 type AuditData struct {
 	Entries []policy.AuditEntry `json:"entries"`
-}
-
-// ToolEvent is the body of tool.acknowledged and tool.finished.
-type ToolEvent struct {
-	App     string          `json:"app"`
-	CallID  string          `json:"call_id"`
-	Outcome string          `json:"outcome,omitempty"` // finished: ok, error, outcome_unknown
-	Data    json.RawMessage `json:"data,omitempty"`
-	Error   *peer.Error     `json:"error,omitempty"`
 }
 
 const defaultAuditLimit = 100
@@ -222,11 +164,11 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 		return nil, toolError(control.OpToolCall, err)
 	}
 	// Answer "accepted" before the call's first event.
-	return AfterReply(ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
+	return AfterReply(control.ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args CallArgs
+	var args control.CallArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
@@ -244,7 +186,7 @@ func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 }
 
 func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args ContextArgs
+	var args control.ContextArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
@@ -277,11 +219,11 @@ func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, 
 	if err := needApp(control.OpLinkHas, args.App); err != nil {
 		return nil, err
 	}
-	return LinkData{Connected: t.m.HasLink(args.App)}, nil
+	return control.LinkData{Connected: t.m.HasLink(args.App)}, nil
 }
 
 func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args AccountArgs
+	var args control.AccountArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
@@ -291,11 +233,11 @@ func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (
 	if args.Account == "" {
 		return nil, control.Errorf(control.CodeBadRequest, "%s needs args.account, the account to close", control.OpAccountClose)
 	}
-	return AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
+	return control.AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
 }
 
 func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args RulesArgs
+	var args control.RulesArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
@@ -325,7 +267,7 @@ func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 }
 
 func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args AuditArgs
+	var args control.AuditArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}

@@ -161,7 +161,7 @@ func TestToolOpsRoundTrip(t *testing.T) {
 
 	// The audit op reads both calls back.
 	var audit AuditData
-	if err := rig.ts.client.Do(t.Context(), control.OpAudit, AuditArgs{App: "notes"}, &audit); err != nil {
+	if err := rig.ts.client.Do(t.Context(), control.OpAudit, control.AuditArgs{App: "notes"}, &audit); err != nil {
 		t.Fatal(err)
 	}
 	if len(audit.Entries) != 2 || audit.Entries[0].Outcome != "ok" || audit.Entries[1].Outcome != "outcome_unknown" || audit.Entries[1].End != "cancelled" {
@@ -222,7 +222,7 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	c := rig.ts.client
 	ctx := t.Context()
 	var owner peer.ContextOwner
-	if err := c.Do(ctx, control.OpContextOwner, ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
+	if err := c.Do(ctx, control.OpContextOwner, control.ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
 		t.Fatalf("owner %+v %v", owner, err)
 	}
 	var list ContextsData
@@ -231,13 +231,13 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 		t.Fatalf("context.list %+v %v", list, err)
 	}
 	for app, want := range map[string]bool{"notes": true, "ghost": false} {
-		var l LinkData
+		var l control.LinkData
 		if err := c.Do(ctx, control.OpLinkHas, control.AppArgs{App: app}, &l); err != nil || l.Connected != want {
 			t.Fatalf("link.has %s: %+v %v", app, l, err)
 		}
 	}
-	var closed AccountData
-	if err := c.Do(ctx, control.OpAccountClose, AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
+	var closed control.AccountData
+	if err := c.Do(ctx, control.OpAccountClose, control.AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
 		t.Fatalf("account.close %+v %v", closed, err)
 	}
 	if cc, ok := rig.appNext().(*peer.ContextClosed); !ok || cc.ContextID != rig.ctx || cc.Reason != "account_closed" {
@@ -248,13 +248,13 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rules RulesData
-	if err := c.Do(ctx, control.OpRules, RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
+	if err := c.Do(ctx, control.OpRules, control.RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
 		t.Fatalf("rules %+v %v", rules, err)
 	}
-	if err := c.Do(ctx, control.OpRules, RulesArgs{Action: "revoke", App: "notes", Tool: "notes.append"}, &rules); err != nil || len(rules.Rules) != 1 {
+	if err := c.Do(ctx, control.OpRules, control.RulesArgs{Action: "revoke", App: "notes", Tool: "notes.append"}, &rules); err != nil || len(rules.Rules) != 1 {
 		t.Fatalf("revoke %+v %v", rules, err)
 	}
-	if err := c.Do(ctx, control.OpRules, RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+	if err := c.Do(ctx, control.OpRules, control.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke %+v %v", rules, err)
 	}
 }

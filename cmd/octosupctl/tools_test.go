@@ -48,7 +48,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	socket, _ := startDaemon(t, manifest)
 	c := &control.Client{Path: socket}
 	ctx := context.Background()
-	var link daemon.LinkData
+	var link control.LinkData
 	if err := c.Do(ctx, control.OpLinkHas, control.AppArgs{App: "notes"}, &link); err != nil {
 		var cerr *control.Error
 		if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownOp {
@@ -165,7 +165,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	waitApprovals(t, c, 0)
 
 	var rules daemon.RulesData
-	if err := c.Do(ctx, control.OpRules, daemon.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
+	if err := c.Do(ctx, control.OpRules, control.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke: %+v %v", rules, err)
 	}
 	raw, _ := json.Marshal(rules)
