@@ -42,8 +42,8 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if args.App == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "jail needs args.app, the id of an app")
+	if err := needApp("jail", args.App); err != nil {
+		return nil, err
 	}
 	if s.cfg.JailSpec == nil {
 		return nil, control.Errorf(control.CodeInternal, "this daemon cannot compile jails")
@@ -134,8 +134,8 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 		if err := control.DecodeArgs(raw, &args); err != nil {
 			return nil, err
 		}
-		if args.App == "" {
-			return nil, control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
+		if err := needApp(op, args.App); err != nil {
+			return nil, err
 		}
 		st, err := do(s.cfg.Apps, ctx, args.App)
 		if err != nil {
@@ -161,8 +161,8 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if args.App == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "logs needs args.app, the id of an app")
+	if err := needApp("logs", args.App); err != nil {
+		return nil, err
 	}
 	n := args.Lines
 	if n <= 0 {
@@ -305,4 +305,12 @@ func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 		out = append(out, logLine(l))
 	}
 	return out
+}
+
+// needApp is the bad_request of an op whose args.app is missing.
+func needApp(op, app string) error {
+	if app == "" {
+		return control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
+	}
+	return nil
 }

@@ -131,13 +131,6 @@ func toolError(what string, err error) error {
 	return control.Errorf(peer.Code(err), "%s: %v", what, err)
 }
 
-func needApp(op, app string) error {
-	if app == "" {
-		return control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
-	}
-	return nil
-}
-
 func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 	ks := t.kernelOf(c)
 	if ks == nil {
