@@ -80,21 +80,7 @@ func BenchmarkToolCallControl(b *testing.B) {
 
 // echo runs the rig's app: every tool_call answered ok at once.
 func (r *toolRig) echo() (stop func()) {
-	done := make(chan struct{})
 	r.hub.SetReadDeadline(time.Time{})
-	go func() {
-		defer close(done)
-		for {
-			line, err := r.r.Next()
-			if err != nil {
-				return
-			}
-			if b := roundtrip.ToolResult(line); b != nil {
-				if _, err := r.hub.Write(b); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	done := roundtrip.AnswerToolCalls(r.hub, r.r.Next)
 	return func() { r.hub.Close(); <-done }
 }

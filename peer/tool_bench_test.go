@@ -21,21 +21,7 @@ func (r chanRelay) Finished(_, id string, res Result) {
 
 // echoApp answers every tool_call ok at once, one write per result.
 func echoApp(a *testApp) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			line, err := a.r.Next()
-			if err != nil {
-				return
-			}
-			if b := roundtrip.ToolResult(line); b != nil {
-				if _, err := a.conn.Write(b); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	done := roundtrip.AnswerToolCalls(a.conn, a.r.Next)
 	return func() { a.conn.Close(); <-done }
 }
 

@@ -85,6 +85,29 @@ func EchoJSON(w io.Writer, next func() ([]byte, error)) <-chan struct{} {
 	return done
 }
 
+// AnswerToolCalls is a plain app's hub loop: each tool_call line next
+// returns is answered ok on w (ToolResult), other lines are ignored,
+// until next or a write fails. It returns a channel closed when it has
+// stopped.
+func AnswerToolCalls(w io.Writer, next func() ([]byte, error)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			line, err := next()
+			if err != nil {
+				return
+			}
+			if b := ToolResult(line); b != nil {
+				if _, err := w.Write(b); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return done
+}
+
 // ToolResult is what a plain app does with a tool_call line: decode it
 // with encoding/json and answer ok, as EchoJSON decodes and re-encodes
 // its line (nil for any other line).
