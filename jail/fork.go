@@ -23,7 +23,7 @@ import (
 )
 
 // The in-process spawn, every app's path where the kernel and the
-// architecture allow it (forkSupported): the daemon prepares everything
+// architecture allow it (SpawnsInProcess): the daemon prepares everything
 // the jail needs (the spec, the seccomp program, the Landlock ruleset,
 // all in C memory), then spawn.c forks with clone3(CLONE_VM|CLONE_VFORK)
 // from the calling thread, the spawner thread, and the child applies the
@@ -68,16 +68,12 @@ const landlockABI1FS = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSRe
 	ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym
 
 // SpawnsInProcess reports whether apps may take the in-process spawn
-// here (x86-64, Linux 5.11 or later); where not, every app takes the
-// helper. (A kernel that then refuses clone3's flags still sends them to
-// the helper, at the first start.)
-func SpawnsInProcess() bool { return forkSupported() }
-
-// forkSupported probes what spawn.c needs beyond clone3 (which it finds
-// out at the first fork): x86-64, and close_range with
+// here; where not, every app takes the helper. It probes what spawn.c
+// needs beyond clone3 (which a start finds out, and then sends that app
+// and every later one to the helper): x86-64, and close_range with
 // CLOSE_RANGE_CLOEXEC (Linux 5.11). A range past any descriptor closes
 // nothing and fails only on a kernel without the call or the flag.
-func forkSupported() bool {
+func SpawnsInProcess() bool {
 	if runtime.GOARCH != "amd64" {
 		return false
 	}

@@ -142,11 +142,11 @@ type Launcher struct {
 type kernelInfo struct {
 	landlockABI   int
 	seccompAbsent bool
-	fork          bool // forkSupported
+	fork          bool // SpawnsInProcess
 }
 
 func probeKernel() kernelInfo {
-	return kernelInfo{landlockABI: helper.LandlockABI(), seccompAbsent: helper.SeccompAbsent(), fork: forkSupported()}
+	return kernelInfo{landlockABI: helper.LandlockABI(), seccompAbsent: helper.SeccompAbsent(), fork: SpawnsInProcess()}
 }
 
 // NewLauncher returns a Launcher.
@@ -205,27 +205,28 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 	if err := prepareDirs(req); err != nil {
 		return nil, fmt.Errorf("start %s: %w", app.ID, err)
 	}
-	if !l.cfg.UseHelper && !l.noFork.Load() && l.kernel().fork {
-		p, ok, err := l.startFork(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
-		if ok {
-			if p != nil {
-				p.Confirm() // logs the layers, as for the helper
-			}
-			return p, err
-		}
+	p, err := l.start(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
+	if p != nil && p.Settled() {
+		p.Confirm() // logs the layers, as the helper's reader does
 	}
-	return l.startHelper(spec, req.Stdout, req.Stderr, req.Hub, req.CgroupFD)
+	return p, err
 }
 
 // startSpec starts spec, in the daemon's cgroup, by the path Start would
 // take. Tests use it to start specs no manifest can produce.
 func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
+	return l.start(spec, stdout, stderr, hub, -1)
+}
+
+// start forks spec in-process where it may (fork.go), else through the
+// helper.
+func (l *Launcher) start(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) (*Process, error) {
 	if !l.cfg.UseHelper && !l.noFork.Load() && l.kernel().fork {
-		if p, ok, err := l.startFork(spec, stdout, stderr, hub, -1); ok {
+		if p, ok, err := l.startFork(spec, stdout, stderr, hub, cgroupFD); ok {
 			return p, err
 		}
 	}
-	return l.startHelper(spec, stdout, stderr, hub, -1)
+	return l.startHelper(spec, stdout, stderr, hub, cgroupFD)
 }
 
 // startHelper forks the helper with spec, into the cgroup cgroupFD when it
