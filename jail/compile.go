@@ -70,7 +70,19 @@ type Options struct {
 	// they resolve (e.g. /etc/resolv.conf → /run/systemd/...): a target
 	// outside the system directories is granted read-only on its own.
 	SystemLinks map[string]string
+	// LandlockABI is the kernel's: below landlockABIUnix a tcp app may
+	// not make unix sockets, whose connect Landlock cannot narrow there.
+	LandlockABI int
+	// Resolved maps resources and externals (with ~ expanded) to where
+	// their symlinks lead. The rule grants the target, and it is the
+	// target that is checked: a symlink to /proc/self or into the
+	// daemon's own directories passes every check of the path as written.
+	Resolved map[string]string
 }
+
+// landlockABIUnix is the Landlock ABI that narrows connecting to
+// pathname unix sockets.
+const landlockABIUnix = 9
 
 // systemDirs are readable by every jailed app; executable only when the
 // app may create processes.
@@ -172,7 +184,14 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		// Broad skips network narrowing along with the filesystem's.
 		network = policy.NetworkFull
 	}
-	spec.Seccomp = seccompRules(network, processes, ll.FS)
+	spec.ExecOnce = !processes
+	spec.Seccomp = seccompRules(ruleSet{
+		network:     network,
+		processes:   processes,
+		fsNarrowed:  ll.FS,
+		bindTCP:     network == policy.NetworkTCP && len(ll.BindTCP) > 0,
+		unixSockets: opt.LandlockABI >= landlockABIUnix,
+	})
 	if err := validateCompiled(spec); err != nil {
 		return fail("%v", err)
 	}
@@ -210,7 +229,9 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 	}
 	slices.Sort(links)
 	for _, l := range links {
-		if underAny(opt.SystemLinks[l], systemDirs[:]) {
+		// A link into /proc (/etc/mtab → /proc/self/mounts) names the
+		// daemon when the daemon opens it.
+		if t := opt.SystemLinks[l]; underAny(t, systemDirs[:]) || underAny(t, kernelViews[:]) || policy.SelfPath(t) {
 			continue
 		}
 		add(l, AccessRead, "system", true)
@@ -232,10 +253,11 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		if !filepath.IsAbs(r) {
 			return nil, fmt.Errorf("resources: %q is not absolute", r)
 		}
-		if policy.SelfPath(filepath.Clean(r)) {
-			return nil, fmt.Errorf("resources: %q names the daemon's own process when the daemon opens it", r)
+		p, err := grantable(filepath.Clean(r), opt)
+		if err != nil {
+			return nil, fmt.Errorf("resources: %q %w", r, err)
 		}
-		add(r, sys, "resource", false)
+		add(p, sys, "resource", false)
 	}
 	if jailDir != "" {
 		add(jailDir, AccessRW, "jail", false)
@@ -248,8 +270,8 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		if err != nil {
 			return nil, fmt.Errorf("external %q: %w", e.Path, err)
 		}
-		if policy.SelfPath(filepath.Clean(p)) {
-			return nil, fmt.Errorf("external %q names the daemon's own process when the daemon opens it", e.Path)
+		if p, err = grantable(p, opt); err != nil {
+			return nil, fmt.Errorf("external %q %w", e.Path, err)
 		}
 		switch e.Access {
 		case policy.AccessRO:
@@ -261,6 +283,35 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		}
 	}
 	return rules, nil
+}
+
+// kernelViews are never granted beyond the app's own /proc entry: /proc
+// names the daemon when the daemon opens it, and /sys holds the cgroup
+// tree (an app must not leave its leaf) and the machine's knobs.
+var kernelViews = [...]string{"/proc", "/sys"}
+
+// grantable is the path a resource or external rule grants (where its
+// symlinks lead), or why it may not be granted: it names the daemon's own
+// process or a kernel view, or it overlaps the daemon's own directories
+// (an app that reaches them rewrites its jail or reads every consent).
+func grantable(p string, opt Options) (string, error) {
+	if t, ok := opt.Resolved[p]; ok {
+		p = t
+	}
+	switch {
+	case policy.SelfPath(p):
+		return "", fmt.Errorf("names the daemon's own process when the daemon opens it")
+	case underAny(p, kernelViews[:]):
+		return "", fmt.Errorf("leads into %s, which no app is granted", p)
+	}
+	for _, d := range []struct{ what, dir string }{
+		{"configuration", opt.Dirs.Config}, {"state", opt.Dirs.State}, {"data (jails, secrets)", opt.Dirs.Data}, {"runtime (the control socket)", opt.Dirs.Runtime},
+	} {
+		if d.dir != "" && (underAny(p, []string{d.dir}) || underAny(d.dir, []string{p})) {
+			return "", fmt.Errorf("overlaps octosup's own %s directory %s", d.what, d.dir)
+		}
+	}
+	return p, nil
 }
 
 func underAny(p string, dirs []string) bool {

@@ -10,10 +10,8 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
-	"syscall"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -55,6 +53,8 @@ var ocsStep = [...]struct{ layer, msg string }{
 	C.OCS_LANDLOCK_PROC:     {"landlock", "add /proc/self"},
 	C.OCS_LANDLOCK_RESTRICT: {"landlock", "restrict"},
 	C.OCS_SECCOMP:           {"seccomp", "load"},
+	C.OCS_NOTIFY:            {"seccomp", "send the notify listener"},
+	C.OCS_GATE:              {"seccomp", "load the exec gate"},
 	C.OCS_EXEC:              {"exec", ""},
 	C.OCS_NO_EXEC:           {"", "the process died before it reached execve"},
 }
@@ -89,23 +89,14 @@ func (m *cMem) str(s string) *C.char {
 	return p
 }
 
-// strv is a NULL-terminated array of C strings.
-func (m *cMem) strv(ss []string) **C.char {
-	n := len(ss) + 1
-	arr := (*[1 << 20]*C.char)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.char)(nil)))))[:n:n]
-	*m = append(*m, unsafe.Pointer(&arr[0]))
-	for i, s := range ss {
-		arr[i] = m.str(s)
-	}
-	return &arr[0]
-}
-
 func (m *cMem) filter(prog []unix.SockFilter) *C.struct_ocs_filter {
 	if len(prog) == 0 {
 		return nil
 	}
-	p := (*[helper.MaxFilter]C.struct_ocs_filter)(C.calloc(C.size_t(len(prog)), C.size_t(unsafe.Sizeof(C.struct_ocs_filter{}))))[:len(prog):len(prog)]
-	*m = append(*m, unsafe.Pointer(&p[0]))
+	// C.malloc, unlike C.calloc, never returns nil (cgo aborts instead).
+	raw := C.malloc(C.size_t(len(prog)) * C.size_t(unsafe.Sizeof(C.struct_ocs_filter{})))
+	p := (*[helper.MaxFilter]C.struct_ocs_filter)(raw)[:len(prog):len(prog)]
+	*m = append(*m, raw)
 	for i, in := range prog {
 		p[i] = C.struct_ocs_filter{code: C.uint16_t(in.Code), jt: C.uint8_t(in.Jt), jf: C.uint8_t(in.Jf), k: C.uint32_t(in.K)}
 	}
@@ -192,13 +183,33 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		stderr = devnull
 	}
 
+	ea, err := helper.NewExecArgs(spec.Program, spec.Argv, spec.Env)
+	if err != nil {
+		return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("exec", err.Error(), err))
+	}
+	defer ea.Free()
+	var notifyR, notifyW = -1, -1
+	if prog != nil && spec.Notifies() {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, true, fmt.Errorf("start %s: notify socket: %w", spec.App, err)
+		}
+		notifyR, notifyW = pair[0], pair[1]
+		defer unix.Close(notifyR)
+		defer unix.Close(notifyW)
+	}
+
 	var mem cMem
 	defer mem.free()
-	s := (*C.struct_ocs_spawn)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_ocs_spawn{}))))
-	mem = append(mem, unsafe.Pointer(s))
-	s.path = mem.str(spec.Program)
-	s.argv = mem.strv(spec.Argv)
-	s.envp = mem.strv(spec.Env)
+	// C.malloc never returns nil (cgo aborts instead); the struct is
+	// zeroed field by field below or read only where set.
+	raw := C.malloc(C.size_t(unsafe.Sizeof(C.struct_ocs_spawn{})))
+	mem = append(mem, raw)
+	s := (*C.struct_ocs_spawn)(raw)
+	*s = C.struct_ocs_spawn{}
+	s.path = C.uint64_t(ea.Path)
+	s.argv = C.uint64_t(ea.Argv)
+	s.envp = C.uint64_t(ea.Envp)
 	s.dir = mem.str(spec.Dir)
 	for i, f := range []*os.File{devnull, stdout, stderr, hub} {
 		s.fds[i] = C.int(f.Fd())
@@ -212,7 +223,12 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	}
 	s.filter = mem.filter(prog)
 	s.filter_len = C.uint32_t(len(prog))
-	s.ignored = C.uint64_t(ignoredSignals())
+	s.notify_sock = C.int(notifyW)
+	if spec.ExecOnce && prog != nil {
+		gate := ea.Gate()
+		s.gate = mem.filter(gate)
+		s.gate_len = C.uint32_t(len(gate))
+	}
 
 	ret := C.ocs_spawn(s)
 	// The descriptors were read by the child, which has its own table by
@@ -236,25 +252,23 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		}
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("fork", "clone3", errno))
 	}
-	p = &Process{Pid: int(s.pid), Pidfd: int(s.pidfd), app: spec.App, log: l.log, forked: true, report: rep}
+	p = &Process{Pid: int(s.pid), Pidfd: int(s.pidfd), app: spec.App, log: l.log, forked: true, report: rep, notifySock: -1}
 	if step := int(s.step); step != C.OCS_OK {
 		p.report = Report{}
 		p.err = forkFailure(spec, step, unix.Errno(s.err))
+		return p, true, nil
+	}
+	if notifyR >= 0 {
+		// The child sent it before its execve, which is done by now.
+		fd, err := helper.RecvFD(notifyR)
+		if err != nil {
+			p.report = Report{}
+			p.err = layerErr("seccomp", "the notify listener: "+err.Error(), err)
+			return p, true, nil
+		}
+		p.notify = newGuard(spec, fd, l.kernel().unprivPort, l.log)
 	}
 	return p, true, nil
-}
-
-// ignoredSignals is the set of signals this process ignores, bit n-1 for
-// signal n: the child resets them, as an exec of the helper (whose Go
-// runtime handles every signal) does.
-func ignoredSignals() uint64 {
-	var set uint64
-	for n := 1; n <= 64; n++ {
-		if signal.Ignored(syscall.Signal(n)) {
-			set |= 1 << (n - 1)
-		}
-	}
-	return set
 }
 
 // forkFailure is the LayerError of the step the child failed at, or

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -218,11 +219,23 @@ func (h *harness) runWith(start func(stdout, stderr, hub *os.File) (*Process, er
 	}
 	defer unix.Close(p.Pidfd)
 	rep, cerr := p.Confirm()
+	// The daemon answers the app's notified calls (bind, listen,
+	// inotify_add_watch) for as long as it runs, as the supervisor does.
+	var served chan error
+	if g := p.Guard(); g != nil {
+		served = make(chan error, 1)
+		go func() { served <- g.Serve(context.Background()) }()
+	}
 	stdout, _ := io.ReadAll(outR)
 	stderr, _ := io.ReadAll(errR)
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_PIDFD, p.Pidfd, &info, unix.WEXITED, nil); err != nil {
 		h.t.Fatalf("wait: %v", err)
+	}
+	if served != nil {
+		if err := <-served; err != nil {
+			h.t.Errorf("guard of %d: %v", p.Pid, err)
+		}
 	}
 	if len(stderr) > 0 {
 		h.t.Logf("stderr of %d: %s", p.Pid, bytes.TrimSpace(stderr))

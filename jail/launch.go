@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,9 +53,14 @@ type Process struct {
 	log    *zap.Logger
 	status *os.File // nil for an in-process spawn, known at Start
 	forked bool     // spawned in-process, not through the helper
-	once   sync.Once
-	report Report
-	err    error
+	notify *Guard   // the app's notified calls; nil when it has none
+	// notifySock brings the helper's listener (helper.NotifyFD); -1
+	// without one. guard makes the Guard of the listener.
+	notifySock int
+	guard      func(fd int) *Guard
+	once       sync.Once
+	report     Report
+	err        error
 }
 
 // Confirm waits until the process runs the app's program, or says why it
@@ -68,6 +74,9 @@ func (p *Process) Confirm() (Report, error) {
 		if !p.forked {
 			p.report, p.err = readStatus(p.status)
 			p.status.Close()
+			if p.notifySock >= 0 {
+				p.takeListener()
+			}
 		}
 		switch {
 		case p.err != nil:
@@ -83,6 +92,22 @@ func (p *Process) Confirm() (Report, error) {
 		}
 	})
 	return p.report, p.err
+}
+
+// takeListener receives the helper's notify listener, sent before its
+// report, once the report says the program runs.
+func (p *Process) takeListener() {
+	defer unix.Close(p.notifySock)
+	if p.err != nil {
+		return
+	}
+	fd, err := helper.RecvFD(p.notifySock)
+	if err != nil {
+		p.report = Report{}
+		p.err = layerErr("seccomp", "the notify listener: "+err.Error(), err)
+		return
+	}
+	p.notify = p.guard(fd)
 }
 
 // Settled reports whether Confirm's answer is known already and it
@@ -142,11 +167,27 @@ type Launcher struct {
 type kernelInfo struct {
 	landlockABI   int
 	seccompAbsent bool
-	fork          bool // SpawnsInProcess
+	fork          bool   // SpawnsInProcess
+	unprivPort    uint16 // the first port an app without capabilities may bind
 }
 
 func probeKernel() kernelInfo {
-	return kernelInfo{landlockABI: helper.LandlockABI(), seccompAbsent: helper.SeccompAbsent(), fork: SpawnsInProcess()}
+	return kernelInfo{landlockABI: helper.LandlockABI(), seccompAbsent: helper.SeccompAbsent(), fork: SpawnsInProcess(), unprivPort: unprivilegedPortStart()}
+}
+
+// unprivilegedPortStart reads net.ipv4.ip_unprivileged_port_start: the
+// Guard binds for apps, which have no capabilities even where the daemon
+// has them.
+func unprivilegedPortStart() uint16 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	if err != nil {
+		return 1024
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16)
+	if err != nil {
+		return 1024
+	}
+	return uint16(n)
 }
 
 // NewLauncher returns a Launcher.
@@ -180,6 +221,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
 	return Compile(app, Options{
+		Resolved:      resolveGrants(app, req.Dirs),
 		DeveloperMode: req.DeveloperMode,
 		Dirs:          req.Dirs,
 		BaseEnv:       req.BaseEnv,
@@ -188,6 +230,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		ParentPID:     os.Getpid(),
 		Interpreters:  interps,
 		SystemLinks:   l.facts.systemLinks("/etc"),
+		LandlockABI:   l.kernel().landlockABI,
 	})
 }
 
@@ -276,6 +319,17 @@ func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD
 	}
 	pidfd := -1
 	files := []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd(), hub.Fd(), statusW.Fd(), specFile.Fd()}
+	notifyR := -1
+	if spec.Notifies() {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			statusR.Close()
+			return nil, fmt.Errorf("start %s: notify socket: %w", spec.App, err)
+		}
+		notifyR = pair[0]
+		defer unix.Close(pair[1])
+		files = append(files, uintptr(pair[1])) // helper.NotifyFD
+	}
 	pid, err := syscall.ForkExec(l.cfg.HelperPath, []string{l.cfg.HelperPath, HelperArg}, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   helperEnv(),
@@ -292,9 +346,14 @@ func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD
 	})
 	if err != nil {
 		statusR.Close()
+		if notifyR >= 0 {
+			unix.Close(notifyR)
+		}
 		return nil, fmt.Errorf("start %s: exec helper %s: %w", spec.App, l.cfg.HelperPath, err)
 	}
-	return &Process{Pid: pid, Pidfd: pidfd, app: spec.App, log: l.log, status: statusR}, nil
+	unprivPort := l.kernel().unprivPort
+	return &Process{Pid: pid, Pidfd: pidfd, app: spec.App, log: l.log, status: statusR, notifySock: notifyR,
+		guard: func(fd int) *Guard { return newGuard(spec, fd, unprivPort, l.log) }}, nil
 }
 
 func lookupEnv(env []string, name string) string {
@@ -368,6 +427,26 @@ func systemLinks(dir string) map[string]string {
 		}
 		p := filepath.Join(dir, e.Name())
 		if t, err := filepath.EvalSymlinks(p); err == nil {
+			out[p] = t
+		}
+	}
+	return out
+}
+
+// resolveGrants maps the app's resources and externals to where their
+// symlinks lead (Options.Resolved); a path that does not resolve (missing)
+// is left out, and its rule names it as written.
+func resolveGrants(app policy.App, d policy.Dirs) map[string]string {
+	out := map[string]string{}
+	paths := slices.Clone(app.Resources)
+	for _, e := range app.Sandbox.External {
+		if p, err := expandHome(e.Path, d.Home); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if t, err := filepath.EvalSymlinks(p); err == nil && t != p {
 			out[p] = t
 		}
 	}

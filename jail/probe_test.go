@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -319,14 +318,10 @@ func probe(action string, a []string) (string, error) {
 		}
 		return "", err
 	}
-	return "", fmt.Errorf("unknown probe action %q", action)
-}
-
-func errOrNil(e syscall.Errno) error {
-	if e == 0 {
-		return nil
+	if out, err, ok := attackProbe(action, a); ok {
+		return out, err
 	}
-	return e
+	return "", fmt.Errorf("unknown probe action %q", action)
 }
 
 func inetConnect(typ, proto, port int) error {

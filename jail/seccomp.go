@@ -43,7 +43,10 @@ func buildFilter(rules []Syscall) (*seccomp.ScmpFilter, error) {
 			continue
 		}
 		action := seccomp.ActErrno.SetReturnCode(int16(syscall.EPERM))
-		if r.Errno == "ENOSYS" {
+		switch {
+		case r.Notify:
+			action = seccomp.ActNotify
+		case r.Errno == "ENOSYS":
 			action = seccomp.ActErrno.SetReturnCode(int16(syscall.ENOSYS))
 		}
 		if len(r.Args) == 0 {
@@ -98,7 +101,7 @@ const maxFilters = 32
 
 func sameRules(a, b []Syscall) bool {
 	return slices.EqualFunc(a, b, func(x, y Syscall) bool {
-		return x.Name == y.Name && x.Errno == y.Errno && x.Why == y.Why && slices.Equal(x.Args, y.Args)
+		return x.Name == y.Name && x.Errno == y.Errno && x.Notify == y.Notify && x.Why == y.Why && slices.Equal(x.Args, y.Args)
 	})
 }
 

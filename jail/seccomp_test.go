@@ -23,6 +23,7 @@ const (
 	retKillProcess = 0x80000000
 	retAllow       = 0x7fff0000
 	retErrno       = 0x00050000
+	retUserNotif   = 0x7fc00000
 	x32SyscallBit  = 0x40000000
 )
 
@@ -151,9 +152,11 @@ func TestFilterVerdicts(t *testing.T) {
 		return d
 	}
 	const garbage = 0xdead_beef_0000_0000
-	none := seccompRules(policy.NetworkNone, false, true)
-	tcp := seccompRules(policy.NetworkTCP, true, true)
-	broad := seccompRules(policy.NetworkFull, true, false)
+	none := seccompRules(ruleSet{network: policy.NetworkNone, fsNarrowed: true})
+	tcp := seccompRules(ruleSet{network: policy.NetworkTCP, processes: true, fsNarrowed: true})
+	tcpBind := seccompRules(ruleSet{network: policy.NetworkTCP, processes: true, fsNarrowed: true, bindTCP: true})
+	tcpABI9 := seccompRules(ruleSet{network: policy.NetworkTCP, processes: true, fsNarrowed: true, unixSockets: true})
+	broad := seccompRules(ruleSet{network: policy.NetworkFull, processes: true})
 	cases := []struct {
 		name  string
 		rules []Syscall
@@ -180,13 +183,38 @@ func TestFilterVerdicts(t *testing.T) {
 		{"AF_INET with garbage above 32 bits still checked", tcp, call(unix.SYS_SOCKET, garbage|unix.AF_INET, unix.SOCK_DGRAM), errno(unix.EPERM)},
 		{"vsock refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), errno(unix.EPERM)},
 		{"family above the table refused", tcp, call(unix.SYS_SOCKET, 200, unix.SOCK_STREAM), errno(unix.EPERM)},
-		{"unix socket allowed with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_DGRAM), retAllow},
+		{"unix socket refused with network tcp below ABI 9", tcp, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), errno(unix.EPERM)},
+		{"unix socket allowed with network tcp from ABI 9", tcpABI9, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
+		{"datagram socketpair refused", tcp, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), errno(unix.EPERM)},
+		{"stream socketpair with flags allowed", tcp, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK), retAllow},
+		{"MSG_FASTOPEN refused on sendto", tcp, call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_FASTOPEN|unix.MSG_NOSIGNAL), errno(unix.EPERM)},
+		{"MSG_FASTOPEN refused on sendmsg", tcp, call(unix.SYS_SENDMSG, 3, 0, unix.MSG_FASTOPEN), errno(unix.EPERM)},
+		{"sendto allowed", tcp, call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_NOSIGNAL), retAllow},
+		{"listen refused without tcp_bind", tcp, call(unix.SYS_LISTEN, 3, 1), errno(unix.EPERM)},
+		{"listen goes to the daemon with tcp_bind", tcpBind, call(unix.SYS_LISTEN, 3, 1), retUserNotif},
+		{"bind goes to the daemon with tcp_bind", tcpBind, call(unix.SYS_BIND, 3, 0, 16), retUserNotif},
+		{"bind refused with network none", none, call(unix.SYS_BIND, 3, 0, 16), errno(unix.EPERM)},
+		{"inotify_add_watch goes to the daemon", none, call(unix.SYS_INOTIFY_ADD_WATCH, 3, 0, unix.IN_CREATE), retUserNotif},
+		{"inotify_add_watch allowed for broad", broad, call(unix.SYS_INOTIFY_ADD_WATCH, 3, 0, unix.IN_CREATE), retAllow},
+		{"PR_SET_PDEATHSIG 0 refused", broad, call(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0), errno(unix.EPERM)},
+		{"PR_SET_PDEATHSIG SIGKILL allowed", broad, call(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uint64(unix.SIGKILL)), retAllow},
+		{"PR_SET_NAME allowed", broad, call(unix.SYS_PRCTL, unix.PR_SET_NAME, 0), retAllow},
+		{"clone with CLONE_PARENT refused", broad, call(unix.SYS_CLONE, unix.CLONE_PARENT|uint64(unix.SIGCHLD)), errno(unix.EPERM)},
+		{"setpriority of the caller allowed", broad, call(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, 0, 10), retAllow},
+		{"setpriority of another process refused", broad, call(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, 4242, 10), errno(unix.EPERM)},
+		{"prlimit of another process refused", broad, call(unix.SYS_PRLIMIT64, 4242, unix.RLIMIT_NOFILE, 0x1000, 0), errno(unix.EPERM)},
+		{"prlimit read of another process allowed", broad, call(unix.SYS_PRLIMIT64, 4242, unix.RLIMIT_NOFILE, 0, 0x1000), retAllow},
+		{"openat of a setuid file refused", none, call(unix.SYS_OPENAT, 0, 0, unix.O_CREAT, 0o4755), errno(unix.EPERM)},
+		{"openat of a plain file allowed", none, call(unix.SYS_OPENAT, 0, 0, unix.O_CREAT, 0o755), retAllow},
+		{"shmget refused when files are narrowed", none, call(unix.SYS_SHMGET), errno(unix.EPERM)},
+		{"execveat refused without processes", none, call(unix.SYS_EXECVEAT), errno(unix.EPERM)},
 		{"udp allowed with network full", broad, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM), retAllow},
 		{"personality query allowed", none, call(unix.SYS_PERSONALITY, 0xffffffff), retAllow},
 		{"personality change refused", none, call(unix.SYS_PERSONALITY, 0x0040000), errno(unix.EPERM)},
 		{"chmod refused when files are narrowed", none, call(unix.SYS_CHMOD), errno(unix.EPERM)},
 		{"chmod allowed for broad", broad, call(unix.SYS_CHMOD), retAllow},
-		{"fchmod allowed", none, call(unix.SYS_FCHMOD), retAllow},
+		{"fchmod refused when files are narrowed", none, call(unix.SYS_FCHMOD), errno(unix.EPERM)},
+		{"fchmod allowed for broad", broad, call(unix.SYS_FCHMOD), retAllow},
 		{"ptrace refused for broad", broad, call(unix.SYS_PTRACE), errno(unix.EPERM)},
 		{"new mount API refused", broad, call(unix.SYS_FSOPEN), errno(unix.EPERM)},
 		{"io_uring refused", broad, call(unix.SYS_IO_URING_SETUP), errno(unix.EPERM)},
@@ -215,13 +243,15 @@ func TestCompiledFiltersPassTheHelper(t *testing.T) {
 	for _, network := range []policy.Network{policy.NetworkNone, policy.NetworkTCP, policy.NetworkFull} {
 		for _, processes := range []bool{false, true} {
 			for _, fs := range []bool{false, true} {
-				rules := seccompRules(network, processes, fs)
-				prog, err := compileBPF(rules)
-				if err != nil {
-					t.Fatalf("%s processes=%v fs=%v: %v", network, processes, fs, err)
-				}
-				if err := helper.CheckFilter(prog); err != nil {
-					t.Errorf("%s processes=%v fs=%v: %v", network, processes, fs, err)
+				for _, bind := range []bool{false, true} {
+					rs := ruleSet{network: network, processes: processes, fsNarrowed: fs, bindTCP: bind}
+					prog, err := compileBPF(seccompRules(rs))
+					if err != nil {
+						t.Fatalf("%+v: %v", rs, err)
+					}
+					if err := helper.CheckFilter(prog); err != nil {
+						t.Errorf("%+v: %v", rs, err)
+					}
 				}
 			}
 		}

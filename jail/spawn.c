@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #define OCS_CLOSE_RANGE_CLOEXEC (1U << 2)
 #define OCS_LANDLOCK_RULE_PATH_BENEATH 1
 #define OCS_SECCOMP_SET_MODE_FILTER 1
+#define OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
 #define OCS_CAP_SETPCAP 8
 #define OCS_CAP_V3 0x20080522
 
@@ -126,6 +128,27 @@ static int fail(struct ocs_spawn *s, int step, long ret) {
 	return 127;
 }
 
+// send_fd sends fd down the unix socket sock, with one byte of data.
+static long send_fd(int sock, int fd) {
+	char byte = 'n';
+	struct iovec iov = {&byte, 1};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct msghdr msg = {0};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof u.buf;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	*(int *)CMSG_DATA(c) = fd;
+	return SYS3(SYS_sendmsg, sock, &msg, MSG_NOSIGNAL);
+}
+
 // drop_caps empties every capability set, as helper.DropCaps does.
 static long drop_caps(void) {
 	struct ocs_cap_header hdr = {OCS_CAP_V3, 0};
@@ -179,11 +202,13 @@ static int child(void *arg) {
 	if (r < 0)
 		return fail(s, OCS_SETPGID, r);
 	// CLONE_CLEAR_SIGHAND reset the daemon's handlers, but not what it
-	// ignores (execve keeps that too): the app starts with every signal's
-	// default, as the helper path gives it.
+	// ignores (execve keeps that too), and the Go runtime does not say
+	// what it inherited ignored (a tmux pane's SIGTTIN and SIGTTOU): every
+	// signal goes back to its default, so the app starts as from a clean
+	// parent, as the helper path gives it.
 	for (long sig = 1; sig <= 64; sig++) {
-		if (!(s->ignored & (1ULL << (sig - 1))) || sig == OCS_SIGKILL || sig == OCS_SIGSTOP)
-			continue;
+		if (sig == OCS_SIGKILL || sig == OCS_SIGSTOP)
+			continue; // the kernel refuses these two
 		struct ocs_sigaction dfl = {0, 0, 0, 0};
 		r = SYS4(SYS_rt_sigaction, sig, &dfl, NULL, 8);
 		if (r < 0)
@@ -196,6 +221,23 @@ static int child(void *arg) {
 	// fds: each source above the targets first (a source may be another's
 	// target), then onto 0..3 (dup2 clears close-on-exec), then every other
 	// descriptor close-on-exec: the ruleset stays open until restrict.
+	// The ruleset and the notify socket are used after the shuffle: a
+	// daemon whose own 0..3 were closed (socket activation hands the
+	// listener on fd 3, and it may be closed since) can hold them there,
+	// where dup2 would replace them.
+	int ruleset = s->ruleset_fd, notify = s->notify_sock;
+	if (ruleset >= 0) {
+		r = SYS3(SYS_fcntl, ruleset, F_DUPFD_CLOEXEC, 4);
+		if (r < 0)
+			return fail(s, OCS_FDS, r);
+		ruleset = (int)r;
+	}
+	if (notify >= 0) {
+		r = SYS3(SYS_fcntl, notify, F_DUPFD_CLOEXEC, 4);
+		if (r < 0)
+			return fail(s, OCS_FDS, r);
+		notify = (int)r;
+	}
 	int tmp[4];
 	for (int i = 0; i < 4; i++) {
 		r = SYS3(SYS_fcntl, s->fds[i], F_DUPFD_CLOEXEC, 4);
@@ -230,7 +272,7 @@ static int child(void *arg) {
 	if (r < 0)
 		return fail(s, OCS_DIR, r);
 
-	if (s->ruleset_fd >= 0) {
+	if (ruleset >= 0) {
 		if (s->proc_access) {
 			// This process's /proc entry, which the daemon could not name
 			// before the fork: exec keeps the pid, so it is the app's.
@@ -238,20 +280,36 @@ static int child(void *arg) {
 			if (r < 0)
 				return fail(s, OCS_LANDLOCK_PROC, r);
 			struct ocs_path_beneath pb = {s->proc_access, (int32_t)r};
-			long add = SYS4(OCS_NR_landlock_add_rule, s->ruleset_fd, OCS_LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
+			long add = SYS4(OCS_NR_landlock_add_rule, ruleset, OCS_LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
 			SYS1(SYS_close, pb.parent_fd);
 			if (add < 0)
 				return fail(s, OCS_LANDLOCK_PROC, add);
 		}
-		r = SYS2(OCS_NR_landlock_restrict_self, s->ruleset_fd, s->landlock_flags);
+		r = SYS2(OCS_NR_landlock_restrict_self, ruleset, s->landlock_flags);
 		if (r < 0)
 			return fail(s, OCS_LANDLOCK_RESTRICT, r);
 	}
 	if (s->filter_len) {
 		struct ocs_fprog prog = {(unsigned short)s->filter_len, s->filter};
-		r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, 0, &prog);
+		unsigned long flags = notify >= 0 ? OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+		r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, flags, &prog);
 		if (r < 0)
 			return fail(s, OCS_SECCOMP, r);
+		if (notify >= 0) {
+			// The listener is close-on-exec; the daemon answers the
+			// app's notified calls with it (jail.Guard).
+			long listener = r;
+			r = send_fd(notify, (int)listener);
+			SYS1(SYS_close, listener);
+			if (r < 0)
+				return fail(s, OCS_NOTIFY, r);
+		}
+	}
+	if (s->gate_len) {
+		struct ocs_fprog gate = {(unsigned short)s->gate_len, s->gate};
+		r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, 0, &gate);
+		if (r < 0)
+			return fail(s, OCS_GATE, r);
 	}
 	// Until here a signal that ends the child leaves OCS_NO_EXEC for the
 	// parent; a signal during execve may still end it after this store,

@@ -21,6 +21,8 @@ enum {
 	OCS_LANDLOCK_PROC,
 	OCS_LANDLOCK_RESTRICT,
 	OCS_SECCOMP,
+	OCS_NOTIFY,
+	OCS_GATE,
 	OCS_EXEC,
 	// Not steps of the child: it never reached execve (a signal killed
 	// it), and, in the parent, the child's stack could not be mapped.
@@ -36,9 +38,9 @@ struct ocs_filter {
 
 struct ocs_spawn {
 	// In: everything is in C memory, made ready before the fork.
-	const char *path;
-	char *const *argv;
-	char *const *envp;
+	// execve's arguments, at the addresses the exec gate knows
+	// (helper.ExecArgs): not pointers of C's heap.
+	uint64_t path, argv, envp;
 	const char *dir;
 	int fds[4]; // become 0 to 3
 	int parent_pid;
@@ -48,7 +50,12 @@ struct ocs_spawn {
 	uint64_t proc_access; // Landlock rights on /proc/self; 0: no rule
 	const struct ocs_filter *filter;
 	uint32_t filter_len; // 0: no seccomp
-	uint64_t ignored;    // signals the daemon ignores (bit n-1 for n): reset to SIG_DFL
+	// notify_sock >= 0: load the filter with a user-notification listener
+	// and send the listener down this socket (SCM_RIGHTS) before execve.
+	int notify_sock;
+	// The exec gate (Spec.ExecOnce), a second filter; 0: none.
+	const struct ocs_filter *gate;
+	uint32_t gate_len;
 	// Out.
 	int pid, pidfd;
 	int step; // OCS_*: where the child failed; OCS_OK once it reached execve

@@ -77,10 +77,19 @@ func Describe(s Spec) string {
 	for _, kv := range s.Env {
 		fmt.Fprintf(&b, "    %s\n", kv)
 	}
+	if s.ExecOnce {
+		b.WriteString("  exec     the program once; every later execve EPERM (processes: false)\n")
+	}
 	ll := s.Landlock
-	if !ll.FS {
+	switch {
+	case ll.WriteOnly:
+		b.WriteString("  files    read anywhere; write, create and remove only beneath these (policy broad):\n")
+		for _, p := range ll.Paths {
+			fmt.Fprintf(&b, "    %-8s %-40s %s\n", p.Why, p.Path, p.Access)
+		}
+	case !ll.FS:
 		b.WriteString("  files    not narrowed (policy broad)\n")
-	} else {
+	default:
 		b.WriteString("  files    only these (everything else closed):\n")
 		for _, p := range ll.Paths {
 			opt := ""
@@ -99,7 +108,7 @@ func Describe(s Spec) string {
 	if ll.Scope {
 		b.WriteString("  scope    no signals to, no abstract sockets of, processes outside the jail\n")
 	}
-	b.WriteString("  syscalls refused:\n")
+	b.WriteString("  syscalls refused (\"daemon\": the daemon decides each call):\n")
 	// Runs of rules with one reason (the socket families, say) make one
 	// line: the patterns are in the JSON form for whoever needs them.
 	for i := 0; i < len(s.Seccomp); {
@@ -112,7 +121,11 @@ func Describe(s Spec) string {
 		if j-i > 1 {
 			detail = fmt.Sprintf(" [%d argument patterns]", j-i)
 		}
-		fmt.Fprintf(&b, "    %-18s %-6s %s%s\n", r.Name, r.Errno, r.Why, detail)
+		answer := r.Errno
+		if r.Notify {
+			answer = "daemon"
+		}
+		fmt.Fprintf(&b, "    %-18s %-6s %s%s\n", r.Name, answer, r.Why, detail)
 		i = j
 	}
 	return b.String()

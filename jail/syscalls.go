@@ -88,17 +88,63 @@ const familyLimit = 64
 
 // pathMetadata change a path's mode, owner or attributes: Landlock does
 // not see them, so a jailed app could chmod the user's files anywhere it
-// can name. The fd variants (fchmod, fchown, fsetxattr) stay: they act on
-// files the app could open.
-var pathMetadata = [...]string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
-	"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat"}
+// can name. fdMetadata do the same through a descriptor, which an app
+// gets for any file it may only read (open O_RDONLY, then fchmod 0666, or
+// setuid on a directory: under a root daemon that is local root).
+var (
+	pathMetadata = [...]string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
+		"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat"}
+	fdMetadata = [...]string{"fchmod", "fchown", "fsetxattr", "fremovexattr"}
+	// pathXattrReads read attributes of paths the app cannot open
+	// (user.* attributes carry data: a download's origin URL, say).
+	pathXattrReads = [...]string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat"}
+	// sysvIPC objects are named by a number, not a path: Landlock never
+	// sees them, and a jailed app reached every segment, queue and
+	// semaphore on the machine (X11's MIT-SHM is the usual user; clients
+	// fall back to the socket).
+	sysvIPC = [...]string{"shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+		"semget", "semop", "semtimedop", "semctl", "ipc"}
+)
 
-func seccompRules(network policy.Network, processes, fsNarrowed bool) []Syscall {
+// inodeIoctls change a file's attributes through an fd the app may only
+// read from; Landlock's ioctl right covers devices only. fs-verity makes
+// a file immutable for good.
+var inodeIoctls = [...]struct {
+	cmd  uint64
+	name string
+}{
+	{unix.FS_IOC_SETFLAGS, "FS_IOC_SETFLAGS"},
+	{0x40046602, "FS_IOC32_SETFLAGS"},
+	{0x401c5820, "FS_IOC_FSSETXATTR"},
+	{0x40087602, "FS_IOC_SETVERSION"},
+	{0x40047602, "FS_IOC32_SETVERSION"},
+	{unix.FS_IOC_ENABLE_VERITY, "FS_IOC_ENABLE_VERITY"},
+	{unix.FS_IOC_SET_ENCRYPTION_POLICY, "FS_IOC_SET_ENCRYPTION_POLICY"},
+}
+
+// ruleSet is what decides an app's filter.
+type ruleSet struct {
+	network    policy.Network
+	processes  bool
+	fsNarrowed bool // policy jail: Landlock narrows the filesystem
+	// bindTCP: the app has tcp_bind ports, so bind and listen go to the
+	// daemon (Guard) instead of being refused.
+	bindTCP bool
+	// unixSockets: Landlock narrows connecting to pathname unix sockets
+	// (ABI 9); below it a tcp app may not make unix sockets at all.
+	unixSockets bool
+}
+
+func seccompRules(rs ruleSet) []Syscall {
 	var rules []Syscall
 	deny := func(name, why string, args ...ArgCmp) {
 		rules = append(rules, Syscall{Name: name, Errno: "EPERM", Args: args, Why: why})
 	}
+	notify := func(name, why string) {
+		rules = append(rules, Syscall{Name: name, Notify: true, Why: why})
+	}
 	masked := func(i uint, mask, v uint64) ArgCmp { return ArgCmp{Index: i, Op: CmpMasked, Mask: mask, Value: v} }
+	ne := func(i uint, v uint64) ArgCmp { return ArgCmp{Index: i, Op: CmpNE, Value: v} }
 	for _, d := range denied {
 		deny(d.name, d.why)
 	}
@@ -110,31 +156,93 @@ func seccompRules(network policy.Network, processes, fsNarrowed bool) []Syscall 
 	for _, f := range namespaceFlags {
 		deny("clone", "new namespace: "+f.name, masked(0, f.flag, f.flag))
 	}
+	// The child would be the daemon's, a zombie nobody reaps: enough of
+	// them exhaust the user's pids.
+	deny("clone", "CLONE_PARENT: a child of the daemon", masked(0, unix.CLONE_PARENT, unix.CLONE_PARENT))
 	// clone3 takes its flags by pointer, out of the filter's reach: ENOSYS
 	// makes libc fall back to clone, whose flags the rules above see.
 	rules = append(rules, Syscall{Name: "clone3", Errno: "ENOSYS", Why: "flags out of the filter's reach; libc falls back to clone"})
-	if fsNarrowed {
-		for _, n := range pathMetadata {
-			deny(n, "metadata of paths, which Landlock does not cover (use the fd variant)")
-		}
+	// The parent-death signal is what ends an app whose daemon died; any
+	// other signal can be caught or ignored.
+	deny("prctl", "PR_SET_PDEATHSIG: only SIGKILL (the app must die with the daemon)",
+		masked(0, mask32, unix.PR_SET_PDEATHSIG), ne(1, uint64(unix.SIGKILL)))
+	// Calls on another process that neither signals nor ptrace cover,
+	// and Landlock's scoping does not see: the same uid may set them on
+	// the daemon (its descriptors to zero, its scheduler to idle).
+	deny("prlimit64", "set another process's limits", ne(0, 0), ne(2, 0))
+	deny("setpriority", "another process's priority", ne(1, 0))
+	deny("setpriority", "every process of the user", masked(0, mask32, unix.PRIO_USER))
+	for _, n := range []string{"sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr"} {
+		deny(n, "another process's scheduling (0 is the caller)", ne(0, 0))
 	}
-	if !processes {
+	deny("ioprio_set", "another process's io priority (0 is the caller)", ne(1, 0))
+	deny("ioprio_set", "every process of the user", masked(0, mask32, 3 /* IOPRIO_WHO_USER */))
+	deny("modify_ldt", "x86 segment descriptors: kernel attack surface")
+	if rs.fsNarrowed {
+		for _, n := range pathMetadata {
+			deny(n, "metadata of paths, which Landlock does not cover")
+		}
+		for _, n := range fdMetadata {
+			deny(n, "metadata through a descriptor, which a read-only open gives")
+		}
+		for _, n := range pathXattrReads {
+			deny(n, "attributes of paths the app may not open")
+		}
+		for _, c := range inodeIoctls {
+			deny("ioctl", c.name+": inode attributes through a read-only descriptor", masked(1, mask32, c.cmd))
+		}
+		for _, b := range []uint64{unix.S_ISUID, unix.S_ISGID} {
+			bit := "setuid"
+			if b == unix.S_ISGID {
+				bit = "setgid"
+			}
+			deny("open", "create "+bit+" files", masked(2, b, b))
+			deny("openat", "create "+bit+" files", masked(3, b, b))
+			deny("creat", "create "+bit+" files", masked(1, b, b))
+			deny("mkdir", "create "+bit+" directories", masked(1, b, b))
+			deny("mkdirat", "create "+bit+" directories", masked(2, b, b))
+			deny("mknod", "create "+bit+" nodes", masked(1, b, b))
+			deny("mknodat", "create "+bit+" nodes", masked(2, b, b))
+		}
+		// Its mode is in a struct, out of the filter's reach; libc and
+		// Go open with openat.
+		rules = append(rules, Syscall{Name: "openat2", Errno: "ENOSYS", Why: "its mode is out of the filter's reach; callers fall back to openat"})
+		for _, n := range sysvIPC {
+			deny(n, "SysV IPC: objects by number, outside Landlock")
+		}
+		notify("inotify_add_watch", "the daemon checks the path against the grants")
+	}
+	if !rs.processes {
 		deny("fork", "processes: false")
 		deny("vfork", "processes: false")
 		// Test the bit, not glibc's exact flags: Go's runtime and other
 		// libcs pass other combinations for threads.
 		deny("clone", "processes: false (only threads)", masked(0, unix.CLONE_THREAD, 0))
+		// execve is the gate's (Spec.ExecOnce); execveat has no first
+		// call to let through.
+		deny("execveat", "processes: false")
 	}
-	switch network {
+	if rs.network != policy.NetworkFull {
+		// Fast Open connects from sendto/sendmsg, where Landlock's
+		// connect rule does not look.
+		deny("sendto", "MSG_FASTOPEN: a connect Landlock does not see", masked(3, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN))
+		deny("sendmsg", "MSG_FASTOPEN: a connect Landlock does not see", masked(2, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN))
+		deny("sendmmsg", "MSG_FASTOPEN: a connect Landlock does not see", masked(3, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN))
+	}
+	switch rs.network {
 	case policy.NetworkFull:
 	case policy.NetworkTCP:
 		for f := uint64(0); f < familyLimit; f++ {
-			if f == unix.AF_UNIX || f == unix.AF_INET || f == unix.AF_INET6 {
+			if f == unix.AF_INET || f == unix.AF_INET6 || f == unix.AF_UNIX && rs.unixSockets {
 				continue
 			}
-			deny("socket", "network: tcp allows unix, inet and inet6 only", masked(0, mask32, f))
+			why := "network: tcp allows inet and inet6 only"
+			if f == unix.AF_UNIX {
+				why = "unix sockets: Landlock narrows their connect only from ABI 9"
+			}
+			deny("socket", why, masked(0, mask32, f))
 		}
-		deny("socket", "network: tcp allows unix, inet and inet6 only", ArgCmp{Index: 0, Op: CmpGT, Value: familyLimit - 1})
+		deny("socket", "network: tcp allows inet and inet6 only", ArgCmp{Index: 0, Op: CmpGT, Value: familyLimit - 1})
 		for _, fam := range []uint64{unix.AF_INET, unix.AF_INET6} {
 			for t := uint64(0); t < 16; t++ {
 				if t == unix.SOCK_STREAM {
@@ -150,18 +258,41 @@ func seccompRules(network policy.Network, processes, fsNarrowed bool) []Syscall 
 				deny("socket", "network: tcp allows TCP only", masked(0, mask32, fam), masked(2, mask32, p))
 			}
 		}
+		if rs.bindTCP {
+			// listen() binds an unbound socket to an ephemeral port, and
+			// bind() names unix sockets too (an abstract name squats a
+			// host service's): the daemon checks the socket and the port
+			// and does the call itself, on the same socket.
+			notify("bind", "the daemon binds only tcp_bind ports")
+			notify("listen", "the daemon lets only a socket bound to a tcp_bind port listen")
+		} else {
+			deny("bind", "no tcp_bind (an abstract name would squat a host service's)")
+			deny("listen", "no tcp_bind (listen binds an ephemeral port itself)")
+		}
 		rules = append(rules, socketpairRules()...)
 	default: // none
 		deny("socket", "network: none (the hub is inherited)")
+		deny("bind", "network: none (an abstract name would squat a host service's)")
+		deny("listen", "network: none")
+		deny("connect", "network: none")
 		rules = append(rules, socketpairRules()...)
 	}
 	return rules
 }
 
-// socketpairRules keep socketpair to AF_UNIX, the one family that has it.
+// socketpairRules keep socketpair to AF_UNIX stream pairs: a datagram
+// pair reaches any pathname socket with sendto (a desktop's /dev/log),
+// and disconnected it takes a name.
 func socketpairRules() []Syscall {
-	return []Syscall{
+	rules := []Syscall{
 		{Name: "socketpair", Errno: "EPERM", Why: "AF_UNIX only", Args: []ArgCmp{{Index: 0, Op: CmpGT, Value: unix.AF_UNIX}}},
 		{Name: "socketpair", Errno: "EPERM", Why: "AF_UNIX only", Args: []ArgCmp{{Index: 0, Op: CmpMasked, Mask: mask32, Value: 0}}},
 	}
+	for t := uint64(0); t < 16; t++ {
+		if t != unix.SOCK_STREAM {
+			rules = append(rules, Syscall{Name: "socketpair", Errno: "EPERM", Why: "stream pairs only (a datagram pair reaches host sockets)",
+				Args: []ArgCmp{{Index: 1, Op: CmpMasked, Mask: 0xf, Value: t}}})
+		}
+	}
+	return rules
 }

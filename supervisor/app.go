@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -250,6 +251,7 @@ func (r *runner) confirmAsync(c confirmer) <-chan confirmResult {
 	if s, ok := c.(settled); ok && s.Settled() {
 		// Known already (the in-process spawn): no goroutine to wait on.
 		rep, err := c.Confirm()
+		r.serveGuard(c, err)
 		ch <- confirmResult{rep, err}
 		return ch
 	}
@@ -257,9 +259,35 @@ func (r *runner) confirmAsync(c confirmer) <-chan confirmResult {
 	go func() {
 		defer r.s.io.Done()
 		rep, err := c.Confirm()
+		r.serveGuard(c, err)
 		ch <- confirmResult{rep, err}
 	}()
 	return ch
+}
+
+// guarded is a confirmer whose jail hands some calls to the daemon
+// (*jail.Process).
+type guarded interface{ Guard() *jail.Guard }
+
+// serveGuard answers the process's notified calls (bind, listen,
+// inotify_add_watch) from a goroutine the supervisor owns, until the
+// app's last process exits or the supervisor has stopped every app.
+func (r *runner) serveGuard(c confirmer, confirmErr error) {
+	gp, ok := c.(guarded)
+	if !ok || confirmErr != nil {
+		return
+	}
+	g := gp.Guard()
+	if g == nil {
+		return
+	}
+	r.s.io.Add(1)
+	go func() {
+		defer r.s.io.Done()
+		if err := g.Serve(r.s.guards); err != nil && !errors.Is(err, context.Canceled) {
+			r.s.log.Warn("jail guard failed: the app's bind, listen and inotify calls now fail", zap.String("app", r.id), zap.Error(err))
+		}
+	}()
 }
 
 // drainConfirm waits, bounded, for Confirm after the process is dead,

@@ -124,6 +124,10 @@ type Supervisor struct {
 	// watchers. Run waits for both.
 	runners sync.WaitGroup
 	io      sync.WaitGroup
+	// guards ends the apps' jail guards (jail.Guard.Serve) once every app
+	// was stopped; each ends by itself when its app's last process exits.
+	guards     context.Context
+	stopGuards context.CancelFunc
 
 	mu       sync.Mutex
 	started  bool // Run was called
@@ -167,7 +171,10 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	guards, stopGuards := context.WithCancel(context.Background())
 	s := &Supervisor{
+		guards:      guards,
+		stopGuards:  stopGuards,
 		cfg:         cfg,
 		log:         cfg.Log,
 		spawnReqs:   make(chan spawnRequest),
@@ -231,6 +238,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.runners.Wait()
+	s.stopGuards()
 	close(s.spawnStop)
 	<-s.spawnerDone
 	s.io.Wait()

@@ -94,7 +94,7 @@ func TestDecodeInputRefuses(t *testing.T) {
 		want error
 	}{
 		{"JSON (the old wire form)", []byte(`{"version":1}`), ErrBadSpec},
-		{"another wire version", append([]byte("OSJ\x02"), good[4:]...), ErrBadSpec},
+		{"another wire version", append([]byte("OSJ\x01"), good[4:]...), ErrBadSpec},
 		{"trailing data", append(slices.Clone(good), 0), ErrBadSpec},
 		{"truncated", good[:len(good)-1], ErrBadSpec},
 		{"truncated in the spec", good[:20], ErrBadSpec},

@@ -3,7 +3,6 @@ package helper
 import (
 	"fmt"
 	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,71 +38,82 @@ func Run() int {
 	if _, err := unix.FcntlInt(StatusFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return Exit // no status pipe: the daemon sees EOF without a report
 	}
-	spec, rep, lerr := restrict()
+	spec, ea, rep, lerr := restrict()
 	if lerr != nil {
 		writeStatus(statusMsg{Failure: lerr})
 		return Exit
 	}
 	writeStatus(statusMsg{Report: &rep})
-	err := syscall.Exec(spec.Program, spec.Argv, spec.Env)
+	err := ea.Exec()
 	writeStatus(statusMsg{Failure: LayerErr("exec", spec.Program, err)})
 	return Exit
 }
 
 // restrict applies the jail to the calling thread in the order of SPEC §2
 // and says what took.
-func restrict() (Spec, Report, *LayerError) {
+func restrict() (Spec, *ExecArgs, Report, *LayerError) {
 	spec, prog, err := readInput()
 	if err != nil {
-		return Spec{}, Report{}, LayerErr("spec", err.Error(), err)
+		return Spec{}, nil, Report{}, LayerErr("spec", err.Error(), err)
 	}
+	// The exec's arguments, where the exec gate expects them (never
+	// freed: the exec replaces this memory).
+	ea, err := NewExecArgs(spec.Program, spec.Argv, spec.Env)
+	if err != nil {
+		return Spec{}, nil, Report{}, LayerErr("exec", err.Error(), err)
+	}
+	rep, lerr := restrictAs(spec, prog, ea)
+	return spec, ea, rep, lerr
+}
+
+func restrictAs(spec Spec, prog []unix.SockFilter, ea *ExecArgs) (Report, *LayerError) {
 	rep := Report{Layers: []string{"env"}, Missing: []string{}}
 
 	// fds: mark all but 0–3 close-on-exec rather than closing them: the Go
 	// runtime may hold some (its poller), and exec drops them all the same.
 	if err := cloexecFrom(StatusFD); err != nil {
-		return Spec{}, Report{}, LayerErr("fds", "close", err)
+		return Report{}, LayerErr("fds", "close", err)
 	}
 	for fd := 0; fd <= HubFD; fd++ {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
-			return Spec{}, Report{}, LayerErr("fds", fmt.Sprintf("fd %d", fd), err)
+			return Report{}, LayerErr("fds", fmt.Sprintf("fd %d", fd), err)
 		}
 	}
 	rep.Layers = append(rep.Layers, "fds")
 
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return Spec{}, Report{}, LayerErr("no_new_privs", "prctl", err)
+		return Report{}, LayerErr("no_new_privs", "prctl", err)
 	}
 	rep.Layers = append(rep.Layers, "no_new_privs")
 	// The fork already set it; set it again on this thread and then check
 	// the daemon did not die before it took (the race the signal alone
 	// cannot close: we would have been re-parented already).
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return Spec{}, Report{}, LayerErr("pdeathsig", "prctl", err)
+		return Report{}, LayerErr("pdeathsig", "prctl", err)
 	}
 	if ppid := unix.Getppid(); ppid != spec.ParentPID {
-		return Spec{}, Report{}, &LayerError{Layer: "pdeathsig", Message: fmt.Sprintf("daemon (pid %d) is gone, parent is %d", spec.ParentPID, ppid)}
+		return Report{}, &LayerError{Layer: "pdeathsig", Message: fmt.Sprintf("daemon (pid %d) is gone, parent is %d", spec.ParentPID, ppid)}
 	}
 	if err := DropCaps(); err != nil {
-		return Spec{}, Report{}, LayerErr("caps", err.Error(), err)
+		return Report{}, LayerErr("caps", err.Error(), err)
 	}
 	rep.Layers = append(rep.Layers, "caps")
 	if err := resetIgnoredSignals(); err != nil {
-		return Spec{}, Report{}, LayerErr("signals", "reset ignored signals", err)
+		return Report{}, LayerErr("signals", "reset ignored signals", err)
 	}
 	if err := unix.Chdir(spec.Dir); err != nil {
-		return Spec{}, Report{}, LayerErr("dir", "chdir "+spec.Dir, err)
+		return Report{}, LayerErr("dir", "chdir "+spec.Dir, err)
 	}
 
 	abi := LandlockABI()
 	rep.LandlockABI = abi
 	missing := LandlockMissing(spec.Landlock, abi)
 	if spec.Strict && abi < spec.Landlock.MinABI {
-		return Spec{}, Report{}, &LayerError{Layer: "jail", Message: fmt.Sprintf("landlock ABI %d < %d", abi, spec.Landlock.MinABI)}
+		return Report{}, &LayerError{Layer: "jail", Message: fmt.Sprintf("landlock ABI %d < %d", abi, spec.Landlock.MinABI)}
 	}
 	took, lerr := applyLandlock(spec.Landlock, abi)
 	if lerr != nil {
-		return Spec{}, Report{}, lerr
+		return Report{}, lerr
 	}
 	if took {
 		rep.Layers = append(rep.Layers, "landlock")
@@ -117,18 +127,45 @@ func restrict() (Spec, Report, *LayerError) {
 
 	// Last, so that nothing the helper still does is filtered; on this
 	// thread alone, the one that execs.
-	if err := LoadFilter(prog); err != nil {
+	if err := loadFilters(spec, prog, ea); err != nil {
 		switch {
 		case !SeccompAbsent():
-			return Spec{}, Report{}, LayerErr("seccomp", "load", err)
+			return Report{}, err
 		case spec.Strict:
-			return Spec{}, Report{}, &LayerError{Layer: "jail", Message: "no seccomp filters in this kernel"}
+			return Report{}, &LayerError{Layer: "jail", Message: "no seccomp filters in this kernel"}
 		}
 		rep.Missing = append(rep.Missing, "seccomp")
 	} else {
 		rep.Layers = append(rep.Layers, "seccomp")
 	}
-	return spec, rep, nil
+	return rep, nil
+}
+
+// loadFilters loads the app's filter, with a listener sent to the daemon
+// when the spec hands calls to it, then the exec gate when the spec lets
+// only its own exec through.
+func loadFilters(spec Spec, prog []unix.SockFilter, ea *ExecArgs) *LayerError {
+	if !spec.Notifies() {
+		if err := LoadFilter(prog); err != nil {
+			return LayerErr("seccomp", "load", err)
+		}
+	} else {
+		fd, err := LoadFilterListener(prog)
+		if err != nil {
+			return LayerErr("seccomp", "load", err)
+		}
+		err = SendFD(NotifyFD, fd)
+		unix.Close(fd)
+		if err != nil {
+			return LayerErr("seccomp", "send the notify listener", err)
+		}
+	}
+	if spec.ExecOnce {
+		if err := LoadFilter(ea.Gate()); err != nil {
+			return LayerErr("seccomp", "load the exec gate", err)
+		}
+	}
+	return nil
 }
 
 func readInput() (Spec, []unix.SockFilter, error) {

@@ -40,7 +40,11 @@ type Spec struct {
 	// closed at exec.
 	FDs []int `json:"fds"`
 	// Strict refuses to run the app when a layer it needs did not take.
-	Strict   bool         `json:"strict"`
+	Strict bool `json:"strict"`
+	// ExecOnce lets the program's own execve through and no other
+	// (processes: false): the spawn loads a second filter, keyed to the
+	// addresses of that one call's arguments (ExecGate).
+	ExecOnce bool         `json:"exec_once,omitempty"`
 	Landlock LandlockSpec `json:"landlock"`
 	Seccomp  []Syscall    `json:"seccomp"`
 }
@@ -49,8 +53,13 @@ type Spec struct {
 type LandlockSpec struct {
 	// FS says whether filesystem access is narrowed at all (false for
 	// policy broad); when it is, only Paths are reachable.
-	FS    bool       `json:"fs"`
-	Paths []PathRule `json:"paths,omitempty"`
+	FS bool `json:"fs"`
+	// WriteOnly narrows only what changes the filesystem (policy broad):
+	// the app reads everywhere, and writes, creates and removes only
+	// beneath Paths, which leave out /sys (the cgroup tree: an app must
+	// not move itself out of its leaf).
+	WriteOnly bool       `json:"write_only,omitempty"`
+	Paths     []PathRule `json:"paths,omitempty"`
 	// Net says whether TCP bind/connect is narrowed (network none or tcp);
 	// when it is, only the listed ports are allowed.
 	Net        bool     `json:"net"`
@@ -160,9 +169,13 @@ func (a *Access) UnmarshalJSON(b []byte) error {
 // once (libseccomp 2.5 refuses two conditions on one argument).
 type Syscall struct {
 	Name  string   `json:"name"`
-	Errno string   `json:"errno"` // EPERM or ENOSYS
+	Errno string   `json:"errno"` // EPERM or ENOSYS; "" with Notify
 	Args  []ArgCmp `json:"args,omitempty"`
 	Why   string   `json:"why"`
+	// Notify hands the call to the daemon (seccomp user notification),
+	// which decides it against the spec and answers for the kernel:
+	// jail.Guard. Without a daemon listening the kernel answers ENOSYS.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // ArgCmp compares one syscall argument. Masked compares (arg & Mask) ==
@@ -229,7 +242,10 @@ func (s Spec) Validate() error {
 	if ll.MinABI < 0 || ll.MinABI > 64 {
 		return bad("landlock min_abi %d", ll.MinABI)
 	}
-	if !ll.FS && len(ll.Paths) > 0 {
+	if ll.FS && ll.WriteOnly {
+		return bad("landlock fs and write_only together")
+	}
+	if !ll.FS && !ll.WriteOnly && len(ll.Paths) > 0 {
 		return bad("landlock paths without fs narrowing")
 	}
 	for _, p := range ll.Paths {
@@ -247,7 +263,10 @@ func (s Spec) Validate() error {
 		if r.Name == "" {
 			return bad("seccomp rule without a syscall")
 		}
-		if r.Errno != "EPERM" && r.Errno != "ENOSYS" {
+		switch {
+		case r.Notify && r.Errno != "":
+			return bad("seccomp %s: errno %q on a notify rule (the daemon answers)", r.Name, r.Errno)
+		case !r.Notify && r.Errno != "EPERM" && r.Errno != "ENOSYS":
 			return bad("seccomp %s: errno %q, want EPERM or ENOSYS", r.Name, r.Errno)
 		}
 		seen := map[uint]bool{}

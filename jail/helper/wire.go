@@ -19,7 +19,7 @@ import (
 
 // inputMagic begins every input; its last byte is the wire version, so
 // that a helper and a daemon of different versions refuse each other.
-const inputMagic = "OSJ\x01"
+const inputMagic = "OSJ\x02"
 
 // The input, after inputMagic: the Spec field by field in its declaration
 // order, then the filter. Integers are uvarints (MinABI a varint), a
@@ -172,8 +172,10 @@ func encodeSpec(w *wireWriter, s Spec) {
 		w.uint(uint64(fd))
 	}
 	w.bool(s.Strict)
+	w.bool(s.ExecOnce)
 	ll := s.Landlock
 	w.bool(ll.FS)
+	w.bool(ll.WriteOnly)
 	w.uint(uint64(len(ll.Paths)))
 	for _, p := range ll.Paths {
 		w.str(p.Path)
@@ -196,6 +198,7 @@ func encodeSpec(w *wireWriter, s Spec) {
 		w.str(r.Name)
 		w.str(r.Errno)
 		w.str(r.Why)
+		w.bool(r.Notify)
 		w.uint(uint64(len(r.Args)))
 		for _, a := range r.Args {
 			w.uint(uint64(a.Index))
@@ -223,8 +226,10 @@ func decodeSpec(r *wireReader) Spec {
 		}
 	}
 	s.Strict = r.bool("strict")
+	s.ExecOnce = r.bool("exec_once")
 	ll := &s.Landlock
 	ll.FS = r.bool("landlock fs")
+	ll.WriteOnly = r.bool("landlock write_only")
 	if n := r.count("landlock paths"); n > 0 {
 		ll.Paths = make([]PathRule, n)
 		for i := range ll.Paths {
@@ -252,6 +257,7 @@ func decodeSpec(r *wireReader) Spec {
 			sc.Name = r.str("syscall")
 			sc.Errno = r.str("errno")
 			sc.Why = r.str("why")
+			sc.Notify = r.bool("notify")
 			if m := r.count("args"); m > 0 {
 				sc.Args = make([]ArgCmp, m)
 				for j := range sc.Args {

@@ -1,0 +1,445 @@
+package jail
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	seccomp "github.com/seccomp/libseccomp-golang"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A Guard answers the calls an app's filter hands to the daemon
+// (Syscall.Notify, seccomp user notification): the decisions a filter
+// cannot make because they need a socket's state or a path's place.
+//
+//   - bind and listen, for a tcp app with tcp_bind: listen() binds an
+//     unbound socket to an ephemeral port, which Landlock's bind rule
+//     never sees, and bind() also names unix sockets (an abstract name
+//     squats a host service's). The guard takes the app's socket
+//     (pidfd_getfd), checks it and the port against the spec, and makes
+//     the call itself on that same socket.
+//   - inotify_add_watch, for a jail app: a watch needs no open, so
+//     Landlock never sees it, and it reports the names of files created
+//     and opened in any directory the app can name. The guard resolves
+//     the path beneath the grant it names (openat2 with RESOLVE_BENEATH,
+//     so no symlink or .. leaves it) and adds the watch itself, on the
+//     app's inotify descriptor, to the inode it opened.
+//
+// Never CONTINUE: between a check and the kernel's own run of the call
+// another thread of the app could swap the descriptor or rewrite the
+// path. Acting on the very socket or inode that was checked leaves no
+// such window. Every refusal is EACCES, as Landlock's would be, or EPERM
+// where the call is one the app may not make at all.
+type Guard struct {
+	f          *os.File // the listener, non-blocking, in the runtime's poller
+	spec       Spec
+	log        *zap.Logger
+	unprivPort uint16 // net.ipv4.ip_unprivileged_port_start
+}
+
+// newGuard takes the listener fd of spec's filter.
+func newGuard(spec Spec, fd int, unprivPort uint16, log *zap.Logger) *Guard {
+	unix.SetNonblock(fd, true)
+	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort}
+}
+
+// Guard is the process's notification guard, nil when its filter hands
+// nothing to the daemon. The caller serves it for the app's life (Serve);
+// until then the app's notified calls wait.
+func (p *Process) Guard() *Guard { return p.notify }
+
+// Close closes a guard that will not be served; the app's notified calls
+// then fail with ENOSYS.
+func (g *Guard) Close() error { return g.f.Close() }
+
+// Serve answers notifications until every process of the app has exited
+// (the listener hangs up), ctx ends, or the listener fails; it closes the
+// listener. It returns nil when the app is gone.
+func (g *Guard) Serve(ctx context.Context) error {
+	defer g.f.Close()
+	rc, err := g.f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("guard %s: %w", g.spec.App, err)
+	}
+	stop := context.AfterFunc(ctx, func() { g.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		var req *seccomp.ScmpNotifReq
+		var hup bool
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(pfd, 0)
+			switch {
+			case err == unix.EINTR || err == nil && n == 0:
+				return false // nothing yet: wait in the poller
+			case err != nil:
+				rerr = err
+			case pfd[0].Revents&unix.POLLIN != 0:
+				req, rerr = seccomp.NotifReceive(seccomp.ScmpFd(fd))
+			default: // POLLHUP: no process uses the filter any more
+				hup = true
+			}
+			return true
+		})
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("guard %s: %w", g.spec.App, err)
+		case hup:
+			return nil
+		case errors.Is(rerr, unix.ENOENT):
+			continue // the caller died before we took it
+		case rerr != nil:
+			return fmt.Errorf("guard %s: receive: %w", g.spec.App, rerr)
+		}
+		resp := g.decide(req)
+		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
+		}
+	}
+}
+
+// decide answers one notification.
+func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
+	resp := seccomp.ScmpNotifResp{ID: req.ID}
+	c := call{fd: seccomp.ScmpFd(g.f.Fd()), id: req.ID, pid: int(req.Pid), args: req.Data.Args, pidfd: -1}
+	var val uintptr
+	var err error
+	switch nr := int(req.Data.Syscall); {
+	case nr == unix.SYS_BIND && g.rule("bind"):
+		err = g.bind(&c)
+	case nr == unix.SYS_LISTEN && g.rule("listen"):
+		err = g.listen(&c)
+	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
+		val, err = g.watch(&c)
+	default:
+		err = unix.ENOSYS // a call the spec does not hand over
+	}
+	c.close()
+	var errno unix.Errno
+	switch {
+	case err == nil:
+		resp.Val = uint64(val)
+		return resp
+	case errors.As(err, &errno):
+	default:
+		errno = unix.EACCES
+	}
+	if errno != unix.ENOENT {
+		g.log.Debug("guard refused", zap.String("app", g.spec.App), zap.Int("pid", c.pid),
+			zap.String("syscall", syscallName(int(req.Data.Syscall))), zap.Error(err))
+	}
+	resp.Error = int32(errno)
+	return resp
+}
+
+func syscallName(nr int) string {
+	if n, err := seccomp.ScmpSyscall(nr).GetName(); err == nil {
+		return n
+	}
+	return strconv.Itoa(nr)
+}
+
+// rule says whether the spec hands name to the daemon.
+func (g *Guard) rule(name string) bool {
+	return slices.ContainsFunc(g.spec.Seccomp, func(r Syscall) bool { return r.Notify && r.Name == name })
+}
+
+// call is one notified call of one process: its pidfd, opened on first
+// use and checked to still be the caller (NotifIDValid: the pid could
+// have been reused since), and what the guard opened for it.
+type call struct {
+	fd    seccomp.ScmpFd
+	id    uint64
+	pid   int
+	args  []uint64
+	pidfd int // -1 until opened
+	open  []int
+}
+
+func (c *call) close() {
+	for _, fd := range c.open {
+		unix.Close(fd)
+	}
+}
+
+// valid fails once the caller is no longer waiting in this call: what was
+// read of it may be another process's.
+func (c *call) valid() error {
+	if err := seccomp.NotifIDValid(c.fd, c.id); err != nil {
+		return unix.ENOENT
+	}
+	return nil
+}
+
+// getfd duplicates the caller's descriptor n into the daemon.
+func (c *call) getfd(n uint64) (int, error) {
+	if c.pidfd < 0 {
+		fd, err := openThread(c.pid)
+		if err != nil {
+			return -1, unix.ENOENT
+		}
+		c.pidfd = fd
+		c.open = append(c.open, fd)
+		if err := c.valid(); err != nil {
+			return -1, err
+		}
+	}
+	if n > 1<<31 {
+		return -1, unix.EBADF
+	}
+	fd, err := unix.PidfdGetfd(c.pidfd, int(n), 0)
+	if err != nil {
+		if err == unix.EPERM {
+			// The app made itself undumpable: it is refused, not served.
+			return -1, unix.EPERM
+		}
+		return -1, err
+	}
+	c.open = append(c.open, fd)
+	return fd, nil
+}
+
+// pidfdThread (PIDFD_THREAD, Linux 6.9) opens a pidfd of a thread that
+// does not lead its group.
+const pidfdThread = unix.O_EXCL
+
+// openThread opens a pidfd of the notifying task, which is a thread, not
+// always the one leading its process: of the thread itself where the
+// kernel allows, else of its process (the descriptor table and memory
+// the guard reaches through it are the same).
+func openThread(tid int) (int, error) {
+	fd, err := unix.PidfdOpen(tid, pidfdThread)
+	if err != unix.EINVAL {
+		return fd, err
+	}
+	if fd, err = unix.PidfdOpen(tid, 0); err != unix.EINVAL {
+		return fd, err
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return -1, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			tgid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return -1, err
+			}
+			return unix.PidfdOpen(tgid, 0)
+		}
+	}
+	return -1, unix.ESRCH
+}
+
+// read copies n bytes of the caller's memory at addr, then checks the
+// caller is still the one that asked.
+func (c *call) read(addr uint64, n int) ([]byte, error) {
+	buf := make([]byte, n)
+	if n == 0 {
+		return buf, nil
+	}
+	got, err := unix.ProcessVMReadv(c.pid, []unix.Iovec{{Base: &buf[0], Len: uint64(n)}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: n}}, 0)
+	if err != nil || got != n {
+		return nil, unix.EFAULT
+	}
+	return buf, c.valid()
+}
+
+// readString reads the caller's NUL-terminated string at addr (at most
+// PATH_MAX), a page at a time so that a string ending before an unmapped
+// page is read whole.
+func (c *call) readString(addr uint64) (string, error) {
+	var out []byte
+	for len(out) < unix.PathMax {
+		n := min(int(pageSizeOf-(addr+uint64(len(out)))%pageSizeOf), unix.PathMax-len(out))
+		b, err := c.read(addr+uint64(len(out)), n)
+		if err != nil {
+			return "", err
+		}
+		if i := slices.Index(b, 0); i >= 0 {
+			return string(append(out, b[:i]...)), nil
+		}
+		out = append(out, b...)
+	}
+	return "", unix.ENAMETOOLONG
+}
+
+const pageSizeOf = 4096
+
+// socket takes the caller's socket of arg 0 and says what it is.
+func (c *call) socket() (fd, domain, typ int, err error) {
+	if fd, err = c.getfd(c.args[0]); err != nil {
+		return -1, 0, 0, err
+	}
+	if domain, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
+		return -1, 0, 0, unix.ENOTSOCK
+	}
+	if typ, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
+		return -1, 0, 0, unix.ENOTSOCK
+	}
+	return fd, domain, typ, nil
+}
+
+// port checks a TCP port against the spec, as Landlock's rule would,
+// and below the unprivileged start as the kernel would for an app
+// without capabilities (the daemon may have them).
+func (g *Guard) port(p uint16) error {
+	if p == 0 || !slices.Contains(g.spec.Landlock.BindTCP, p) {
+		return fmt.Errorf("port %d is not in tcp_bind: %w", p, unix.EACCES)
+	}
+	if p < g.unprivPort {
+		return fmt.Errorf("port %d is privileged: %w", p, unix.EACCES)
+	}
+	return nil
+}
+
+func (g *Guard) bind(c *call) error {
+	sock, domain, typ, err := c.socket()
+	if err != nil {
+		return err
+	}
+	if domain != unix.AF_INET && domain != unix.AF_INET6 || typ != unix.SOCK_STREAM {
+		return fmt.Errorf("bind of a domain %d socket (tcp apps bind tcp ports only): %w", domain, unix.EPERM)
+	}
+	n := c.args[2]
+	if n < 4 || n > unix.SizeofSockaddrAny {
+		return unix.EINVAL
+	}
+	addr, err := c.read(c.args[1], int(n))
+	if err != nil {
+		return err
+	}
+	if err := g.port(binary.BigEndian.Uint16(addr[2:4])); err != nil {
+		return err
+	}
+	_, _, e := unix.Syscall(unix.SYS_BIND, uintptr(sock), uintptr(unsafe.Pointer(&addr[0])), uintptr(len(addr)))
+	return errOrNil(e)
+}
+
+func (g *Guard) listen(c *call) error {
+	sock, domain, _, err := c.socket()
+	if err != nil {
+		return err
+	}
+	if domain == unix.AF_INET || domain == unix.AF_INET6 {
+		sa, err := unix.Getsockname(sock)
+		if err != nil {
+			return err
+		}
+		var port int
+		switch a := sa.(type) {
+		case *unix.SockaddrInet4:
+			port = a.Port
+		case *unix.SockaddrInet6:
+			port = a.Port
+		}
+		if err := g.port(uint16(port)); err != nil {
+			return fmt.Errorf("listen on a socket not bound to a tcp_bind port (%w)", err)
+		}
+	}
+	return unix.Listen(sock, int(int32(c.args[1])))
+}
+
+func (g *Guard) watch(c *call) (uintptr, error) {
+	path, err := c.readString(c.args[1])
+	if err != nil {
+		return 0, err
+	}
+	if path == "" {
+		return 0, unix.ENOENT
+	}
+	mask := uint32(c.args[2])
+	if !filepath.IsAbs(path) {
+		cwd, err := os.Readlink("/proc/" + strconv.Itoa(c.pid) + "/cwd")
+		if err != nil {
+			return 0, unix.ENOENT
+		}
+		if err := c.valid(); err != nil {
+			return 0, err
+		}
+		path = cwd + "/" + path
+	}
+	root, rest, ok := g.grantOf(path)
+	if !ok {
+		return 0, fmt.Errorf("%s is outside the app's grants: %w", path, unix.EACCES)
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	c.open = append(c.open, rfd)
+	target := rfd
+	if rest != "" {
+		how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+		if mask&unix.IN_DONT_FOLLOW != 0 {
+			how.Flags |= unix.O_NOFOLLOW
+		}
+		if target, err = unix.Openat2(rfd, rest, &how); err != nil {
+			if err == unix.EXDEV {
+				return 0, fmt.Errorf("%s leaves the grant %s: %w", path, root, unix.EACCES)
+			}
+			return 0, err
+		}
+		c.open = append(c.open, target)
+	}
+	ifd, err := c.getfd(c.args[0])
+	if err != nil {
+		return 0, err
+	}
+	// The magic link names the inode opened above, whatever happened to
+	// the path since.
+	wd, err := unix.InotifyAddWatch(ifd, "/proc/self/fd/"+strconv.Itoa(target), mask&^unix.IN_DONT_FOLLOW)
+	if err != nil {
+		return 0, err
+	}
+	return uintptr(wd), nil
+}
+
+// grantOf finds the grant path is beneath (the longest), and the rest of
+// path below it. path is only tidied of empty and "." components: a ".."
+// stays in the rest, where RESOLVE_BENEATH keeps it inside the grant.
+// /proc is never a grant here: the daemon would open its own.
+func (g *Guard) grantOf(path string) (root, rest string, ok bool) {
+	var parts []string
+	for _, p := range strings.Split(path, "/") {
+		if p != "" && p != "." {
+			parts = append(parts, p)
+		}
+	}
+	tidy := "/" + strings.Join(parts, "/")
+	if tidy == "/proc" || strings.HasPrefix(tidy, "/proc/") {
+		return "", "", false
+	}
+	for _, r := range g.spec.Landlock.Paths {
+		if r.Why == "proc" || r.Access&(AccessRead|AccessList) == 0 || len(r.Path) <= len(root) {
+			continue
+		}
+		if tidy == r.Path {
+			root, rest, ok = r.Path, "", true
+		} else if strings.HasPrefix(tidy, r.Path+"/") {
+			root, rest, ok = r.Path, tidy[len(r.Path)+1:], true
+		}
+	}
+	return root, rest, ok
+}
+
+func errOrNil(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}

@@ -1,0 +1,169 @@
+package helper
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The exec gate (Spec.ExecOnce, processes: false). After its own exec a
+// processes: false app must execute nothing: Landlock's execute right
+// does not hold that alone, since a memfd (execveat, or execve of
+// /proc/self/fd/N) is on no path a rule governs, and the ELF interpreter,
+// which the program needs, runs any readable binary given as its
+// argument.
+//
+// A filter cannot count, and the one execve to let through is made by
+// the spawn itself, after the filters are loaded. What tells it apart is
+// its arguments: the path, argv and envp pointers of that one call, laid
+// out at addresses chosen with getrandom (ExecArgs). The gate, a second
+// filter stacked on the app's, lets execve through only with exactly
+// those three pointers. The app cannot learn them: they live in the
+// memory of the process before its exec (the daemon's, for an in-process
+// spawn), which the exec replaces, and a filter's program cannot be read
+// back without CAP_SYS_ADMIN. Guessing takes ~2^132 tries (three
+// pointers of ~44 bits each: a page of the 47-bit address space and an
+// 8-byte slot in it). The kernel only compares numbers, so an app that
+// maps memory at a guessed address gains nothing unless all three match.
+
+// ExecArgs is one execve's arguments, each at an unpredictable address
+// of its own mapping.
+type ExecArgs struct {
+	Path, Argv, Envp uintptr
+	maps             [][]byte
+}
+
+// userTop bounds the addresses chosen: x86-64's and arm64's 47/48-bit
+// user space, below the stack's usual place.
+const (
+	userLow  = 1 << 32 // clear of the program's image and the heap's start
+	userHigh = 1 << 46
+	pageSize = 4096
+)
+
+// NewExecArgs lays out path, argv and env as execve takes them. Free
+// releases the mappings; the caller must not free before the exec is done
+// (a vfork child reads them).
+func NewExecArgs(path string, argv, env []string) (*ExecArgs, error) {
+	e := &ExecArgs{}
+	var err error
+	if e.Path, err = e.place(func(base uintptr, b []byte) { copy(b, path) }, len(path)+1); err != nil {
+		e.Free()
+		return nil, err
+	}
+	if e.Argv, err = e.placeVector(argv); err != nil {
+		e.Free()
+		return nil, err
+	}
+	if e.Envp, err = e.placeVector(env); err != nil {
+		e.Free()
+		return nil, err
+	}
+	return e, nil
+}
+
+// placeVector puts a NULL-terminated array of pointers to strings, and
+// the strings after it, in a mapping of its own; it returns the array's
+// address.
+func (e *ExecArgs) placeVector(ss []string) (uintptr, error) {
+	size := 8 * (len(ss) + 1)
+	for _, s := range ss {
+		size += len(s) + 1
+	}
+	return e.place(func(base uintptr, b []byte) {
+		str := 8 * (len(ss) + 1)
+		for i, s := range ss {
+			binary.NativeEndian.PutUint64(b[8*i:], uint64(base)+uint64(str))
+			copy(b[str:], s)
+			str += len(s) + 1
+		}
+	}, size)
+}
+
+// place maps size bytes at a random page, at a random 8-byte offset in
+// it, and fills them with fill (given the address of its first byte).
+func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int) (uintptr, error) {
+	var rnd [8]byte
+	for try := 0; try < 16; try++ {
+		if _, err := unix.Getrandom(rnd[:], 0); err != nil {
+			return 0, fmt.Errorf("exec gate: getrandom: %w", err)
+		}
+		r := binary.NativeEndian.Uint64(rnd[:])
+		off := uintptr(r&(pageSize/8-1)) * 8
+		page := uintptr(userLow + (r>>9)%((userHigh-userLow)/pageSize)*pageSize)
+		length := (int(off) + size + pageSize - 1) &^ (pageSize - 1)
+		// The hint is an address, not Go memory: unsafe.Add from nil says so.
+		p, err := unix.MmapPtr(-1, 0, unsafe.Add(unsafe.Pointer(nil), page), uintptr(length), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+		if err == unix.EEXIST {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("exec gate: mmap: %w", err)
+		}
+		m := unsafe.Slice((*byte)(p), length)
+		if uintptr(p) != page {
+			// A kernel before MAP_FIXED_NOREPLACE (4.17) took it as a hint.
+			unix.MunmapPtr(p, uintptr(length))
+			continue
+		}
+		e.maps = append(e.maps, m)
+		fill(page+off, m[off:])
+		return page + off, nil
+	}
+	return 0, fmt.Errorf("exec gate: no free address found")
+}
+
+// Free unmaps the arguments.
+func (e *ExecArgs) Free() {
+	for _, m := range e.maps {
+		unix.MunmapPtr(unsafe.Pointer(&m[0]), uintptr(len(m)))
+	}
+	e.maps = nil
+}
+
+// Exec is the raw execve of these arguments; it returns only on failure.
+func (e *ExecArgs) Exec() error {
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE, e.Path, e.Argv, e.Envp)
+	return errno
+}
+
+// Gate is the filter that lets execve through with these arguments only
+// (EPERM for any other execve), every other call to the filters under
+// it. It begins with the arch check CheckFilter wants.
+func (e *ExecArgs) Gate() []unix.SockFilter {
+	const (
+		ld    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+		nrOff = 0
+		args  = 16 // offsetof(struct seccomp_data, args)
+	)
+	// 0 arch, 1 compare, 2 nr, 3 execve?, 4–15 three args in two halves,
+	// 16 allow, 17 EPERM, 18 kill.
+	const allow, eperm, kill = 16, 17, 18
+	jf := func(at, to int) uint8 { return uint8(to - at - 1) }
+	prog := []unix.SockFilter{
+		{Code: ld, K: archOffset},
+		{Code: jeq, K: nativeAuditArch, Jf: jf(1, kill)},
+		{Code: ld, K: nrOff},
+		{Code: jeq, K: unix.SYS_EXECVE, Jf: jf(3, allow)},
+	}
+	for i, v := range []uintptr{e.Path, e.Argv, e.Envp} {
+		for half := range 2 {
+			at := len(prog)
+			// Little-endian halves (x86-64, arm64): low word first.
+			k := uint32(uint64(v) >> (32 * half))
+			prog = append(prog,
+				unix.SockFilter{Code: ld, K: uint32(args + 8*i + 4*half)},
+				unix.SockFilter{Code: jeq, K: k, Jf: jf(at+1, eperm)})
+		}
+	}
+	return append(prog,
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		unix.SockFilter{Code: ret, K: retKillProc},
+	)
+}
