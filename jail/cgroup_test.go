@@ -136,3 +136,43 @@ func TestKilledBeforeExec(t *testing.T) {
 		t.Fatalf("a child killed before execve: %+v, want ErrHelperDied, no report, no output", r.o)
 	}
 }
+
+// TestBroadStaysInItsLeaf: a broad app (its filesystem not narrowed) can
+// neither move itself out of its leaf nor reach another app's leaf: the
+// cgroup tree is what keeps its processes under supervision. Both spawn
+// paths, with a plain probe doing the same as the positive control.
+func TestBroadStaysInItsLeaf(t *testing.T) {
+	_, dir := testCgroup(t)
+	_, other := testCgroup(t)
+	parent := filepath.Dir(dir.Name())
+	h := newHarness(t)
+	for _, useHelper := range []bool{false, true} {
+		h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+		run := func(args ...string) outcome {
+			app := h.probeApp("broad", args...)
+			withBroad(&app)
+			withProcesses(&app)
+			return h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
+				return h.l.Start(Request{App: app, Dirs: h.dirs, Stdout: stdout, Stderr: stderr, Hub: hub, CgroupFD: int(dir.Fd())})
+			}, nil)
+		}
+		for _, c := range []struct{ file, value string }{
+			{filepath.Join(parent, "cgroup.procs"), "0"},
+			{filepath.Join(other.Name(), "cgroup.procs"), "0"},
+			{filepath.Join(other.Name(), "cgroup.kill"), "1"},
+			{filepath.Join(other.Name(), "cgroup.freeze"), "0"},
+		} {
+			o := run("write_file", c.file, c.value)
+			if o.err != nil || o.out != "EACCES" {
+				t.Errorf("UseHelper %v: a broad app writing %s to %s: %+v, want EACCES", useHelper, c.value, c.file, o)
+			}
+		}
+		// Writing elsewhere still works: the jail's own directory.
+		if o := run("write", filepath.Join(h.dirs.JailDir("broad"), "x")); o.out != "ok" {
+			t.Errorf("UseHelper %v: a broad app writing its jail: %+v, want ok", useHelper, o)
+		}
+	}
+	if got := h.runPlain("write_file", filepath.Join(other.Name(), "cgroup.procs"), "0"); got != "ok" {
+		t.Errorf("control: a plain process moving itself into a cgroup: %s, want ok", got)
+	}
+}

@@ -73,6 +73,11 @@ type Options struct {
 	// LandlockABI is the kernel's: below landlockABIUnix a tcp app may
 	// not make unix sockets, whose connect Landlock cannot narrow there.
 	LandlockABI int
+	// BroadRoots are the entries of / a broad app may write beneath:
+	// all but /sys (the cgroup tree: an app must not move itself out of
+	// its leaf, nor write another's cgroup.kill), /proc (another process's
+	// oom_score_adj, say) and any entry that holds a cgroup mount.
+	BroadRoots []string
 	// Resolved maps resources and externals (with ~ expanded) to where
 	// their symlinks lead. The rule grants the target, and it is the
 	// target that is checked: a symlink to /proc/self or into the
@@ -157,7 +162,10 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 	}
 
 	ll := LandlockSpec{Scope: true, LogApp: opt.DeveloperMode}
-	if sb.Policy != policy.PolicyBroad {
+	if sb.Policy == policy.PolicyBroad {
+		ll.WriteOnly = true
+		ll.Paths = broadRules(opt.BroadRoots)
+	} else {
 		ll.FS = true
 		paths, err := fsRules(app, sb, opt, jailDir, secretsDir, processes)
 		if err != nil {
@@ -283,6 +291,20 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		}
 	}
 	return rules, nil
+}
+
+// broadWrite is what a broad app may do beneath its roots: everything
+// that changes the filesystem (reading is not narrowed at all).
+const broadWrite = AccessWrite | AccessTruncate | AccessCreate | AccessRemove | AccessRefer
+
+// broadRules are a broad app's write rules: its roots, and its own
+// /proc/<pid> (the child adds it; /proc/self here would name the daemon).
+func broadRules(roots []string) []PathRule {
+	rules := make([]PathRule, 0, len(roots)+1)
+	for _, r := range roots {
+		rules = append(rules, PathRule{Path: r, Access: broadWrite, Why: "broad", Optional: true})
+	}
+	return append(rules, PathRule{Path: "/proc/self", Access: broadWrite, Why: "proc"})
 }
 
 // kernelViews are never granted beyond the app's own /proc entry: /proc

@@ -47,6 +47,7 @@ func testOptions() Options {
 		BaseEnv:      []string{"HOME=/home/ada", "PATH=/usr/bin:/bin", "OCTOS_KEY=k", "NOTIFY_SOCKET=/run/n"},
 		ParentPID:    4242,
 		Interpreters: []string{"/lib64/ld-linux-x86-64.so.2"},
+		BroadRoots:   []string{"/home", "/tmp", "/usr"},
 		SystemLinks: map[string]string{
 			"/etc/resolv.conf": "/run/systemd/resolve/stub-resolv.conf",
 			"/etc/localtime":   "/usr/share/zoneinfo/Etc/UTC",
@@ -140,8 +141,20 @@ func TestCompileRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bs.Landlock.FS || bs.Landlock.Net || len(bs.Landlock.Paths) > 0 || !bs.Landlock.Scope {
+	// Broad reads everywhere and writes beneath its roots and its own
+	// /proc entry only: never /sys (its cgroup) or another's /proc entry.
+	if bs.Landlock.FS || bs.Landlock.Net || !bs.Landlock.WriteOnly || !bs.Landlock.Scope {
 		t.Errorf("broad landlock: %+v", bs.Landlock)
+	}
+	var whys []string
+	for _, p := range bs.Landlock.Paths {
+		whys = append(whys, p.Why+" "+p.Path)
+		if p.Access&(AccessRead|AccessList|AccessExec) != 0 {
+			t.Errorf("broad rule %s grants %v: reading is not narrowed, so no rule should carry it", p.Path, p.Access)
+		}
+	}
+	if want := []string{"broad /home", "broad /tmp", "broad /usr", "proc /proc/self"}; !slices.Equal(whys, want) {
+		t.Errorf("broad rules %q, want %q", whys, want)
 	}
 	if !slices.ContainsFunc(bs.Seccomp, func(s Syscall) bool { return s.Name == "ptrace" }) {
 		t.Error("broad lost the syscall filter")

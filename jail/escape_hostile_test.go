@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -23,6 +24,8 @@ type hostileWorld struct {
 	sem    int
 	mq     string // a POSIX message queue
 	interp string // the probe's ELF interpreter
+	// oomScoreAdj is the daemon's, written back unchanged by the attempt.
+	oomScoreAdj string
 }
 
 func newHostileWorld(t *testing.T, h *harness) *hostileWorld {
@@ -73,6 +76,11 @@ func newHostileWorld(t *testing.T, h *harness) *hostileWorld {
 		t.Fatalf("the probe's ELF interpreter: %v %v", in, err)
 	}
 	hw.interp = in[0]
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw.oomScoreAdj = strings.TrimSpace(string(b))
 	return hw
 }
 
@@ -183,6 +191,12 @@ func hostileCases(h *harness, w *world, hw *hostileWorld) []escapeCase {
 		// 9. The daemon's own /proc entry.
 		{name: "read the daemon's mounts", attempt: jailed(asIs, "read", "/proc/"+d+"/mounts"), refused: []string{"EACCES"},
 			control: plain("read", "/proc/"+d+"/mounts"), allowed: "ok"},
+
+		// 8's neighbour: a broad app reads all of /proc, and would write
+		// the daemon's entries (oom_score_adj to 1000 makes the daemon the
+		// OOM killer's first pick). Its own entry stays writable.
+		{name: "broad writes the daemon's oom_score_adj", attempt: jailed(withBroad, "write_file", "/proc/"+d+"/oom_score_adj", hw.oomScoreAdj), refused: []string{"EACCES"},
+			control: jailed(withBroad, "write_file", "/proc/self/oom_score_adj", "1000"), allowed: "ok"},
 
 		// 10, 11. Zombies of the daemon; clearing the parent-death signal.
 		{name: "clone with CLONE_PARENT", attempt: jailed(withProcesses, "clone_parent", "parent"), refused: []string{"EPERM"},

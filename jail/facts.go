@@ -1,6 +1,9 @@
 package jail
 
 import (
+	"os"
+	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +23,7 @@ type fileFacts struct {
 	mu     sync.Mutex
 	interp map[string]interpFact
 	links  map[string]linksFact
+	roots  linksFact // broadRoots, keyed by /'s stat
 }
 
 // maxFacts bounds each map (programs and directories, one per app at
@@ -49,6 +53,7 @@ type interpFact struct {
 type linksFact struct {
 	key   fileKey
 	links map[string]string
+	roots []string
 }
 
 // interpreters is interpreters(program), read again only when the
@@ -117,4 +122,63 @@ func (f *fileFacts) systemLinks(dir string) map[string]string {
 		f.mu.Unlock()
 	}
 	return links
+}
+
+// broadRoots is broadRoots(), read again when / changed (an entry added
+// or removed).
+func (f *fileFacts) broadRoots() []string {
+	key, ok := statKey("/")
+	f.mu.Lock()
+	fact := f.roots
+	f.mu.Unlock()
+	if ok && fact.key == key && fact.roots != nil {
+		return fact.roots
+	}
+	roots := broadRoots()
+	if ok {
+		f.mu.Lock()
+		f.roots = linksFact{key: key, roots: roots}
+		f.mu.Unlock()
+	}
+	return roots
+}
+
+// broadRoots lists the entries of / a broad app may write beneath
+// (Options.BroadRoots): all but /sys, /proc and any entry holding a
+// cgroup mount. A mount that cannot be read keeps them all out.
+func broadRoots() []string {
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return []string{}
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return []string{}
+	}
+	roots := []string{}
+	for _, e := range entries {
+		p := "/" + e.Name()
+		if p == "/sys" || p == "/proc" || slices.ContainsFunc(mounts, func(m string) bool { return m == p || strings.HasPrefix(m, p+"/") }) {
+			continue
+		}
+		roots = append(roots, p)
+	}
+	return roots
+}
+
+// cgroupMounts lists where cgroup and cgroup2 file systems are mounted.
+func cgroupMounts() ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if ok && len(f) >= 5 && (strings.HasPrefix(post, "cgroup2 ") || strings.HasPrefix(post, "cgroup ")) {
+			out = append(out, f[4])
+		}
+	}
+	return out, nil
 }

@@ -144,8 +144,11 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	// the ruleset before it restricts itself.
 	ls := spec.Landlock
 	var procRights uint64
-	if i := slices.IndexFunc(ls.Paths, func(p PathRule) bool { return p.Why == "proc" }); i >= 0 && ls.FS {
+	if i := slices.IndexFunc(ls.Paths, func(p PathRule) bool { return p.Why == "proc" }); i >= 0 && (ls.FS || ls.WriteOnly) {
 		procRights = helper.PathRights(ls.Paths[i].Access, true, abi) & landlockABI1FS
+		if ls.WriteOnly {
+			procRights &= helper.WriteRights
+		}
 		ls.Paths = slices.Delete(slices.Clone(ls.Paths), i, i+1)
 	}
 	rulesetFD, llFlags, lerr := helper.BuildRuleset(ls, abi)
@@ -157,7 +160,7 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		rep.Layers = append(rep.Layers, "landlock")
 	} else {
 		rep.LandlockABI = 0
-		if len(rep.Missing) == 0 && (spec.Landlock.FS || spec.Landlock.Net || spec.Landlock.Scope) {
+		if len(rep.Missing) == 0 && (spec.Landlock.FS || spec.Landlock.WriteOnly || spec.Landlock.Net || spec.Landlock.Scope) {
 			rep.Missing = []string{"landlock"}
 		}
 	}

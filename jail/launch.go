@@ -231,6 +231,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		Interpreters:  interps,
 		SystemLinks:   l.facts.systemLinks("/etc"),
 		LandlockABI:   l.kernel().landlockABI,
+		BroadRoots:    l.facts.broadRoots(),
 	})
 }
 

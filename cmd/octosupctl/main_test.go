@@ -184,7 +184,7 @@ func TestWithDaemon(t *testing.T) {
 		{"start", []string{"start", "talker"}, nil, exitOK, `^talker: running \(pid \d+\)\n$`, `^$`},
 		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+(landlock \d+, )?seccomp( \(missing [a-z., ]+\))?\n$`, `^$`},
 		{"jail", []string{"jail", "talker"}, nil, exitOK,
-			`(?s)^app talker\n  program  /bin/sh\n.*  files    not narrowed \(policy broad\)\n.*  syscalls refused[^\n]*:\n    ptrace `, `^$`},
+			`(?s)^app talker\n  program  /bin/sh\n.*  files    read anywhere; write, create and remove only beneath these \(policy broad\):\n.*  syscalls refused[^\n]*:\n    ptrace `, `^$`},
 		{"jail json", []string{"--json", "jail", "idle"}, nil, exitOK, `(?s)^\{\n  "version": 1,\n  "app": "idle",\n  "program": "/bin/sleep",.*"seccomp": \[`, `^$`},
 		{"jail unknown", []string{"jail", "nope"}, nil, exitFailed, `^$`, `^octosupctl: jail nope: no app "nope" in the manifest\n$`},
 		{"start unknown", []string{"start", "nope"}, nil, exitFailed, `^$`, `^octosupctl: start nope: [^\n]*nope[^\n]*\n$`},

@@ -49,7 +49,10 @@ func LandlockABI() int {
 // it (docs/jail.md).
 func landlockConfig(ls LandlockSpec) landlock.Config {
 	cfg := landlock.V11
-	if !ls.FS {
+	switch {
+	case ls.WriteOnly:
+		cfg.HandledAccessFS = landlock.AccessFSSet(WriteRights)
+	case !ls.FS:
 		cfg.HandledAccessFS = 0
 	}
 	if !ls.Net {
@@ -65,6 +68,12 @@ func landlockConfig(ls LandlockSpec) landlock.Config {
 	}
 	return cfg.BestEffort()
 }
+
+// WriteRights are the rights that change the filesystem: all a WriteOnly
+// (policy broad) ruleset handles, so that reading stays unrestricted.
+const WriteRights = ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile |
+	ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock | ll.AccessFSMakeFifo |
+	ll.AccessFSMakeBlock | ll.AccessFSMakeSym | ll.AccessFSRefer
 
 // The go-landlock canned rules whose rights are exactly one of ours (the
 // tests hold them to it); every other set goes through PathAccess.
@@ -141,7 +150,7 @@ func PathRights(a Access, dir bool, abi int) uint64 {
 // a missing required path fails with its name and errno.
 func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 	var rules []landlock.Rule
-	if ls.FS {
+	if ls.FS || ls.WriteOnly {
 		for _, p := range ls.Paths {
 			st, err := os.Stat(p.Path)
 			if err != nil {
@@ -150,7 +159,11 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 				}
 				return nil, LayerErr("landlock", "open "+p.Path, err)
 			}
-			r := pathRule(p.Path, PathRights(p.Access, st.IsDir(), abi), st.IsDir())
+			rights := PathRights(p.Access, st.IsDir(), abi)
+			if ls.WriteOnly {
+				rights &= WriteRights
+			}
+			r := pathRule(p.Path, rights, st.IsDir())
 			if p.Optional {
 				r = r.IgnoreIfMissing()
 			}
@@ -170,11 +183,11 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 
 // LandlockMissing lists what ls asks for that abi cannot enforce.
 func LandlockMissing(ls LandlockSpec, abi int) []string {
-	if (ls.FS || ls.Net || ls.Scope) && abi < 1 {
+	if (ls.FS || ls.WriteOnly || ls.Net || ls.Scope) && abi < 1 {
 		return []string{"landlock"}
 	}
 	var out []string
-	if ls.FS && abi < 3 {
+	if (ls.FS || ls.WriteOnly) && abi < 3 {
 		out = append(out, "landlock.truncate")
 	}
 	if ls.Net && abi < 4 {

@@ -119,7 +119,7 @@ func restrictAs(spec Spec, prog []unix.SockFilter, ea *ExecArgs) (Report, *Layer
 		rep.Layers = append(rep.Layers, "landlock")
 	} else {
 		rep.LandlockABI = 0
-		if len(missing) == 0 && (spec.Landlock.FS || spec.Landlock.Net || spec.Landlock.Scope) {
+		if len(missing) == 0 && (spec.Landlock.FS || spec.Landlock.WriteOnly || spec.Landlock.Net || spec.Landlock.Scope) {
 			missing = []string{"landlock"}
 		}
 	}
