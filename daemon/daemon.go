@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if manifestPath == "" {
 		manifestPath = dirs.ManifestPath()
 	}
-	m, err := loadManifest(manifestPath)
+	m, err := loadManifest(manifestPath, dirs)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Reload: func(ctx context.Context) (int, error) {
 			reloadMu.Lock()
 			defer reloadMu.Unlock()
-			m, err := loadManifest(manifestPath)
+			m, err := loadManifest(manifestPath, dirs)
 			if err != nil {
 				log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
 				return 0, err
@@ -260,9 +260,17 @@ func (e *ManifestError) Error() string {
 
 func (e *ManifestError) Unwrap() error { return e.Err }
 
-// loadManifest loads and validates the manifest.
-func loadManifest(path string) (*policy.Manifest, error) {
+// loadManifest loads and validates the manifest, with what it grants
+// checked against the daemon's own directories.
+func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 	m, err := policy.Load(path)
+	if err == nil {
+		err = m.CheckPlaces(dirs)
+		var verr *policy.ValidationError
+		if errors.As(err, &verr) {
+			verr.File = path
+		}
+	}
 	if err != nil {
 		return nil, &ManifestError{Path: path, Err: err}
 	}

@@ -30,10 +30,10 @@ func TestJailOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if talker.Spec.App != "talker" || talker.Spec.Program != "/bin/sh" || talker.Spec.Landlock.FS {
+	if talker.Spec.App != "talker" || talker.Spec.Program != "/bin/sh" || talker.Spec.Landlock.FS || !talker.Spec.Landlock.WriteOnly {
 		t.Errorf("talker (policy broad): spec %+v", talker.Spec)
 	}
-	if !strings.HasPrefix(talker.Text, "app talker\n") || !strings.Contains(talker.Text, "files    not narrowed (policy broad)") {
+	if !strings.HasPrefix(talker.Text, "app talker\n") || !strings.Contains(talker.Text, "files    read anywhere; write, create and remove only beneath these (policy broad):") {
 		t.Errorf("talker's description:\n%s", talker.Text)
 	}
 	if talker.Spec.ParentPID != os.Getpid() {

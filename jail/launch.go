@@ -457,27 +457,82 @@ func resolveGrants(app policy.App, d policy.Dirs) map[string]string {
 // prepareDirs creates the app's jail and secrets directories 0700 when the
 // entry asks for them.
 func prepareDirs(req Request) error {
-	if req.App.Storage.Jail {
-		if err := mkdirPrivate(req.Dirs.JailDir(req.App.ID)); err != nil {
-			return err
-		}
-	}
-	if req.App.Storage.Secrets {
-		if err := mkdirPrivate(req.Dirs.SecretsDir(req.App.ID)); err != nil {
-			return err
+	for _, d := range []struct {
+		want bool
+		sub  string
+	}{{req.App.Storage.Jail, "jails"}, {req.App.Storage.Secrets, "secrets"}} {
+		if d.want {
+			if err := mkdirPrivate(req.Dirs.Data, d.sub, req.App.ID); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func mkdirPrivate(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
+// mkdirPrivate makes base/sub/id a private directory of this user, by
+// descriptor below base: each component is opened with openat2 and
+// RESOLVE_NO_SYMLINKS, created 0700 if missing, refused unless it is a
+// real directory this user owns, and chmod'ed through its descriptor. A
+// jail directory trusted by its path let an app that could write the
+// user's home replace it with a symlink: the daemon then chmod'ed the
+// target and Landlock granted it read-write. base itself (the daemon's
+// data directory) may be reached through the user's own symlinks.
+func mkdirPrivate(base, sub, id string) error {
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", base, err)
 	}
-	// MkdirAll leaves an existing directory's mode alone; a jail must not
-	// be readable by other users whatever created it first.
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("chmod %s: %w", dir, err)
+	dir, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", base, err)
 	}
+	path := base
+	for _, name := range []string{sub, id} {
+		path = filepath.Join(path, name)
+		next, err := privateDir(dir, name, path)
+		unix.Close(dir)
+		if err != nil {
+			return err
+		}
+		dir = next
+	}
+	unix.Close(dir)
 	return nil
+}
+
+// privateDir opens (creating it if missing) the directory name beneath
+// the descriptor at, refusing symlinks and what is not this user's.
+func privateDir(at int, name, path string) (int, error) {
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(at, name, &how)
+	if err == unix.ENOENT {
+		if err := unix.Mkdirat(at, name, 0o700); err != nil && err != unix.EEXIST {
+			return -1, fmt.Errorf("create %s: %w", path, err)
+		}
+		fd, err = unix.Openat2(at, name, &how)
+	}
+	switch err {
+	case nil:
+	case unix.ELOOP, unix.ENOTDIR, unix.EXDEV:
+		return -1, fmt.Errorf("%s is not a real directory (a symlink?): refusing to use it as an app's private directory: %w", path, err)
+	default:
+		return -1, fmt.Errorf("open %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s belongs to uid %d, not %d: refusing to use it as an app's private directory: %w", path, st.Uid, os.Geteuid(), unix.EPERM)
+	}
+	// An existing directory keeps its mode through the open: a jail must
+	// not be readable by other users whatever created it first.
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return fd, nil
 }

@@ -375,3 +375,62 @@ func testNoLandlockNoLayer(t *testing.T, h *harness) {
 		t.Error("the program printed nothing")
 	}
 }
+
+// TestPrivateDirsByDescriptor: the jail and secrets directories are made
+// and checked by descriptor. A symlink put in the place of an app's jail
+// (by anything that could write the user's data directory) is refused
+// before anything is chmod'ed or granted, as is a directory of another
+// user; the target keeps its mode.
+func TestPrivateDirsByDescriptor(t *testing.T) {
+	h := newHarness(t)
+	target := filepath.Join(filepath.Dir(h.dirs.Home), "elsewhere")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"jails", "secrets"} {
+		link := filepath.Join(h.dirs.Data, sub, "probe")
+		if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		o := h.runApp(h.probeApp("probe", "noop"), nil, nil)
+		if o.err == nil || !strings.Contains(o.err.Error(), "not a real directory") {
+			t.Errorf("%s/probe a symlink: %+v, want the start refused", sub, o)
+		}
+		if st, err := os.Stat(target); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("the symlink's target: %v %v, want it left 0755", st.Mode(), err)
+		}
+		os.Remove(link)
+	}
+	// A symlink higher up, below the data directory, is refused too.
+	jails := filepath.Join(h.dirs.Data, "jails")
+	if err := os.RemoveAll(jails); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, jails); err != nil {
+		t.Fatal(err)
+	}
+	if o := h.runApp(h.probeApp("probe", "noop"), nil, nil); o.err == nil {
+		t.Errorf("jails/ a symlink: %+v, want the start refused", o)
+	}
+	os.Remove(jails)
+	if os.Geteuid() == 0 {
+		dir := h.dirs.JailDir("probe")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if o := h.runApp(h.probeApp("probe", "noop"), nil, nil); o.err == nil || !strings.Contains(o.err.Error(), "belongs to uid 65534") {
+			t.Errorf("a jail of another user: %+v, want the start refused", o)
+		}
+		os.Chown(dir, 0, 0)
+	}
+	// And the positive control: a fresh start makes both, 0700.
+	if o := h.runApp(h.probeApp("probe", "noop"), nil, nil); o.err != nil || o.out != "ok" {
+		t.Fatalf("a plain start: %+v", o)
+	}
+}

@@ -404,7 +404,22 @@ func userPathFindings(at jsonPath, p string) []finding {
 		return []finding{{at: at, msg: fmt.Sprintf("%q names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files", p),
 			fix: "name the real path (the app's own /proc entry is always readable)"}}
 	}
+	if v := KernelView(clean); v != "" {
+		return []finding{{at: at, msg: fmt.Sprintf("%q is in %s, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised", p, v),
+			fix: "remove it (the app's own /proc entry is always readable)"}}
+	}
 	return nil
+}
+
+// KernelView says which of /proc and /sys the absolute, clean path p is
+// or lies beneath, "" for neither.
+func KernelView(p string) string {
+	for _, v := range [...]string{"/proc", "/sys"} {
+		if p == v || strings.HasPrefix(p, v+"/") {
+			return v
+		}
+	}
+	return ""
 }
 
 // selfPaths resolve to the process that opens them.

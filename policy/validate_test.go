@@ -169,9 +169,18 @@ var badCases = []badCase{
 	{name: "self paths", input: app(`"resources": ["/proc/self/cwd", "/proc/selfish", "/dev/stdout"], "sandbox": {"policy": "jail", "network": "none", "external": [{"path": "/dev/fd/3", "access": "rw"}, {"path": "/proc/thread-self", "access": "ro"}]}`),
 		want: []string{
 			`app "notes": resources[0]: "/proc/self/cwd" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+			`app "notes": resources[1]: "/proc/selfish" is in /proc, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
 			`app "notes": resources[2]: "/dev/stdout" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
 			`app "notes": sandbox.external[0].path: "/dev/fd/3" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
 			`app "notes": sandbox.external[1].path: "/proc/thread-self" names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files (fix: name the real path (the app's own /proc entry is always readable))`,
+		}},
+	// /proc and /sys are never granted: /proc names the daemon and the
+	// user's processes, /sys holds the cgroup tree.
+	{name: "kernel views", input: app(`"resources": ["/proc/cpuinfo", "/sysroot"], "sandbox": {"policy": "jail", "network": "none", "external": [{"path": "/sys/fs/cgroup", "access": "rw"}, {"path": "/proc", "access": "ro"}]}`),
+		want: []string{
+			`app "notes": resources[0]: "/proc/cpuinfo" is in /proc, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
+			`app "notes": sandbox.external[0].path: "/sys/fs/cgroup" is in /sys, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
+			`app "notes": sandbox.external[1].path: "/proc" is in /proc, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
 		}},
 	{name: "reserved environment variables", input: app(`"env": {"OCTOS_AUTH_TOKEN": "x", "OCTOSENSE_VAULT": "x", "OCTOSUP_HUB_FD": "4", "NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "1", "LISTEN_FDS": "1", "OCTOSX": "fine", "LISTENER": "fine"}`),
 		want: []string{

@@ -205,6 +205,12 @@ func (c *cli) validateCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			m, err := policy.Load(args[0])
+			if err == nil {
+				// Against this user's directories, as the daemon checks it.
+				if dirs, derr := policy.DirsFromEnv(os.Getenv); derr == nil {
+					err = m.CheckPlaces(dirs)
+				}
+			}
 			var verr *policy.ValidationError
 			switch {
 			case errors.As(err, &verr):

@@ -64,6 +64,9 @@ func TestWithoutDaemon(t *testing.T) {
 		{"validate bad", []string{"validate", "testdata/bad.json"}, exitInvalid, `^$`,
 			`(?s)^octosupctl: testdata/bad.json is invalid: \d+ problem\(s\)\n(  app #0: [^\n]+\n){4,}$`},
 		{"validate bad json", []string{"--json", "validate", "testdata/bad.json"}, exitInvalid, `"valid": false`, `is invalid`},
+		// The whole home holds octosup's own directories.
+		{"validate home", []string{"validate", "testdata/home.json"}, exitInvalid, `^$`,
+			`(?s)^octosup[^\n]*is invalid: 1 problem\(s\)\n  app "files": sandbox.external\[0\].path: "[^"]+" overlaps octosup's own configuration directory`},
 		{"validate missing", []string{"validate", "testdata/none.json"}, exitFailed, `^$`, `^octosupctl: validate: no file testdata/none.json\n$`},
 		{"completion", []string{"completion", "bash"}, exitOK, `octosupctl`, `^$`},
 		{"jail not running", []string{"--socket", missing, "jail", "x"}, exitNotRunning, `^$`, `octosupd is not running`},

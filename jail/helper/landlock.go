@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -152,7 +153,7 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 	var rules []landlock.Rule
 	if ls.FS || ls.WriteOnly {
 		for _, p := range ls.Paths {
-			st, err := os.Stat(p.Path)
+			st, err := statRule(p)
 			if err != nil {
 				if p.Optional && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
 					continue
@@ -179,6 +180,35 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 		}
 	}
 	return rules, nil
+}
+
+// userRules are the rules whose paths the user's own processes (and so,
+// through an rw grant, an app) could change: the daemon resolved their
+// symlinks already, so a symlink there now is a swap, and the rule would
+// grant wherever it leads.
+var userRules = map[string]bool{"jail": true, "secrets": true, "external": true, "resource": true}
+
+// statRule looks at a rule's path before go-landlock opens it: a user
+// rule's path must not be a symlink, and the jail and secrets directories
+// must be real directories of this user.
+func statRule(p PathRule) (os.FileInfo, error) {
+	if !userRules[p.Why] {
+		return os.Stat(p.Path)
+	}
+	st, err := os.Lstat(p.Path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%s is a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
+	}
+	if p.Why == "jail" || p.Why == "secrets" {
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() {
+			return nil, fmt.Errorf("%s is not a directory of uid %d: %w", p.Path, os.Geteuid(), unix.EPERM)
+		}
+	}
+	return st, nil
 }
 
 // LandlockMissing lists what ls asks for that abi cannot enforce.
