@@ -150,11 +150,11 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		dir = jailDir
 	}
 	spec := Spec{
-		Version:   SpecVersion,
-		App:       app.ID,
-		Program:   filepath.Clean(app.Exec[0]),
-		Argv:      slices.Clone(app.Exec),
-		Env:       Environ(opt.BaseEnv, app.Env, daemonEnv),
+		Version: SpecVersion,
+		App:     app.ID,
+		Program: filepath.Clean(app.Exec[0]),
+		Argv:    slices.Clone(app.Exec),
+
 		Dir:       dir,
 		ParentPID: opt.ParentPID,
 		FDs:       []int{0, 1, 2, HubFD},
@@ -191,6 +191,19 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 	if sb.Policy == policy.PolicyBroad {
 		// Broad skips network narrowing along with the filesystem's.
 		network = policy.NetworkFull
+	}
+	if ll.FS {
+		// A jail app's environment is an allow list, with a PATH of the
+		// directories it may list (the entry's own PATH still wins).
+		base := []string{"PATH=" + jailPath(opt.BaseEnv, ll.Paths)}
+		for _, kv := range opt.BaseEnv {
+			if !strings.HasPrefix(kv, "PATH=") {
+				base = append(base, kv)
+			}
+		}
+		spec.Env = Environ(base, jailEnv(app.PassEnv), app.Env, daemonEnv)
+	} else {
+		spec.Env = Environ(opt.BaseEnv, nil, app.Env, daemonEnv)
 	}
 	spec.ExecOnce = !processes
 	spec.Seccomp = seccompRules(ruleSet{

@@ -73,6 +73,41 @@ func testJailedProcess(t *testing.T, useHelper bool) {
 			t.Errorf("app lacks %s in %q", kv, env)
 		}
 	}
+	// A jail app's environment is an allow list: what a terminal exported
+	// stays out unless the entry passes it, and PATH keeps only granted
+	// directories. A broad app keeps the daemon's (minus the reserved).
+	terminal := append(slices.Clone(base[1:]), "HOME="+h.dirs.Home, "TMUX=/tmp/tmux-0/default,1,0", "SSH_AUTH_SOCK=/tmp/ssh-x/agent.1",
+		"MAKEFLAGS=-j2", "AWS_SECRET_ACCESS_KEY=k", "GTK_THEME=Adwaita", "LC_TIME=C", "TZ=UTC", "LOGNAME=ada",
+		"PATH="+filepath.Join(h.dirs.Home, "bin")+":/usr/bin:/opt/tools:/bin")
+	for _, c := range []struct {
+		mut        func(a *policy.App)
+		want, gone []string
+	}{
+		{func(*policy.App) {}, []string{"LC_TIME=C", "TZ=UTC", "LOGNAME=ada", "HOME=" + h.dirs.Home, "PATH=/usr/bin:/bin"},
+			[]string{"TMUX", "SSH_AUTH_SOCK", "MAKEFLAGS", "AWS_SECRET_ACCESS_KEY", "GTK_THEME"}},
+		{func(a *policy.App) { a.PassEnv = []string{"GTK_THEME", "OCTOS_TOKEN"} }, []string{"GTK_THEME=Adwaita", "PATH=/usr/bin:/bin"},
+			[]string{"TMUX", "SSH_AUTH_SOCK", "OCTOS_TOKEN"}},
+		{func(a *policy.App) { a.Env = map[string]string{"PATH": "/opt/tools"} }, []string{"PATH=/opt/tools"}, []string{"TMUX"}},
+		{withBroad, []string{"TMUX=/tmp/tmux-0/default,1,0", "SSH_AUTH_SOCK=/tmp/ssh-x/agent.1", "GTK_THEME=Adwaita"},
+			[]string{"OCTOS_TOKEN", "NOTIFY_SOCKET", "LISTEN_FDS"}},
+	} {
+		app := h.probeApp("basics", "env")
+		c.mut(&app)
+		o := h.runApp(app, terminal, nil)
+		env := strings.Split(o.out, "\n")
+		for _, kv := range c.want {
+			if !slices.Contains(env, kv) {
+				t.Errorf("%s app lacks %s in %q", app.Sandbox.Policy, kv, env)
+			}
+		}
+		for _, name := range c.gone {
+			for _, kv := range env {
+				if strings.HasPrefix(kv, name+"=") {
+					t.Errorf("%s app (pass_env %v) sees %s", app.Sandbox.Policy, app.PassEnv, kv)
+				}
+			}
+		}
+	}
 	for _, d := range []string{h.dirs.JailDir("basics"), h.dirs.SecretsDir("basics")} {
 		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
 			t.Errorf("%s: %v %v, want a 0700 directory", d, st.Mode(), err)

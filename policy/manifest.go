@@ -22,6 +22,12 @@ type App struct {
 	Sandbox   Sandbox           `json:"sandbox"`
 	Storage   Storage           `json:"storage"`
 	Env       map[string]string `json:"env,omitempty"`
+	// PassEnv names variables of the daemon's environment a jail app
+	// gets (besides the few every app gets): a jail app's environment is
+	// an allow list, so that what a terminal exported (SSH_AUTH_SOCK, a
+	// cloud token) stays out. A broad app gets the daemon's whole
+	// environment, minus the reserved names, and needs none.
+	PassEnv []string `json:"pass_env,omitempty"`
 }
 
 // RestartPolicy says what the supervisor does when an app's process ends

@@ -306,6 +306,24 @@ func rules(m *Manifest, earlier []finding) []finding {
 				add(at, "is reserved: "+why, "remove it, or give the variable a name outside these prefixes")
 			}
 		}
+		seen := map[string]int{}
+		for k, name := range a.PassEnv {
+			at := p.child("pass_env").at(k)
+			if flagged.any(at) {
+				continue
+			}
+			switch first, dup := seen[name]; {
+			case a.Sandbox.Policy == PolicyBroad:
+				add(at, `has no effect with policy "broad", which gets the daemon's whole environment`, `remove pass_env, or set "policy": "jail"`)
+			case dup:
+				add(at, fmt.Sprintf("%q is already listed at [%d]", name, first), "remove the duplicate")
+			default:
+				if why := reservedEnvWhy(name); why != "" {
+					add(at, "is reserved: "+why, "remove it")
+				}
+				seen[name] = k
+			}
+		}
 	}
 	return out
 }
@@ -466,6 +484,7 @@ func (m *Manifest) normalize() {
 			}
 		}
 		a.Resources = nilIfEmpty(a.Resources)
+		a.PassEnv = nilIfEmpty(a.PassEnv)
 		a.Grants.Services = nilIfEmpty(a.Grants.Services)
 		a.Grants.Methods = nilIfEmpty(a.Grants.Methods)
 		a.Grants.Tools = nilIfEmpty(a.Grants.Tools)
