@@ -18,7 +18,10 @@ type Apps interface {
 	Logs(id string, n int) ([]supervisor.LogLine, error)
 	// Subscribe delivers the events of the given kinds (all when none).
 	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
-	Owner(pid int) (appID string, ok bool)
+	// CheckPeer returns nil only when the process is positively outside
+	// every app (a *supervisor.PeerError otherwise): the control socket
+	// serves no other.
+	CheckPeer(p supervisor.Peer) error
 	// Entry is the app's manifest entry and the manifest's developer
 	// mode, from which its next start's jail is compiled.
 	Entry(id string) (app policy.App, developerMode, ok bool)

@@ -125,11 +125,15 @@ func (f *fakeApps) write(id, text string) {
 	f.publishLocked(supervisor.Event{Kind: supervisor.KindLog, Log: &l})
 }
 
-func (f *fakeApps) Owner(pid int) (string, bool) {
+// CheckPeer places the processes of owners in their apps, and every
+// other outside.
+func (f *fakeApps) CheckPeer(p supervisor.Peer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	id, ok := f.owners[pid]
-	return id, ok
+	if id, ok := f.owners[p.Pid]; ok {
+		return &supervisor.PeerError{Pid: p.Pid, Inside: true, App: id, Reason: fmt.Sprintf("belongs to app %q", id)}
+	}
+	return nil
 }
 
 func (f *fakeApps) Entry(id string) (policy.App, bool, bool) {

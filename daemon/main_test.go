@@ -16,16 +16,24 @@ import (
 	"octosup/jail"
 )
 
-// The test binary plays three more parts, chosen by the environment
-// before any test runs: the jail helper (the supervisor re-executes the
-// daemon's binary), a control client of another uid, and a whole daemon
-// for the tests that need a process of its own (socket activation).
+// The test binary plays more parts, chosen by the environment before any
+// test runs: the jail helper (the supervisor re-executes the daemon's
+// binary), a control client (of another uid, or outside every app), the
+// apps of the tests, the child that the race app forks
+// (peer_race_test.go), and a whole daemon for the tests that need a
+// process of its own (socket activation).
 func TestMain(m *testing.M) {
 	if jail.IsHelper(os.Args) {
 		os.Exit(jail.RunHelper())
 	}
 	if path := os.Getenv("OCTOSUP_TEST_DIAL"); path != "" {
 		os.Exit(dialAndPrint(path))
+	}
+	if path := os.Getenv("DAEMON_TEST_CONNECT"); path != "" {
+		os.Exit(connectChild(path))
+	}
+	if os.Getenv("DAEMON_TEST_RACEAPP") != "" {
+		os.Exit(raceApp())
 	}
 	if os.Getenv("DAEMON_TEST_PROBE") == "1" {
 		os.Exit(probeApp())

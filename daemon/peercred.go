@@ -1,33 +1,96 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// peerProc is the process at the other end of a connection, held by a
+// pidfd, for the "not an app" check.
+type peerProc struct {
+	pidfd int // -1: none could be had, err says why
+	// how the pidfd was had: "SO_PEERPIDFD" (the process that connected,
+	// whatever became of its pid since) or "pidfd_open" (of the pid
+	// SO_PEERCRED gave, where the kernel has no SO_PEERPIDFD: whatever
+	// process has that pid by then).
+	how string
+	err error
+}
+
+func (p peerProc) close() {
+	if p.pidfd >= 0 {
+		unix.Close(p.pidfd)
+	}
+}
+
+// getPeerPidfd is SO_PEERPIDFD (Linux 6.5): a pidfd of the process that
+// connected, taken by the kernel at connect time.
+func getPeerPidfd(sock int) (int, error) {
+	return unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+}
+
 // peerCred reads the peer's pid, uid and gid as the kernel recorded them
-// at connect time (SO_PEERCRED): what the peer says never matters.
-func peerCred(nc net.Conn) (Peer, error) {
+// at connect time (SO_PEERCRED): what the peer says never matters. It
+// also gets a pidfd of the peer: from peerPidfd (SO_PEERPIDFD), or, where
+// that is unknown to the kernel (ENOPROTOOPT), by pidfd_open of the pid.
+func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Peer, peerProc, error) {
+	proc := peerProc{pidfd: -1}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return Peer{}, fmt.Errorf("%T is not a socket", nc)
+		return Peer{}, proc, fmt.Errorf("%T is not a socket", nc)
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return Peer{}, err
+		return Peer{}, proc, err
 	}
 	var cred *unix.Ucred
-	var serr error
+	var serr, perr error
+	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if serr == nil {
+			pidfd, perr = peerPidfd(int(fd))
+		}
 	}); err != nil {
-		return Peer{}, err
+		return Peer{}, proc, err
 	}
 	if serr != nil {
-		return Peer{}, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return Peer{}, proc, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
-	return Peer{Pid: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}, nil
+	peer := Peer{Pid: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
+	proc.how = "SO_PEERPIDFD"
+	if errors.Is(perr, unix.ENOPROTOOPT) {
+		proc.how = "pidfd_open"
+		if peer.Pid > 0 {
+			pidfd, perr = unix.PidfdOpen(peer.Pid, 0)
+		} else {
+			perr = errors.New("no pid")
+		}
+	}
+	switch {
+	case perr == nil:
+		proc.pidfd = pidfd
+	case errors.Is(perr, unix.ESRCH) || (proc.how == "SO_PEERPIDFD" && errors.Is(perr, unix.EINVAL)):
+		// Linux 6.5 to 6.15 answer SO_PEERPIDFD with EINVAL once the
+		// peer is reaped; pidfd_open says ESRCH.
+		proc.err = fmt.Errorf("it exited before the daemon could check it (%s: %v)", proc.how, perr)
+	default:
+		proc.err = fmt.Errorf("no pidfd of it (%s: %v)", proc.how, perr)
+	}
+	return peer, proc, nil
+}
+
+// boottime is now on CLOCK_BOOTTIME, the clock of the start times in
+// /proc/PID/stat.
+func boottime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0 // no bound: never happens on Linux
+	}
+	return time.Duration(ts.Nano())
 }

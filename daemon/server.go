@@ -74,6 +74,11 @@ type Server struct {
 	// each op's are worth building.
 	debug bool
 
+	// peerPidfd gets a pidfd of a socket's peer: SO_PEERPIDFD (tests
+	// stand in a kernel without it).
+	peerPidfd    func(sock int) (int, error)
+	fallbackOnce sync.Once
+
 	mu      sync.RWMutex
 	ops     map[string]Handler
 	ordered map[string]bool // ops run in arrival order on the reader
@@ -89,10 +94,11 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.LinkStatus = func(string) control.LinkStatus { return control.LinkStatus{} }
 	}
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Log,
-		uid:   os.Getuid(),
-		debug: cfg.Log.Core().Enabled(zapcore.DebugLevel),
+		cfg:       cfg,
+		log:       cfg.Log,
+		uid:       os.Getuid(),
+		peerPidfd: getPeerPidfd,
+		debug:     cfg.Log.Core().Enabled(zapcore.DebugLevel),
 		topics: map[string]bool{
 			control.TopicState:    true,
 			control.TopicLog:      true,
@@ -210,10 +216,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			cancel()
 			return fmt.Errorf("accept on control socket: %w", err)
 		}
+		// The peer had connected by now: a process at its pid that
+		// started later is another one.
+		accepted := boottime()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.serveConn(ctx, nc)
+			s.serveConn(ctx, nc, accepted)
 		}()
 	}
 }
@@ -275,17 +284,19 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 
 // serveConn runs one connection: the peer check, then the reader (this
 // goroutine), one goroutine per request in flight and the writer.
-func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Duration) {
 	log := s.log
-	peer, err := peerCred(nc)
+	peer, proc, err := peerCred(nc, s.peerPidfd)
 	if err != nil {
 		log.Warn("refuse control connection: no peer credentials", zap.Error(err))
 		nc.Close()
 		return
 	}
 	log = log.With(zap.Int("peer_pid", peer.Pid), zap.Uint32("peer_uid", peer.UID))
-	if why := s.refuse(peer); why != "" {
-		log.Warn("refuse control connection", zap.String("why", why))
+	why := s.refuse(peer, proc, accepted)
+	proc.close()
+	if why != "" {
+		log.Warn("refuse control connection", zap.String("why", why), zap.String("peer_pidfd", proc.how))
 		line, _ := json.Marshal(control.Response{Error: control.Errorf(control.CodeNotPermitted, "%s", why)})
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write(append(line, '\n'))
@@ -324,13 +335,25 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	nc.Close()
 }
 
-// refuse says why a peer may not use the socket, "" when it may.
-func (s *Server) refuse(p Peer) string {
+// refuse says why a peer may not use the socket, "" when it may: only a
+// process of the daemon's uid that the supervisor places outside every
+// app, by the pidfd proc holds, may. accepted is when the connection was
+// accepted (CLOCK_BOOTTIME), by which the peer had started.
+func (s *Server) refuse(p Peer, proc peerProc, accepted time.Duration) string {
 	if int(p.UID) != s.uid {
 		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.UID, s.uid)
 	}
-	if app, ok := s.cfg.Apps.Owner(p.Pid); ok {
-		return fmt.Sprintf("process %d belongs to app %q: supervised apps may not use the control socket", p.Pid, app)
+	const apps = "supervised apps may not use the control socket, and a peer not shown to be outside every app is taken for one"
+	if proc.err != nil {
+		return fmt.Sprintf("process %d cannot be placed outside every app: %v: %s", p.Pid, proc.err, apps)
+	}
+	if proc.how == "pidfd_open" {
+		s.fallbackOnce.Do(func() {
+			s.log.Warn("this kernel has no SO_PEERPIDFD (Linux 6.5): control socket peers are found by pid; a pid reused between a peer's connect and its accept could be taken for the peer")
+		})
+	}
+	if err := s.cfg.Apps.CheckPeer(supervisor.Peer{Pid: p.Pid, Pidfd: proc.pidfd, StartedBy: accepted}); err != nil {
+		return fmt.Sprintf("%v: %s", err, apps)
 	}
 	return ""
 }

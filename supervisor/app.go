@@ -363,6 +363,11 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		cgroupFD = int(leafDir.Fd())
 	}
 	reply := make(chan spawnResult, 1)
+	// Until the process is in s.pids or gone, CheckPeer does not place a
+	// child of the daemon: it may be this one.
+	s.mu.Lock()
+	s.spawning++
+	s.mu.Unlock()
 	s.spawnReqs <- spawnRequest{
 		req: jail.Request{
 			App: entry, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
@@ -380,6 +385,9 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	fail := func(err error) (AppStatus, error) {
 		c.closeDaemon()
 		r.discard(sp)
+		s.mu.Lock()
+		s.spawning--
+		s.mu.Unlock()
 		r.removeLeaf(leaf)
 		return r.fail(nil, err)
 	}
@@ -410,6 +418,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	r.proc = p
 	s.mu.Lock()
 	s.pids[p.pid] = r
+	s.spawning--
 	s.mu.Unlock()
 	confirmed := r.confirmAsync(sp.confirm)
 	s.io.Add(3)

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +46,10 @@ const subtreePrefix = "octosup."
 // cgroupTree is this daemon's subtree, where its leaves are made.
 type cgroupTree struct {
 	mnt, dir string
-	log      *zap.Logger
+	// own is the daemon's cgroup and name the subtree's name in it: dir
+	// is mnt/own/name (own as /proc/PID/cgroup names it).
+	own, name string
+	log       *zap.Logger
 }
 
 // openCgroupTree finds the daemon's cgroup v2 directory, checks it can
@@ -58,10 +60,11 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 	if err != nil {
 		return nil, err
 	}
-	own, err := cgroupDir(mnt, "/proc/self/cgroup")
+	ownRel, err := cgroupPath("/proc/self/cgroup")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
+	own := filepath.Join(mnt, ownRel)
 	if err := unix.Access(own, unix.W_OK); err != nil {
 		return nil, fmt.Errorf("%w: cannot write %s (run under systemd with Delegate=yes, or as root): %v", ErrNoCgroup, own, err)
 	}
@@ -82,7 +85,7 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("%w: no cgroup.kill in %s (needs Linux 5.14)", ErrNoCgroup, dir)
 	}
-	return &cgroupTree{mnt: mnt, dir: dir, log: log}, nil
+	return &cgroupTree{mnt: mnt, dir: dir, own: ownRel, name: name, log: log}, nil
 }
 
 // ownCgroup is the directory of this process's cgroup v2: its "0::" line
@@ -100,16 +103,27 @@ func ownCgroup(mountinfo, cgroup string) (string, error) {
 // cgroupDir is the cgroup v2 directory a /proc/PID/cgroup file names,
 // under the mount point mnt.
 func cgroupDir(mnt, cgroup string) (string, error) {
-	b, err := os.ReadFile(cgroup)
+	rel, err := cgroupPath(cgroup)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
+	return filepath.Join(mnt, rel), nil
+}
+
+// cgroupPath is the cgroup v2 path (its "0::" line) a /proc/PID/cgroup
+// file names, relative to the hierarchy's root: "/" or "/a/b". A cgroup
+// removed under a zombie has " (deleted)" after it.
+func cgroupPath(cgroup string) (string, error) {
+	b, err := os.ReadFile(cgroup)
+	if err != nil {
+		return "", err
+	}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rel, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(rel, "/") {
-			return filepath.Join(mnt, rel), nil
+			return rel, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no cgroup v2 line in %s", ErrNoCgroup, cgroup)
+	return "", fmt.Errorf("no cgroup v2 line in %s", cgroup)
 }
 
 // cgroup2Mount finds where the cgroup2 filesystem is mounted, from a
@@ -187,21 +201,11 @@ func subtreeName(pid int) (string, error) {
 
 // startTime is field 22 of /proc/PID/stat.
 func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := readStat(pid)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("stat of %d: %w", pid, err)
 	}
-	// The command name, in parentheses, may hold spaces: fields count
-	// from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat of %d: no ')'", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("stat of %d: %d fields", pid, len(f))
-	}
-	return strconv.ParseUint(f[19], 10, 64)
+	return st.start, nil
 }
 
 // clearLeftovers kills and removes the subtrees in parent of daemons that
@@ -259,17 +263,6 @@ func (t *cgroupTree) leaf(app string) (path string, dirFD *os.File, err error) {
 		return "", nil, fmt.Errorf("open the cgroup of %s: %w", app, err)
 	}
 	return path, os.NewFile(uintptr(fd), path), nil
-}
-
-// appOf says which app's leaf of this subtree holds pid. Leaves are named
-// <app id>.<random>, and app ids have no dot.
-func (t *cgroupTree) appOf(pid int) (string, bool) {
-	dir, err := cgroupDir(t.mnt, "/proc/"+strconv.Itoa(pid)+"/cgroup")
-	if err != nil || filepath.Dir(dir) != t.dir {
-		return "", false
-	}
-	id, _, ok := strings.Cut(filepath.Base(dir), ".")
-	return id, ok
 }
 
 // close removes the subtree once its leaves are gone (another supervisor

@@ -118,22 +118,15 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 			if st.Stopper != want {
 				t.Fatalf("stopper %q, want %q", st.Stopper, want)
 			}
-			if id, ok := sup.Owner(gpid); !ok || id != "tree" {
-				t.Errorf("Owner(setsid grandchild) = %q, %v; want tree", id, ok)
-			}
+			wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "")
 			var leaf string
 			if !c.noCgroup {
 				leaf, err = ownCgroup("/proc/self/mountinfo", fmt.Sprintf("/proc/%d/cgroup", gpid))
 				if err != nil || filepath.Dir(leaf) != sup.cgroups.dir || !strings.HasPrefix(filepath.Base(leaf), "tree.") {
 					t.Fatalf("grandchild's cgroup %q, %v; want a leaf tree.* of %s", leaf, err, sup.cgroups.dir)
 				}
-				// Owner's first answer, whatever the process tree says.
-				if id, ok := sup.cgroups.appOf(gpid); !ok || id != "tree" {
-					t.Errorf("appOf(setsid grandchild) = %q, %v; want tree", id, ok)
-				}
-				if id, ok := sup.cgroups.appOf(os.Getpid()); ok {
-					t.Errorf("appOf(the test) = %q: the daemon is in no app's leaf", id)
-				}
+				// Found by its leaf, whatever the process tree says.
+				wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "its cgroup "+strings.TrimPrefix(leaf, sup.cgroups.mnt))
 			}
 
 			switch c.end {

@@ -22,8 +22,11 @@
 // returns an error wrapping ErrStartFailed and its cause (jail.ErrNoProgram,
 // a *jail.LayerError, ErrStartTimeout, …) along with the failed status,
 // whose Reason is the same text.
-// Status and Logs only copy what is kept in memory. Owner maps a pid (a
-// control-socket peer, say) to the app whose process tree it is in.
+// Status and Logs only copy what is kept in memory. CheckPeer says
+// whether a process, held by a pidfd (a control-socket peer), is
+// positively outside every app (peer.go): it refuses one in the apps'
+// cgroup subtree, one that is or descends from an app's process, and one
+// it cannot place (gone, a zombie, a reused pid, unreadable).
 //
 // Each app has one goroutine that alone starts, signals and reaps its
 // processes and moves its state, through one function that refuses
@@ -88,15 +91,20 @@
 //
 // With the process-group stopper the supervisor knows an app's processes
 // only through the app's process group: a descendant that leaves it
-// (setsid, setpgid) is neither stopped with the app nor found by Owner.
+// (setsid, setpgid) is not stopped with the app; CheckPeer still finds
+// it by its ancestry while its parent chain to the app's main process
+// stands.
 // When the daemon itself dies (SIGKILL, a crash), each app's leader dies
 // with it (its parent-death signal), but the leader's descendants get no
 // such signal and can outlive the daemon (TestDaemonKilled checks the
 // leaders only). With the cgroup stopper those descendants die at the next
 // daemon start, and under systemd at once, since systemd kills the
 // service's cgroup. SIGTERM (a stop's first signal) still goes to the
-// process group only: cgroup.kill has no gentler signal. Owner finds a
-// process by its leaf, so a setsid descendant is found too.
+// process group only: cgroup.kill has no gentler signal. CheckPeer finds
+// a process by its leaf, so a setsid descendant is found too, and by its
+// ancestors' leaves once it is moved out of its own. A descendant moved
+// out of its leaf whose app processes above it have all exited (it was
+// reparented) carries no sign of its app any more, and is placed outside.
 //
 // # Restart policy
 //

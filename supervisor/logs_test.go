@@ -104,18 +104,24 @@ func FuzzReadLines(f *testing.F) {
 }
 
 func TestParseStat(t *testing.T) {
+	// The 18 fields between pgrp and starttime, as a sleeping process has
+	// them.
+	const mid = " 1200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 "
 	for _, tc := range []struct {
 		in      string
 		want    procStat
 		wantErr bool
 	}{
-		{in: "1234 (sleep) S 1200 1234 1200 0 -1 4194560", want: procStat{ppid: 1200, pgid: 1234}},
-		{in: "77 (a) b) c) R 5 6 7", want: procStat{ppid: 5, pgid: 6}},
-		{in: "77 (with space) Z 0 0", want: procStat{ppid: 0, pgid: 0}},
+		{in: "1234 (sleep) S 1200 1234" + mid + "98765 8192 200", want: procStat{state: 'S', ppid: 1200, pgid: 1234, start: 98765}},
+		{in: "77 (a) b) c) R 5 6" + mid + "7", want: procStat{state: 'R', ppid: 5, pgid: 6, start: 7}},
+		{in: "77 (with space) Z 0 0" + mid + "0", want: procStat{state: 'Z'}},
+		{in: "77 (x) S 1 2" + mid, wantErr: true},        // no starttime
+		{in: "77 (x) S 1 2" + mid + "-3", wantErr: true}, // bad starttime
+		{in: "77 (x) SS 1 2" + mid + "3", wantErr: true}, // bad state
+		{in: "77 x S 1 2" + mid + "3", wantErr: true},    // no command name
+		{in: "77 (x) S -1 2" + mid + "3", wantErr: true}, // bad ppid
+		{in: "77 (x) S 1 pg" + mid + "3", wantErr: true}, // bad pgrp
 		{in: "77 (x) S", wantErr: true},
-		{in: "77 x S 1 2", wantErr: true},
-		{in: "77 (x) S -1 2", wantErr: true},
-		{in: "77 (x) S 1 pg", wantErr: true},
 		{in: "", wantErr: true},
 	} {
 		got, err := parseStat([]byte(tc.in))
@@ -126,7 +132,7 @@ func TestParseStat(t *testing.T) {
 }
 
 func FuzzParseStat(f *testing.F) {
-	f.Add([]byte("1234 (sleep) S 1200 1234 1200 0 -1 4194560"))
+	f.Add([]byte("1234 (sleep) S 1200 1234 1200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 8192 200"))
 	f.Add([]byte("1 ()) S 0 0"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		st, err := parseStat(in)

@@ -281,9 +281,11 @@ func killGroup(pgid int, sig unix.Signal) error {
 	return nil
 }
 
-// procStat is what Owner needs of /proc/PID/stat.
+// procStat is what CheckPeer needs of /proc/PID/stat.
 type procStat struct {
-	ppid, pgid int
+	state      byte   // R, S, D, Z, X, ...
+	ppid, pgid int    // parent, process group
+	start      uint64 // start time, clock ticks since boot
 }
 
 // parseStat decodes /proc/PID/stat. The command name (field 2) may hold
@@ -295,9 +297,14 @@ func parseStat(b []byte) (procStat, error) {
 		return procStat{}, errors.New("stat: no command name")
 	}
 	f := strings.Fields(s[i+1:])
-	// state ppid pgrp ...
-	if len(f) < 3 {
+	// state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+	// cmajflt utime stime cutime cstime priority nice num_threads
+	// itrealvalue starttime ...
+	if len(f) < 20 {
 		return procStat{}, errors.New("stat: too few fields")
+	}
+	if len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("stat: bad state %q", f[0])
 	}
 	ppid, err := strconv.Atoi(f[1])
 	if err != nil || ppid < 0 {
@@ -307,7 +314,11 @@ func parseStat(b []byte) (procStat, error) {
 	if err != nil || pgid < 0 {
 		return procStat{}, fmt.Errorf("stat: bad pgrp %q", f[2])
 	}
-	return procStat{ppid: ppid, pgid: pgid}, nil
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("stat: bad starttime %q", f[19])
+	}
+	return procStat{state: f[0][0], ppid: ppid, pgid: pgid, start: start}, nil
 }
 
 func readStat(pid int) (procStat, error) {

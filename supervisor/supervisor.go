@@ -138,6 +138,9 @@ type Supervisor struct {
 	removing map[*runner]struct{}
 	pending  []*runner       // created before Run started
 	pids     map[int]*runner // live (unreaped) process group leaders
+	// spawning counts the processes being started that are not in pids
+	// yet: CheckPeer does not place the daemon's children meanwhile.
+	spawning int
 
 	// launch starts processes on the spawner thread: cfg.Launcher, or a
 	// test's stand-in set before Run.
@@ -454,54 +457,4 @@ func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
 // (Subscribe(n, KindState)): output lines would otherwise fill its queue.
 func (s *Supervisor) Subscribe(buffer int, kinds ...EventKind) *Subscription {
 	return s.subs.subscribe(buffer, kinds)
-}
-
-// maxOwnerDepth bounds the walk up the process tree.
-const maxOwnerDepth = 64
-
-// Owner reports whether pid is an app's process or a descendant of one,
-// and which app's. With the cgroup stopper, the leaf a process is in says
-// it. Otherwise it walks the parent chain in /proc and also matches on
-// the process group, which catches orphans that were reparented but kept
-// the app's group; a descendant that left the group with setsid and was
-// reparented is not found then.
-func (s *Supervisor) Owner(pid int) (appID string, ok bool) {
-	if s.cgroups != nil {
-		// The leaf holds every descendant, wherever it went.
-		if id, ok := s.cgroups.appOf(pid); ok {
-			s.mu.Lock()
-			_, known := s.apps[id]
-			s.mu.Unlock()
-			if known {
-				return id, true
-			}
-		}
-	}
-	for range maxOwnerDepth {
-		if pid <= 1 {
-			return "", false
-		}
-		if id, ok := s.leader(pid); ok {
-			return id, true
-		}
-		st, err := readStat(pid)
-		if err != nil {
-			return "", false
-		}
-		if id, ok := s.leader(st.pgid); ok {
-			return id, true
-		}
-		pid = st.ppid
-	}
-	return "", false
-}
-
-func (s *Supervisor) leader(pid int) (string, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.pids[pid]
-	if !ok {
-		return "", false
-	}
-	return r.id, true
 }

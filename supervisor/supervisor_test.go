@@ -174,11 +174,10 @@ func TestSpawnCrashRestart(t *testing.T) {
 	if st.State != Running || st.Pid <= 0 || st.Restarts != 0 || st.Stopper != sup.stopper() || st.Jail == nil {
 		t.Fatalf("after autostart: %+v", st)
 	}
-	if id, ok := sup.Owner(st.Pid); !ok || id != "crashy" {
-		t.Errorf("Owner(%d) = %q, %v; want crashy", st.Pid, id, ok)
-	}
-	if id, ok := sup.Owner(os.Getpid()); ok {
-		t.Errorf("Owner(test process) = %q, want none", id)
+	appFD := pidfd(t, st.Pid)
+	wantInside(t, sup.CheckPeer(Peer{Pid: st.Pid, Pidfd: appFD}), "crashy", "")
+	if err := checkPid(t, sup, os.Getpid()); err != nil {
+		t.Errorf("CheckPeer(test process) = %v, want nil", err)
 	}
 
 	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
@@ -192,9 +191,8 @@ func TestSpawnCrashRestart(t *testing.T) {
 	if st := status(t, sup, "crashy"); st.State != Stopped {
 		t.Fatalf("on-request app did not stay stopped: %+v", st)
 	}
-	if id, ok := sup.Owner(st.Pid); ok {
-		t.Errorf("Owner(%d) = %q after the process died and was reaped; want none", st.Pid, id)
-	}
+	// Reaped, it is refused by its pidfd, whatever has its pid now.
+	wantUnplaced(t, sup.CheckPeer(Peer{Pid: st.Pid, Pidfd: appFD}), "exited")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -269,9 +267,7 @@ func TestStopKillsGrandchild(t *testing.T) {
 		t.Fatalf("bad line %q", line)
 	}
 	gfd := pidfd(t, gpid)
-	if id, ok := sup.Owner(gpid); !ok || id != "tree" {
-		t.Errorf("Owner(grandchild %d) = %q, %v; want tree", gpid, id, ok)
-	}
+	wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

@@ -1,0 +1,305 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Placing a process outside every app (CheckPeer), for the control
+// socket: a peer is served only when the supervisor can show that it is
+// no app's, and refused when it is, or when it cannot be shown either way.
+//
+// Every read is of /proc/<pid>, which names a process only as long as the
+// pid is not reused. So each process is held by a pidfd, its /proc
+// entries are read, and only then is the pidfd asked whether its process
+// still runs: if it does, the pid was its all along and the reads were of
+// it. The peer's own pidfd comes with the connection (SO_PEERPIDFD), or is
+// opened on its pid by the caller; each ancestor's is opened on the parent
+// pid its child named, and is that parent's only if the child, still
+// running, names it again afterwards.
+
+// maxPeerDepth bounds the walk up the process tree.
+const maxPeerDepth = 64
+
+// tick is the unit of start times in /proc/PID/stat: USER_HZ, which is
+// 100 on every architecture Linux runs octosup on.
+const tick = 10 * time.Millisecond
+
+// Peer is a process to place: a control-socket client.
+type Peer struct {
+	// Pid is its pid, as the kernel gave it with the connection
+	// (SO_PEERCRED).
+	Pid int
+	// Pidfd is a pidfd of the same process: from SO_PEERPIDFD, which
+	// names the process that connected even once its pid is reused, or
+	// pidfd_open of Pid where the kernel has no SO_PEERPIDFD.
+	Pidfd int
+	// StartedBy, when not zero, is a moment (CLOCK_BOOTTIME) by which the
+	// process had started: one at Pid that started later is not the one
+	// that connected, its pid was reused. The caller passes the moment it
+	// accepted the connection.
+	StartedBy time.Duration
+}
+
+// PeerError is why CheckPeer refused a process.
+type PeerError struct {
+	Pid int
+	// Inside: the process is an app's or descends from one. Otherwise it
+	// could not be placed: it is gone, a zombie, its pid was reused, or
+	// something about it could not be read.
+	Inside bool
+	// App is the app it is in or descends from, when one is known.
+	App    string
+	Reason string
+}
+
+func (e *PeerError) Error() string {
+	if e.Inside {
+		return fmt.Sprintf("process %d %s", e.Pid, e.Reason)
+	}
+	return fmt.Sprintf("process %d cannot be placed outside every app: %s", e.Pid, e.Reason)
+}
+
+// CheckPeer returns nil only when the process p is positively outside
+// every app: neither it nor any of its ancestors is in the apps' cgroup
+// subtree (any leaf, a known app's or not, or a cgroup below one), is an
+// app's main process, or is in an app's process group; and everything
+// that says so was read while the process ran. Otherwise it returns a
+// *PeerError. The walk up the tree ends at the daemon itself or at a
+// child of pid 1. Without the cgroup stopper the walk is the whole check.
+func (s *Supervisor) CheckPeer(p Peer) error {
+	pl := placer{src: procfs{}, self: os.Getpid(), lookup: s.lookup, appNamed: s.appNamed}
+	if s.cgroups != nil {
+		pl.own, pl.subtree = s.cgroups.own, s.cgroups.name
+	}
+	var bound uint64
+	if p.StartedBy > 0 {
+		bound = uint64(p.StartedBy / tick)
+	}
+	return pl.place(p.Pid, p.Pidfd, bound)
+}
+
+// record is what the supervisor's own books say of one process.
+type record struct {
+	app      string // the app whose main process it is, or whose group it is in
+	group    bool   // app is known by the process group
+	starting bool   // an app process is being started and not yet in the books
+}
+
+// lookup reads the books on pid, of process group pgid, under one lock.
+func (s *Supervisor) lookup(pid, pgid int) record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.pids[pid]; ok {
+		return record{app: r.id}
+	}
+	if r, ok := s.pids[pgid]; ok {
+		return record{app: r.id, group: true}
+	}
+	return record{starting: s.spawning > 0}
+}
+
+func (s *Supervisor) appNamed(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.apps[id]
+	return ok
+}
+
+// procSource is what placing reads of processes: procfs, or a test's fake.
+type procSource interface {
+	stat(pid int) (procStat, error)
+	// cgroup is the process's cgroup v2 path, relative to the
+	// hierarchy's root.
+	cgroup(pid int) (string, error)
+	// alive is nil while the process behind pidfd has not exited.
+	alive(pidfd int) error
+	open(pid int) (pidfd int, err error)
+	close(pidfd int)
+}
+
+type procfs struct{}
+
+func (procfs) stat(pid int) (procStat, error) { return readStat(pid) }
+
+func (procfs) cgroup(pid int) (string, error) {
+	return cgroupPath("/proc/" + strconv.Itoa(pid) + "/cgroup")
+}
+
+func (procfs) alive(pidfd int) error {
+	err := unix.PidfdSendSignal(pidfd, 0, nil, 0)
+	if errors.Is(err, unix.EPERM) {
+		// Another user's process (an ancestor): the kernel looks the
+		// process up before it checks the right to signal it, so it is
+		// there.
+		return nil
+	}
+	return err
+}
+
+func (procfs) open(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+func (procfs) close(pidfd int)           { unix.Close(pidfd) }
+
+// placer holds what placing a process needs.
+type placer struct {
+	src  procSource
+	self int // the daemon's pid
+	// own is the daemon's cgroup and subtree the name of its apps'
+	// subtree in it ("" for both without the cgroup stopper).
+	own, subtree string
+	lookup       func(pid, pgid int) record
+	appNamed     func(id string) bool
+}
+
+// node is one process of the walk.
+type node struct {
+	pid, fd int
+	st      procStat
+	owned   bool // fd was opened by the walk, which closes it
+}
+
+// place decides on the process pid, held by pidfd; bound, when not zero,
+// is the clock tick by which it had started.
+func (pl placer) place(pid, pidfd int, bound uint64) error {
+	unplaced := func(format string, a ...any) error {
+		return &PeerError{Pid: pid, Reason: fmt.Sprintf(format, a...)}
+	}
+	if pid <= 0 {
+		return unplaced("the kernel gave no pid for it (it is in a pid namespace the daemon does not see)")
+	}
+	cur := node{pid: pid, fd: pidfd}
+	var child *node
+	defer func() {
+		for _, n := range []*node{&cur, child} {
+			if n != nil && n.owned {
+				pl.src.close(n.fd)
+			}
+		}
+	}()
+	for depth := 0; ; depth++ {
+		if depth > maxPeerDepth {
+			return unplaced("it has more than %d ancestors", maxPeerDepth)
+		}
+		who := "it"
+		if depth > 0 {
+			who = fmt.Sprintf("its ancestor %d", cur.pid)
+		}
+		gone := func(err error) error {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+				return unplaced("%s exited before the daemon could check it (a connection is checked when it is accepted, and must come from a running process)", who)
+			}
+			return unplaced("cannot read %s: %v", who, err)
+		}
+		st, err := pl.src.stat(cur.pid)
+		if err != nil {
+			return gone(err)
+		}
+		var cg string
+		if pl.own != "" {
+			if cg, err = pl.src.cgroup(cur.pid); err != nil {
+				return gone(err)
+			}
+		}
+		// After the reads: they were of this very process only if it
+		// still runs.
+		if err := pl.src.alive(cur.fd); err != nil {
+			return gone(err)
+		}
+		if st.state == 'Z' || st.state == 'X' {
+			return unplaced("%s has exited (a zombie)", who)
+		}
+		cur.st = st
+		if depth == 0 && bound > 0 && st.start > bound {
+			return unplaced("the process at pid %d started after the connection was accepted: the pid was reused", pid)
+		}
+		if child != nil {
+			// cur was opened on the parent pid the child named: it is that
+			// parent only if the child, still running, names it again.
+			cst, err := pl.src.stat(child.pid)
+			if err == nil {
+				err = pl.src.alive(child.fd)
+			}
+			if err != nil || cst.state == 'Z' || cst.state == 'X' {
+				return unplaced("process %d exited while its ancestors were being checked", child.pid)
+			}
+			if cst.ppid != cur.pid {
+				return unplaced("the parent of process %d changed while it was being checked", child.pid)
+			}
+			if st.start > child.st.start {
+				return unplaced("process %d started after its child %d: the pid was reused", cur.pid, child.pid)
+			}
+			if child.owned {
+				pl.src.close(child.fd)
+			}
+			child = nil
+		}
+
+		via := ""
+		if depth > 0 {
+			via = fmt.Sprintf("descends from process %d, which ", cur.pid)
+		}
+		inside := func(app, format string, a ...any) error {
+			return &PeerError{Pid: pid, Inside: true, App: app, Reason: via + fmt.Sprintf(format, a...)}
+		}
+		if in, ours, leaf := pl.inApps(cg); in {
+			switch id, _, _ := strings.Cut(leaf, "."); {
+			case !ours:
+				return inside("", "is in another octosup daemon's apps' cgroup %s", cg)
+			case id != "" && pl.appNamed(id):
+				return inside(id, "belongs to app %q (its cgroup %s is in the apps' subtree)", id, cg)
+			default:
+				return inside("", "is in the apps' cgroup subtree (%s), though in no known app's leaf", cg)
+			}
+		}
+		rec := pl.lookup(cur.pid, st.pgid)
+		switch {
+		case rec.app != "" && rec.group:
+			return inside(rec.app, "is in the process group of app %q", rec.app)
+		case rec.app != "":
+			return inside(rec.app, "is the main process of app %q", rec.app)
+		case rec.starting && st.ppid == pl.self:
+			return unplaced("%s is a child of the daemon while an app is being started, which may be that app's process: try again", who)
+		}
+		if cur.pid == pl.self || st.ppid <= 1 {
+			return nil
+		}
+		fd, err := pl.src.open(st.ppid)
+		if err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				return unplaced("its ancestor %d exited while it was being checked", st.ppid)
+			}
+			return unplaced("cannot open a pidfd of its ancestor %d: %v", st.ppid, err)
+		}
+		prev := cur
+		child = &prev
+		cur = node{pid: st.ppid, fd: fd, owned: true}
+	}
+}
+
+// inApps says whether the cgroup cg is an apps' subtree of the daemon's
+// cgroup or below one: octosup.* in own, which is this daemon's when ours
+// (then leaf is the leaf's name), or another daemon's that shares the
+// cgroup.
+func (pl placer) inApps(cg string) (in, ours bool, leaf string) {
+	if pl.own == "" {
+		return false, false, ""
+	}
+	cg = strings.TrimSuffix(cg, " (deleted)")
+	rest, ok := strings.CutPrefix(cg, strings.TrimSuffix(pl.own, "/")+"/")
+	if !ok {
+		return false, false, ""
+	}
+	top, below, _ := strings.Cut(rest, "/")
+	if !strings.HasPrefix(top, subtreePrefix) {
+		return false, false, ""
+	}
+	leaf, _, _ = strings.Cut(below, "/")
+	return true, top == pl.subtree, leaf
+}
