@@ -91,8 +91,9 @@ func readLines(f io.ReadCloser, emit func(text string)) {
 	}
 }
 
-// clean turns raw bytes into a line fit for JSON and a terminal: no line
-// ending, valid UTF-8.
+// clean turns raw bytes into a line fit for JSON: no line ending, valid
+// UTF-8. It is not fit for a terminal as it is: the line keeps the app's
+// control characters, which a client shows with control.Visible.
 func clean(b []byte) string {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	b = bytes.TrimSuffix(b, []byte("\r"))

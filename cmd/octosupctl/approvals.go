@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,17 +23,16 @@ func (c *cli) approvalsCommand() *cobra.Command {
 				return c.printJSON(data)
 			}
 			if len(data.Approvals) == 0 {
-				fmt.Fprintln(c.stdout, "no pending approvals")
+				c.say("no pending approvals")
 				return nil
 			}
 			now := time.Now()
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tAPP\tKIND\tASKS\tEXPIRES IN")
+			t := c.table("ID", "APP", "KIND", "ASKS", "EXPIRES IN")
 			for _, a := range data.Approvals {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.App, a.Kind, approvalAsks(a), duration(a.Expires.Sub(now)))
+				t.row(a.ApprovalID, a.App, a.Kind, approvalAsks(a), duration(a.Expires.Sub(now)))
 			}
-			tw.Flush()
-			fmt.Fprintln(c.stdout, "answer with: octosupctl approve ID allow|deny [--remember]")
+			t.flush()
+			c.say("answer with: octosupctl approve ID allow|deny [--remember]")
 			return nil
 		},
 	}
@@ -86,7 +84,7 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 			if c.json {
 				return c.printJSON(data)
 			}
-			fmt.Fprintf(c.stdout, "%s: %s\n", args[0], data.Decision)
+			c.say("%s: %s", args[0], data.Decision)
 			return nil
 		},
 	}
@@ -116,15 +114,14 @@ func (c *cli) consentCommand() *cobra.Command {
 				return c.printJSON(data)
 			}
 			if len(data.Consents) == 0 {
-				fmt.Fprintln(c.stdout, "no consent decisions kept")
+				c.say("no consent decisions kept")
 				return nil
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "APP\tDECISION\tSINCE")
+			t := c.table("APP", "DECISION", "SINCE")
 			for _, d := range data.Consents {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", d.App, d.Decision, d.At.Local().Format(time.DateTime))
+				t.row(d.App, d.Decision, d.At.Local().Format(time.DateTime))
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	revoke := &cobra.Command{
@@ -141,9 +138,9 @@ func (c *cli) consentCommand() *cobra.Command {
 				return c.printJSON(data)
 			}
 			if data.Revoked != nil && *data.Revoked {
-				fmt.Fprintf(c.stdout, "%s: consent revoked; its next request asks again\n", args[0])
+				c.say("%s: consent revoked; its next request asks again", args[0])
 			} else {
-				fmt.Fprintf(c.stdout, "%s: no decision was kept\n", args[0])
+				c.say("%s: no decision was kept", args[0])
 			}
 			return nil
 		},

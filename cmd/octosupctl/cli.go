@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -56,17 +56,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "octosupctl: %v (see octosupctl --help)\n", err)
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "octosupctl: %v\n", oneLine(ee.err.Error()))
+	// The error may carry an app's text (a failure reason, a tool's
+	// error), a detail line the manifest's: one line each, visibly.
+	fmt.Fprintf(stderr, "octosupctl: %s\n", control.Visible(ee.err.Error()))
 	for _, d := range ee.detail {
-		fmt.Fprintf(stderr, "  %s\n", d)
+		fmt.Fprintf(stderr, "  %s\n", control.Visible(d))
 	}
 	return ee.code
 }
 
-func oneLine(s string) string {
-	first, _, _ := strings.Cut(s, "\n")
-	return first
+// What octosupctl prints for a person goes through say or a table: the
+// text a daemon relays is often an app's, which is hostile by assumption,
+// or the manifest's, and control.Visible renders every control, bidi and
+// invisible character of it as an escape. --json output is not rendered:
+// its escaping is already unambiguous, and scripts get the exact text.
+
+// say prints one line for a person.
+func (c *cli) say(format string, args ...any) {
+	fmt.Fprintln(c.stdout, control.Visible(fmt.Sprintf(format, args...)))
 }
+
+// table is a text/tabwriter table for a person: each cell is rendered on
+// its own, so that a tab in one (shown as \t) cannot start another.
+type table struct{ tw *tabwriter.Writer }
+
+func (c *cli) table(header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, cell := range cells {
+		if i > 0 {
+			t.tw.Write([]byte{'\t'})
+		}
+		io.WriteString(t.tw, control.Visible(cell))
+	}
+	t.tw.Write([]byte{'\n'})
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
 
 // opError turns an error of a daemon call into the exit error a person
 // reads: what was asked, why it did not happen, what to do.
@@ -156,7 +186,7 @@ func (c *cli) lifecycleCommand(op, short string) *cobra.Command {
 			if data.State == "stopped" && data.App.LastExit != nil {
 				line += fmt.Sprintf(" (%s)", data.App.LastExit)
 			}
-			fmt.Fprintln(c.stdout, line)
+			c.say("%s", line)
 			return nil
 		},
 	}
@@ -192,7 +222,7 @@ func (c *cli) reloadCommand() *cobra.Command {
 			if c.json {
 				return c.printJSON(data)
 			}
-			fmt.Fprintf(c.stdout, "reloaded: %d apps\n", data.Apps)
+			c.say("reloaded: %d apps", data.Apps)
 			return nil
 		},
 	}
@@ -231,7 +261,7 @@ func (c *cli) validateCommand() *cobra.Command {
 			if c.json {
 				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps)})
 			}
-			fmt.Fprintf(c.stdout, "%s is valid: %d apps\n", args[0], len(m.Apps))
+			c.say("%s is valid: %d apps", args[0], len(m.Apps))
 			return nil
 		},
 	}

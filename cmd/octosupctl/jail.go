@@ -28,6 +28,9 @@ What took at the last start is in "octosupctl status".`,
 			if c.json {
 				return c.printJSON(data.Spec)
 			}
+			// Printed as it is: jail.Describe renders the manifest's
+			// values with control.Visible, and rendering its lines again
+			// here would double the backslashes of those escapes.
 			fmt.Fprint(c.stdout, data.Text)
 			return nil
 		},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,11 +35,10 @@ func (c *cli) statusCommand() *cobra.Command {
 
 func printStatus(c *cli, data control.StatusData, now time.Time) {
 	if len(data.Apps) == 0 {
-		fmt.Fprintln(c.stdout, "no apps in the manifest")
+		c.say("no apps in the manifest")
 		return
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "APP\tSTATE\tPID\tUPTIME\tRESTARTS\tLAST EXIT\tJAIL")
+	t := c.table("APP", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "JAIL")
 	for _, a := range data.Apps {
 		pid, uptime := "-", "-"
 		if a.Pid != 0 {
@@ -60,9 +58,9 @@ func printStatus(c *cli, data control.StatusData, now time.Time) {
 				last += ", " + duration(now.Sub(a.LastExit.At)) + " ago"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, state, pid, uptime, a.Restarts, last, jailSummary(a.Jail))
+		t.row(a.ID, state, pid, uptime, fmt.Sprint(a.Restarts), last, jailSummary(a.Jail))
 	}
-	tw.Flush()
+	t.flush()
 }
 
 // duration is a short human duration: 45s, 3m12s, 5h04m, 2d03h.

@@ -60,11 +60,13 @@ func (c *cli) printLog(l control.LogLine) {
 		c.printJSONLine(l)
 		return
 	}
+	// One record, one line: a newline or CR in the text is shown, and
+	// cannot start a line that reads as another app's.
 	if l.Stream == "stderr" {
-		fmt.Fprintf(c.stdout, "%s [stderr] %s\n", l.At.Local().Format("15:04:05.000"), l.Text)
+		c.say("%s [stderr] %s", l.At.Local().Format("15:04:05.000"), l.Text)
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s %s\n", l.At.Local().Format("15:04:05.000"), l.Text)
+	c.say("%s %s", l.At.Local().Format("15:04:05.000"), l.Text)
 }
 
 func (c *cli) printJSONLine(v any) {
@@ -126,7 +128,7 @@ func (c *cli) printApproval(a control.Approval) {
 		}
 		return
 	}
-	fmt.Fprintln(c.stdout, approvalLine(a))
+	c.say("%s", approvalLine(a))
 }
 
 func (c *cli) printState(st control.StateEvent) {
@@ -136,7 +138,7 @@ func (c *cli) printState(st control.StateEvent) {
 		}
 		return
 	}
-	fmt.Fprintln(c.stdout, stateLine(st))
+	c.say("%s", stateLine(st))
 }
 
 // stateLine is one state event for a person: "12:00:01 notes stopped (signal SIGKILL)".

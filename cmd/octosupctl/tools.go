@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -195,14 +194,14 @@ func (c *cli) callEvent(step string, te control.ToolEvent, kc control.ToolCall) 
 	}
 	switch step {
 	case "accepted":
-		fmt.Fprintf(c.stdout, "%s: accepted (call %s)\n", kc.Name, kc.CallID)
+		c.say("%s: accepted (call %s)", kc.Name, kc.CallID)
 	case "acknowledged":
-		fmt.Fprintf(c.stdout, "%s: acknowledged\n", kc.Name)
+		c.say("%s: acknowledged", kc.Name)
 		if kc.Confirm == control.ConfirmHost {
-			fmt.Fprintln(c.stdout, "the person is asked first (unless a standing rule answers): octosupctl approvals, then octosupctl approve ID allow|deny [--remember]")
+			c.say("the person is asked first (unless a standing rule answers): octosupctl approvals, then octosupctl approve ID allow|deny [--remember]")
 		}
 	default:
-		fmt.Fprintf(c.stdout, "%s: %s\n", kc.Name, outcomeText(te))
+		c.say("%s: %s", kc.Name, outcomeText(te))
 	}
 }
 
@@ -231,15 +230,14 @@ func (c *cli) rulesCommand() *cobra.Command {
 			return c.printJSON(data)
 		}
 		if len(data.Rules) == 0 {
-			fmt.Fprintln(c.stdout, "no standing rules (approve a tool confirmation with --remember to make one)")
+			c.say("no standing rules (approve a tool confirmation with --remember to make one)")
 			return nil
 		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "APP\tTOOL\tDECISION\tSINCE")
+		t := c.table("APP", "TOOL", "DECISION", "SINCE")
 		for _, r := range data.Rules {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.App, r.Tool, r.Decision, r.At.Local().Format(time.DateTime))
+			t.row(r.App, r.Tool, r.Decision, r.At.Local().Format(time.DateTime))
 		}
-		return tw.Flush()
+		return t.flush()
 	}
 	cmd := &cobra.Command{
 		Use:   "rules [APP]",
@@ -272,7 +270,7 @@ func (c *cli) rulesCommand() *cobra.Command {
 				return &exitError{code: exitFailed, err: fmt.Errorf("rules revoke %s: no such standing rule", strings.Join(args, " "))}
 			}
 			for _, r := range data.Rules {
-				fmt.Fprintf(c.stdout, "revoked: %s %s (%s)\n", r.App, r.Tool, r.Decision)
+				c.say("revoked: %s %s (%s)", r.App, r.Tool, r.Decision)
 			}
 			return nil
 		},
@@ -299,11 +297,10 @@ func (c *cli) auditCommand() *cobra.Command {
 				return c.printJSON(data)
 			}
 			if len(data.Entries) == 0 {
-				fmt.Fprintln(c.stdout, "no tool calls recorded")
+				c.say("no tool calls recorded")
 				return nil
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tAPP\tTOOL\tRISK\tDECISION\tOUTCOME\tDURATION")
+			t := c.table("TIME", "APP", "TOOL", "RISK", "DECISION", "OUTCOME", "DURATION")
 			for _, e := range data.Entries {
 				decision := e.Decision
 				if e.Approved != "" {
@@ -313,10 +310,10 @@ func (c *cli) auditCommand() *cobra.Command {
 				if e.Error != "" {
 					outcome += " " + e.Error
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Started.Local().Format(time.DateTime), e.App, e.Tool, e.Risk,
-					decision, outcome, time.Duration(e.DurationMS*float64(time.Millisecond)).Round(time.Microsecond))
+				t.row(e.Started.Local().Format(time.DateTime), e.App, e.Tool, e.Risk,
+					decision, outcome, time.Duration(e.DurationMS*float64(time.Millisecond)).Round(time.Microsecond).String())
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	cmd.Flags().IntVarP(&limit, "lines", "n", 100, "how many of the last calls")
