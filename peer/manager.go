@@ -27,6 +27,11 @@ const (
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultMaxOpenRequests = 64
 	DefaultMaxContexts     = 256
+	// The store's limits per app (docs/protocol.md, "Limits"): with the
+	// defaults an app holds at most 64 MiB of records, whatever it does.
+	DefaultMaxSessions   = 1000     // per app and account
+	DefaultMaxTurns      = 1000     // per session
+	DefaultMaxStoreBytes = 64 << 20 // per app
 	// maxTurnEvents and maxTurnBytes bound the events one turn keeps for
 	// its history (the rest is streamed but not kept: the turn is marked
 	// truncated), so that a turn is one modest store value.
@@ -59,8 +64,17 @@ type Config struct {
 	// daemon stops reading its hub: the socket then slows the app.
 	MaxOpenRequests int
 	// MaxContexts is how many contexts one link may hold; a session.open
-	// beyond it fails internal (close one first).
+	// beyond it fails quota_exceeded (close one first).
 	MaxContexts int
+	// MaxSessions, MaxTurns and MaxStoreBytes bound what one app makes
+	// the store keep (policy.Limits): sessions per account, turns per
+	// session (recording one more drops the oldest), and bytes of
+	// records. At a limit the app's oldest closed untitled sessions are
+	// evicted; when none is, a session.open fails quota_exceeded and a
+	// turn that does not fit is not recorded (logged).
+	MaxSessions   int
+	MaxTurns      int
+	MaxStoreBytes int64
 	// Nonce prefixes context ids; random per Manager (per daemon start)
 	// when empty.
 	Nonce string
@@ -104,6 +118,8 @@ type Manager struct {
 	cfg   Config
 	log   *zap.Logger
 	store *policy.Store
+	// limits are the store's bounds of each app, from cfg.
+	limits policy.Limits
 
 	mu           sync.Mutex
 	closed       bool
@@ -173,6 +189,15 @@ func New(cfg Config) *Manager {
 	if cfg.MaxContexts <= 0 {
 		cfg.MaxContexts = DefaultMaxContexts
 	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = DefaultMaxTurns
+	}
+	if cfg.MaxStoreBytes <= 0 {
+		cfg.MaxStoreBytes = DefaultMaxStoreBytes
+	}
 	if cfg.Nonce == "" {
 		b := make([]byte, 8)
 		rand.Read(b) // crypto/rand.Read never fails on Linux
@@ -199,6 +224,7 @@ func New(cfg Config) *Manager {
 	log := cfg.Log.Named("peer")
 	return &Manager{
 		cfg:       cfg,
+		limits:    policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
 		log:       log,
 		store:     cfg.Store,
 		peers:     map[string]*peer{},

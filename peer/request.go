@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -274,10 +275,7 @@ func (m *Manager) history(r *request) {
 	var err error
 	sessionID := r.ctx.session.ID
 	m.atStore(r, func() {
-		var turns []policy.Turn
-		if turns, err = m.store.Turns(sessionID); err == nil {
-			data, err = historyData(r.id, turns)
-		}
+		data, err = m.historyData(r.id, sessionID)
 	}, func() {
 		if err != nil {
 			m.log.Error("read history", zap.String("app", r.link.appID), zap.Error(err))
@@ -291,8 +289,10 @@ func (m *Manager) history(r *request) {
 
 // historyData is the data of a history reply: the newest turns that fit
 // one frame with the reply around them, oldest first, and "truncated":
-// true when older turns were left out.
-func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
+// true when older turns were left out. The store hands the turns newest
+// first and the walk stops at the first that does not fit, so what is
+// read is what is kept (at most a frame), whatever the session holds.
+func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, error) {
 	empty, err := EncodeDown(&Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
 	if err != nil {
 		return nil, err
@@ -300,19 +300,22 @@ func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
 	budget := MaxFrame - (len(empty) - 1) // its newline is not part of the cap
 	var kept [][]byte
 	truncated := false
-	for i := len(turns) - 1; i >= 0; i-- {
-		b, err := json.Marshal(turns[i])
-		if err != nil {
-			return nil, fmt.Errorf("encode turn %s: %w", turns[i].TurnID, err)
-		}
-		if len(b)+1 > budget { // 1: the comma before it
+	err = m.store.History(session, func(turn []byte) bool {
+		// The stored value is the turn's JSON as json.Marshal wrote it:
+		// it goes into the reply as it is.
+		if len(turn)+1 > budget { // 1: the comma before it
 			truncated = true
-			break
+			return false
 		}
-		budget -= len(b) + 1
-		kept = append(kept, b)
+		budget -= len(turn) + 1
+		kept = append(kept, bytes.Clone(turn))
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(MaxFrame - budget)
 	buf.WriteString(`{"turns":[`)
 	for i := len(kept) - 1; i >= 0; i-- {
 		buf.Write(kept[i])
@@ -328,6 +331,24 @@ func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
+// busySessions reports the sessions of app that have a live context:
+// the store never evicts those. It is a snapshot, taken by a store job
+// just before its I/O: contexts are only made by store jobs (which run
+// one at a time), so none appears on an evictable session meanwhile.
+// m.mu is held.
+func (m *Manager) busySessions(app string) policy.Busy {
+	busy := map[uint64]struct{}{}
+	for _, c := range m.contexts {
+		if c.link.appID == app {
+			busy[c.session.ID] = struct{}{}
+		}
+	}
+	return func(id uint64) bool {
+		_, ok := busy[id]
+		return ok
+	}
+}
+
 func (m *Manager) openSession(r *request) {
 	l := r.link
 	accounts := l.p.app.Sandbox.Accounts
@@ -340,7 +361,7 @@ func (m *Manager) openSession(r *request) {
 		return
 	}
 	if n := len(l.contexts) + l.opening; n >= m.cfg.MaxContexts {
-		m.finish(r, errorf(CodeInternal, "app %s holds %d contexts, the most one process may: close one (%s) first",
+		m.finish(r, errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
 			l.appID, n, policy.MethodContextClose))
 		return
 	}
@@ -349,7 +370,10 @@ func (m *Manager) openSession(r *request) {
 	var err error
 	app, title, now := l.appID, r.args.Title, m.cfg.Now()
 	m.atStore(r, func() {
-		s, err = m.store.OpenSession(app, account, title, now)
+		m.mu.Lock()
+		busy := m.busySessions(app)
+		m.mu.Unlock()
+		s, err = m.store.OpenSession(app, account, title, now, m.limits, busy)
 	}, func() {
 		m.opened(r, account, s, err)
 	})
@@ -363,6 +387,12 @@ func (m *Manager) openSession(r *request) {
 func (m *Manager) opened(r *request, account string, s policy.Session, err error) {
 	l := r.link
 	l.opening--
+	var le *policy.LimitError
+	if errors.As(err, &le) {
+		m.log.Info("session refused: the app is at a limit", zap.String("app", l.appID), zap.Error(err))
+		m.finish(r, errorf(CodeQuotaExceeded, "%s", le.Error()))
+		return
+	}
 	if err != nil {
 		m.log.Error("open session", zap.String("app", l.appID), zap.Error(err))
 		m.finish(r, errorf(CodeInternal, "the daemon could not record the session"))
