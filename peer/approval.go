@@ -109,6 +109,9 @@ func (m *Manager) settle(a *approval, state string) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
+	if m.approvals[a.ID] == a && a.Kind == KindTool {
+		a.peer.sheets--
+	}
 	delete(m.approvals, a.ID)
 	if a.peer.ask == a {
 		a.peer.ask = nil

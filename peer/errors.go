@@ -35,6 +35,10 @@ var (
 	ErrDeclined = errors.New("declined")
 	// ErrUnknownCall: no outstanding call has that id (ToolCancel).
 	ErrUnknownCall = errors.New("no outstanding call with that id")
+
+	// ErrLimit: the app is at one of the daemon's limits (MaxCalls);
+	// the message says which.
+	ErrLimit = errors.New("the app is at a limit")
 )
 
 // Code returns the control-socket error code for an error of this package
@@ -61,6 +65,8 @@ func Code(err error) string {
 		return CodeDeclined
 	case errors.Is(err, ErrUnknownCall):
 		return "unknown_call"
+	case errors.Is(err, ErrLimit):
+		return CodeQuotaExceeded
 	}
 	var e *Error
 	if errors.As(err, &e) {

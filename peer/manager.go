@@ -32,6 +32,11 @@ const (
 	DefaultMaxSessions   = 1000     // per app and account
 	DefaultMaxTurns      = 1000     // per session
 	DefaultMaxStoreBytes = 64 << 20 // per app
+	// DefaultMaxPendingApprovals bounds an app's open host sheets (its
+	// consent prompt is one at most, always): more than a person reads.
+	DefaultMaxPendingApprovals = 16
+	// DefaultMaxCalls bounds an app's outstanding tool calls.
+	DefaultMaxCalls = 256
 	// maxTurnEvents and maxTurnBytes bound the events one turn keeps for
 	// its history (the rest is streamed but not kept: the turn is marked
 	// truncated), so that a turn is one modest store value.
@@ -75,6 +80,13 @@ type Config struct {
 	MaxSessions   int
 	MaxTurns      int
 	MaxStoreBytes int64
+	// MaxPendingApprovals is how many host sheets one app may have open;
+	// a host-confirmed call that would raise one more (no standing rule
+	// answers it) ends Error{quota_exceeded}.
+	MaxPendingApprovals int
+	// MaxCalls is how many tool calls one app may have outstanding; a
+	// call beyond it is refused ErrLimit.
+	MaxCalls int
 	// Nonce prefixes context ids; random per Manager (per daemon start)
 	// when empty.
 	Nonce string
@@ -159,6 +171,7 @@ type peer struct {
 	consent consentCache
 	ask     *approval  // the pending consent prompt, if any
 	waiting []*request // requests waiting for that prompt, in arrival order
+	sheets  int        // its pending host sheets (Config.MaxPendingApprovals)
 
 	// The duplicate window: the last finished call ids, across processes.
 	recentCalls map[string]struct{}
@@ -197,6 +210,12 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.MaxStoreBytes <= 0 {
 		cfg.MaxStoreBytes = DefaultMaxStoreBytes
+	}
+	if cfg.MaxPendingApprovals <= 0 {
+		cfg.MaxPendingApprovals = DefaultMaxPendingApprovals
+	}
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = DefaultMaxCalls
 	}
 	if cfg.Nonce == "" {
 		b := make([]byte, 8)

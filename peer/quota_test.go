@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -258,4 +259,69 @@ func TestHistoryReadsOnlyWhatFits(t *testing.T) {
 	if alloc := int64(after.TotalAlloc - before.TotalAlloc); alloc > stored/4 {
 		t.Fatalf("history allocated %d bytes for a session of %d: it read more than it kept", alloc, stored)
 	}
+}
+
+// TestPendingApprovalsCap: an app with MaxPendingApprovals host sheets
+// open gets no more: the next host-confirmed call (no standing rule)
+// ends Error{quota_exceeded} without a sheet, another app's calls still
+// get theirs, and answering a sheet makes room.
+func TestPendingApprovalsCap(t *testing.T) {
+	h, relay := newToolHarness(t, func(c *Config) { c.MaxPendingApprovals = 2 })
+	a, ctx := h.toolApp(toolEntry("notes"))
+	_, bctx := h.toolApp(toolEntry("mail"))
+	for _, id := range []string{"c1", "c2"} {
+		h.call("notes", kc(ctx, id, "notes.append", RiskWrite, ConfirmHost))
+		if ap := h.events.nextApproval(t); ap.CallID != id || ap.State != ApprovalPending {
+			t.Fatalf("approval %+v", ap)
+		}
+	}
+	h.call("notes", kc(ctx, "c3", "notes.append", RiskWrite, ConfirmHost))
+	expectRelay(t, relay, "ack notes c1", "ack notes c2", "ack notes c3", "fin notes c3 error quota_exceeded")
+	h.events.noApproval(t)
+	h.call("mail", kc(bctx, "m1", "notes.append", RiskWrite, ConfirmHost))
+	m1 := h.events.nextApproval(t)
+	if m1.App != "mail" || m1.CallID != "m1" {
+		t.Fatalf("another app's sheet: %+v", m1)
+	}
+	var c1 Approval
+	for _, ap := range h.m.Approvals() {
+		if ap.CallID == "c1" {
+			c1 = ap
+		}
+	}
+	if err := h.m.Approve(c1.ID, policy.Deny, false); err != nil {
+		t.Fatal(err)
+	}
+	h.events.nextApproval(t) // c1 denied
+	h.call("notes", kc(ctx, "c4", "notes.append", RiskWrite, ConfirmHost))
+	if ap := h.events.nextApproval(t); ap.CallID != "c4" {
+		t.Fatalf("after a sheet was answered: %+v", ap)
+	}
+	a.expectFrames()
+}
+
+// TestCallsInFlightCap: an app with MaxCalls outstanding is refused the
+// next call (ErrLimit, quota_exceeded on the control socket) before it
+// reaches the app or the relay; another app is served; an outcome makes
+// room.
+func TestCallsInFlightCap(t *testing.T) {
+	h, relay := newToolHarness(t, func(c *Config) { c.MaxCalls = 2 })
+	a, ctx := h.toolApp(toolEntry("notes"))
+	b, bctx := h.toolApp(toolEntry("mail"))
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	h.call("notes", kc(ctx, "c2", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c1")
+	a.nextToolCall("c2")
+	err := h.m.ToolCall("notes", kc(ctx, "c3", "notes.search", RiskRead, ConfirmNone))
+	if !errors.Is(err, ErrLimit) || Code(err) != CodeQuotaExceeded || !strings.Contains(err.Error(), "2 tool calls outstanding") {
+		t.Fatalf("third call: %v (%s)", err, Code(err))
+	}
+	h.call("mail", kc(bctx, "m1", "notes.search", RiskRead, ConfirmNone))
+	b.nextToolCall("m1")
+	b.ok("m1", `{"n":1}`)
+	expectRelay(t, relay, "ack notes c1", "ack notes c2", "ack mail m1", "fin mail m1 ok {\"n\":1}")
+	a.ok("c1", `{"n":1}`)
+	expectRelay(t, relay, "ack notes c1", "ack notes c2", "ack mail m1", "fin mail m1 ok {\"n\":1}", "fin notes c1 ok {\"n\":1}")
+	h.call("notes", kc(ctx, "c3", "notes.search", RiskRead, ConfirmNone)) // c3 was refused, so it is not a duplicate
+	a.nextToolCall("c3")
 }

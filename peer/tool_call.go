@@ -164,6 +164,9 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	if _, seen := p.recentCalls[kc.CallID]; seen {
 		return nil, fmt.Errorf("%w: %q finished recently", ErrDuplicate, kc.CallID)
 	}
+	if n := len(l.calls); n >= m.cfg.MaxCalls {
+		return nil, fmt.Errorf("%w: app %s has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", ErrLimit, app, n)
+	}
 	if !slices.Contains(p.app.Grants.Tools, kc.Name) {
 		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, app)
 	}
@@ -217,6 +220,11 @@ func (m *Manager) place(c *call) {
 			c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
 			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
 				"a standing rule denies %s for app %s (`octosupctl rules revoke %s %s` asks again)", c.name, c.link.appID, c.link.appID, c.name)}, "")
+		case c.link.p.sheets >= m.cfg.MaxPendingApprovals:
+			// More sheets than a person reads: the call does not
+			// wait for one.
+			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeQuotaExceeded,
+				"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", c.link.appID, c.link.p.sheets, c.name)}, "")
 		default:
 			c.decision = policy.AuditDecisionSheet
 			c.move(callAwaitingHost)
@@ -447,6 +455,7 @@ func (m *Manager) askHost(c *call) {
 	}
 	c.approval = a
 	m.approvals[a.ID] = a
+	a.peer.sheets++
 	m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
 		zap.String("call_id", c.id), zap.String("approval_id", a.ID))
 	m.cfg.Events.Approval(a.Approval)
