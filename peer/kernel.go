@@ -264,8 +264,15 @@ func (s *KernelSession) Event(ev KernelEvent) error {
 		m.endTurn(r, "event_too_large", true)
 		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, MaxFrame)
 	}
+	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
+		// As for an oversized event: the app is not reading, and a turn
+		// missing an event is not the turn the kernel meant.
+		m.endTurn(r, "queue_full", true)
+		return fmt.Errorf("%w: the turn was ended (queue_full)", err)
+	} else if err != nil {
+		return nil // the hub is gone: its teardown ends the turn
+	}
 	m.keepEvent(r, data)
-	r.link.send(line)
 	if isTurnEnd(data) {
 		m.endTurn(r, endReason(data), false)
 	}

@@ -58,7 +58,12 @@ type Config struct {
 	// (not its events) before it fails timeout.
 	KernelTimeout time.Duration
 	// QueueFrames and QueueBytes bound the frames waiting to be written to
-	// one app; an app that lets either fill is disconnected.
+	// one app. Frames pushed from outside the link (a kernel's events and
+	// tool calls, app.send) may fill three quarters of either: the next
+	// one is refused (ErrQueueFull) and the app stays connected. The
+	// rest is kept for what the daemon owes the app (replies, error
+	// frames, context_closed, tool_cancel, the turn.end it sends); an
+	// app that lets even that fill is disconnected.
 	QueueFrames int
 	QueueBytes  int
 	// WriteTimeout is how long one write to a hub may block before the app
@@ -132,6 +137,9 @@ type Manager struct {
 	store *policy.Store
 	// limits are the store's bounds of each app, from cfg.
 	limits policy.Limits
+	// pushFrames and pushBytes are the part of an app's write queue that
+	// frames pushed from outside the link may fill (Config.QueueFrames).
+	pushFrames, pushBytes int
 
 	mu           sync.Mutex
 	closed       bool
@@ -242,14 +250,16 @@ func New(cfg Config) *Manager {
 	}
 	log := cfg.Log.Named("peer")
 	return &Manager{
-		cfg:       cfg,
-		limits:    policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
-		log:       log,
-		store:     cfg.Store,
-		peers:     map[string]*peer{},
-		contexts:  map[string]*appContext{},
-		approvals: map[string]*approval{},
-		audit:     newAuditLog(cfg.Store, cfg.AuditKeep, log),
+		cfg:        cfg,
+		limits:     policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
+		pushFrames: max(1, cfg.QueueFrames*3/4),
+		pushBytes:  max(1, cfg.QueueBytes*3/4),
+		log:        log,
+		store:      cfg.Store,
+		peers:      map[string]*peer{},
+		contexts:   map[string]*appContext{},
+		approvals:  map[string]*approval{},
+		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, log),
 	}
 }
 
@@ -384,8 +394,8 @@ func (m *Manager) Send(appID string, frame json.RawMessage) error {
 	if l == nil {
 		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
 	}
-	if !l.send(buf.Bytes()) {
-		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
+	if err := l.push(buf.Bytes(), false); err != nil {
+		return fmt.Errorf("app.send to %s: %w", appID, err)
 	}
 	return nil
 }

@@ -325,3 +325,60 @@ func TestCallsInFlightCap(t *testing.T) {
 	h.call("notes", kc(ctx, "c3", "notes.search", RiskRead, ConfirmNone)) // c3 was refused, so it is not a duplicate
 	a.nextToolCall("c3")
 }
+
+// TestQueueFullRefusesPushes: an app that stops reading gets frames
+// pushed from outside the link (app.send, a kernel's events and tool
+// calls) only until its queue's push share is full: the next is refused
+// ErrQueueFull (a call ends Error{queue_full}, a turn ends queue_full),
+// the app stays connected, another app is served, and once the app reads
+// again, it gets what was queued, in order, and pushes go through.
+func TestQueueFullRefusesPushes(t *testing.T) {
+	h, relay := newToolHarness(t, func(c *Config) { c.QueueFrames = 16 })
+	k, ks := h.kernel() // a fakeKernel is no relay: relay stays
+	a, ctx := h.toolApp(toolEntry("notes"))
+	other, octx := h.toolApp(toolEntry("mail"))
+	turn := startTurn(t, a, k, ks, ctx, "T1", "x")
+	frame := json.RawMessage(`{"ui":"` + strings.Repeat("p", 1000) + `"}`)
+	sent := 0
+	for {
+		err := h.m.Send("notes", frame)
+		if err != nil {
+			if !errors.Is(err, ErrQueueFull) || Code(err) != CodeQueueFull {
+				t.Fatalf("push %d: %v, want ErrQueueFull", sent, err)
+			}
+			break
+		}
+		if sent++; sent > 10000 {
+			t.Fatal("the queue never filled")
+		}
+	}
+	if !h.m.HasLink("notes") {
+		t.Fatal("the app was disconnected for a full push share")
+	}
+	err := ks.Event(KernelEvent{App: "notes", ReqID: turn, Event: json.RawMessage(`{"type":"text"}`)})
+	if !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("event into a full queue: %v", err)
+	}
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	expectRelay(t, relay, "ack notes c1", "fin notes c1 error queue_full")
+	// Another app is served meanwhile.
+	other.open(nil)
+	h.call("mail", kc(octx, "m1", "notes.search", RiskRead, ConfirmNone))
+	other.nextToolCall("m1")
+	// The app reads: every pushed frame, then the turn's end.
+	for i := range sent {
+		if got := a.nextLine(); !bytes.Equal(got, frame) {
+			t.Fatalf("frame %d: %.60s", i, got)
+		}
+	}
+	if typ, reason := eventType(a.event(turn)); typ != TurnEnd || reason != "queue_full" {
+		t.Fatalf("turn ended %s %s, want turn.end queue_full", typ, reason)
+	}
+	if err := h.m.Send("notes", frame); err != nil {
+		t.Fatalf("push after the app read: %v", err)
+	}
+	if got := a.nextLine(); !bytes.Equal(got, frame) {
+		t.Fatalf("got %.60s", got)
+	}
+	a.expectFrames()
+}

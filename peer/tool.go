@@ -32,6 +32,12 @@ const (
 // one only ever reaches the relay).
 const CodeDeclined = "declined"
 
+// CodeQueueFull is the error code of a tool call's outcome, and of the
+// kernel's and app.send's refusals, when the app's write queue had no
+// room for the frame (ErrQueueFull). It only reaches the relay and the
+// control socket, never the app.
+const CodeQueueFull = "queue_full"
+
 // Defaults of the tool-call layer's Config fields.
 const (
 	DefaultMaxToolTimeout  = 10 * time.Minute

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -251,16 +252,15 @@ func (m *Manager) deliver(c *call) bool {
 		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
 	}
-	var ok bool
-	if len(c.link.calls) == 1 {
-		// The only call out: written now rather than by the link's
-		// writer, a wake-up less on the way. With more out, the writer
-		// gathers them into one write.
-		ok = c.link.sendFrameNow(f)
-	} else {
-		ok = c.link.sendFrame(f)
+	// The only call out is written now rather than by the link's
+	// writer, a wake-up less on the way. With more out, the writer
+	// gathers them into one write.
+	err := c.link.pushFrame(f, len(c.link.calls) == 1)
+	if errors.Is(err, ErrQueueFull) {
+		m.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: errorf(CodeQueueFull, "%v", err)}, "")
+		return false
 	}
-	if !ok {
+	if err != nil {
 		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
 		return false
 	}
