@@ -346,7 +346,12 @@ func (l *link) handleLine(line []byte) {
 			l.m.mu.Lock()
 			l.spare = true
 			l.m.mu.Unlock()
-			l.m.onRequest(l, f)
+			// The consent decision is read off the Manager's lock,
+			// once per app (and after a revoke).
+			var consentErr error
+			for !l.m.onRequest(l, f, consentErr) {
+				consentErr = l.m.loadConsent(l.p)
+			}
 			l.m.mu.Lock()
 			if l.spare {
 				l.spare = false

@@ -150,6 +150,9 @@ type Manager struct {
 	kernel       *KernelSession
 	nextHandle   uint64
 	nextApproval uint64
+	// rulesGen moves when a standing rule is set or revoked: a call that
+	// read its rule off the lock before then reads it again.
+	rulesGen uint64
 
 	// The tool relay: the installed one (nil: callbacks queue in relayQ),
 	// and the kernel session that installed it, if one did.
@@ -164,6 +167,10 @@ type Manager struct {
 	// beforeTeardown, when a test sets it before attaching, runs on a
 	// link's reader between its hub closing and its teardown.
 	beforeTeardown func()
+	// afterConsentRead and afterRuleRead, when a test sets them before
+	// the read, run between a consent or rule read (off m.mu) and the
+	// relock that uses it.
+	afterConsentRead, afterRuleRead func()
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to
@@ -177,9 +184,12 @@ type peer struct {
 	app     policy.App
 	link    *link // nil while no process is attached
 	consent consentCache
-	ask     *approval  // the pending consent prompt, if any
-	waiting []*request // requests waiting for that prompt, in arrival order
-	sheets  int        // its pending host sheets (Config.MaxPendingApprovals)
+	// consentGen moves when the cached decision is dropped (revoke), so
+	// that a read from before does not fill the cache again.
+	consentGen uint64
+	ask        *approval  // the pending consent prompt, if any
+	waiting    []*request // requests waiting for that prompt, in arrival order
+	sheets     int        // its pending host sheets (Config.MaxPendingApprovals)
 
 	// The duplicate window: the last finished call ids, across processes.
 	recentCalls map[string]struct{}

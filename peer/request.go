@@ -134,41 +134,47 @@ func (m *Manager) fail(l *link, reqID string, e *Error) {
 
 // onRequest takes one request frame from the app's link: every request
 // gets exactly one reply (or, for a req_id still open, a duplicate error
-// frame that is not a reply).
-func (m *Manager) onRequest(l *link, f *Request) {
+// frame that is not a reply). It returns false, having done nothing, when
+// the request needs the app's consent and the decision is not cached:
+// the caller reads it (loadConsent, off m.mu) and calls again, with the
+// read's error if it failed.
+func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := l.p
 	if p.link != l || l.isShut() {
-		return
+		return true
 	}
 	if _, open := l.requests[f.ReqID]; open {
 		l.sendFrame(&ErrorFrame{Code: CodeDuplicate, ReqID: f.ReqID,
 			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
-		return
+		return true
 	}
 	if !m.serviceGranted(p.app) {
 		m.fail(l, f.ReqID, errorf(CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
 			p.app.ID, policy.ServiceAgent, policy.ServiceAgent))
-		return
+		return true
 	}
 	if !slices.Contains(policy.KnownMethods(), f.Method) {
 		m.fail(l, f.ReqID, errorf(CodeUnknownMethod, "no method %q (known: %v)", f.Method, policy.KnownMethods()))
-		return
+		return true
 	}
 	if !slices.Contains(p.app.Grants.Methods, f.Method) {
 		m.fail(l, f.ReqID, errorf(CodeNotGranted, "%s is not in the grants.methods of app %s", f.Method, p.app.ID))
-		return
+		return true
 	}
 	args, err := decodeArgs(f.Method, f.Args)
 	if err != nil {
 		m.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
-		return
+		return true
+	}
+	if !p.consent.loaded && consentErr == nil {
+		return false
 	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
-	switch d, err := m.consentOf(p); {
-	case err != nil:
-		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(err))
+	switch d := p.consent.decision; {
+	case !p.consent.loaded:
+		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(consentErr))
 		m.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
 	case d == policy.Deny:
 		m.fail(l, f.ReqID, errorf(CodeConsentDenied, "the person denied app %s the agent service; `octosupctl consent revoke %s` asks again", p.app.ID, p.app.ID))
@@ -180,6 +186,7 @@ func (m *Manager) onRequest(l *link, f *Request) {
 		p.waiting = append(p.waiting, r)
 		m.askConsent(p, r)
 	}
+	return true
 }
 
 func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {

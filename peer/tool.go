@@ -200,9 +200,14 @@ func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), e
 		return nil, fmt.Errorf("tool call %s into %s: %w", kc.CallID, app, err)
 	}
 	return func() {
-		m.mu.Lock()
+		var rule ruleRead
+		if c.confirm == ConfirmHost {
+			rule = m.readRule(c) // returns with m.mu held
+		} else {
+			m.mu.Lock()
+		}
 		defer m.mu.Unlock()
-		m.place(c)
+		m.place(c, rule)
 	}, nil
 }
 
@@ -310,7 +315,11 @@ func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rule
 // tool is ""): its next host-confirmed call asks the person again. It
 // returns the rules removed.
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
-	return m.store.RevokeRules(app, tool)
+	rules, err := m.store.RevokeRules(app, tool)
+	m.mu.Lock()
+	m.rulesGen++ // a call placing now reads the rules again
+	m.mu.Unlock()
+	return rules, err
 }
 
 // Audit returns the last limit finished calls of app ("" for all), oldest

@@ -195,8 +195,38 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	return c, nil
 }
 
-// place sends an accepted call on its way. m.mu is held.
-func (m *Manager) place(c *call) {
+// ruleRead is the standing rule of a host-confirmed call's app and tool,
+// as readRule found it.
+type ruleRead struct {
+	rule  policy.Rule
+	found bool
+	err   error
+}
+
+// readRule reads the standing rule of c's app and tool off m.mu and
+// returns with m.mu held. A rule set or revoked while it read (rulesGen
+// moved) has it read again, so that the call is placed under the rules
+// in force when it is placed: an approve --remember that answers the
+// open sheets of the tool either finds this call's sheet or is found.
+func (m *Manager) readRule(c *call) ruleRead {
+	m.mu.Lock()
+	for {
+		gen := m.rulesGen
+		m.mu.Unlock()
+		r, ok, err := m.store.Rule(c.link.appID, c.name)
+		if f := m.afterRuleRead; f != nil {
+			f()
+		}
+		m.mu.Lock()
+		if m.rulesGen == gen {
+			return ruleRead{rule: r, found: ok, err: err}
+		}
+	}
+}
+
+// place sends an accepted call on its way; rule is its standing rule
+// (read by readRule when it is host-confirmed). m.mu is held.
+func (m *Manager) place(c *call, rule ruleRead) {
 	c.placed = true
 	for _, n := range c.held {
 		m.note(n)
@@ -208,13 +238,12 @@ func (m *Manager) place(c *call) {
 	switch c.confirm {
 	case ConfirmHost:
 		m.ack(c)
-		rule, ok, err := m.store.Rule(c.link.appID, c.name)
-		if err != nil {
+		if rule.err != nil {
 			// Fails safe: without the rules, the person decides.
-			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(err))
+			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(rule.err))
 		}
-		switch {
-		case ok && rule.Decision == policy.Allow:
+		switch ok := rule.found && rule.err == nil; {
+		case ok && rule.rule.Decision == policy.Allow:
 			c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
 			m.deliver(c)
 		case ok:
