@@ -78,14 +78,16 @@ func (e *LimitError) Error() string {
 	case "sessions":
 		return fmt.Sprintf("app %s holds %d sessions for account %q, the most it may, and %s", e.App, e.Max, e.Account, e.Reason)
 	default:
-		return fmt.Sprintf("app %s would pass the %d bytes the daemon stores for it, and %s", e.App, e.Max, e.Reason)
+		return fmt.Sprintf("app %s would pass the %d bytes of history the daemon keeps for it, and %s", e.App, e.Max, e.Reason)
 	}
 }
 
 // Is makes a *LimitError ErrLimit for errors.Is.
 func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
-const nothingEvictable = "none of them is a closed untitled session the daemon could drop (titled sessions and sessions with an open context are kept): close a context, or use a title to reopen a session instead of opening new ones"
+// nothingEvictable is the Reason of a LimitError when no session could
+// be dropped.
+const nothingEvictable = "none of its sessions is a closed untitled one the daemon could drop (titled sessions and sessions with an open context are kept): close a context, or reopen a session by its title instead of opening new ones"
 
 // OpenSession returns the app's session with that account and title, or
 // creates one. An empty title always creates a new session. Titled
