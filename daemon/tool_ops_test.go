@@ -38,14 +38,21 @@ func (e toolRigEvents) AppFrame(string, json.RawMessage) {}
 // rig shows it is the rig's.
 const opTestAttach = "test.kernel.attach"
 
-func newToolRig(t testing.TB) *toolRig {
+func newToolRig(t testing.TB) *toolRig { return newToolRigWith(t, nil) }
+
+// newToolRigWith is newToolRig with the Manager's Config changed by tweak.
+func newToolRigWith(t testing.TB, tweak func(*peer.Config)) *toolRig {
 	t.Helper()
 	store, err := policy.OpenStore(filepath.Join(t.TempDir(), policy.StoreFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rig := &toolRig{t: t, store: store, approve: make(chan peer.Approval, 100)}
-	rig.m = peer.New(peer.Config{Store: store, Events: toolRigEvents{rig.approve}, Log: testLogger(t), Nonce: "n"})
+	cfg := peer.Config{Store: store, Events: toolRigEvents{rig.approve}, Log: testLogger(t), Nonce: "n"}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	rig.m = peer.New(cfg)
 	rig.ts = startServer(t, newFakeApps("notes"), nil)
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
@@ -215,6 +222,29 @@ func TestToolOpsRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestToolOpsCallsCap: a tool.call past the app's MaxCalls outstanding is
+// answered quota_exceeded, and nothing of it reaches the app or the
+// kernel's events; an outcome makes room.
+func TestToolOpsCallsCap(t *testing.T) {
+	rig := newToolRigWith(t, func(c *peer.Config) { c.MaxCalls = 1 })
+	k := rig.kernel()
+	call := func(id int, callID string) string {
+		return fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":%q,"name":"notes.search","risk":"read","timeout_ms":5000,"context_id":%q}}}`, id, callID, rig.ctx)
+	}
+	k.send(call(2, "c1"))
+	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
+	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
+	rig.appNext()
+	k.send(call(3, "c2"))
+	if resp := k.response(); resp.OK || resp.Error.Code != peer.CodeQuotaExceeded {
+		t.Fatalf("a call past the cap: %+v %+v", resp.OK, resp.Error)
+	}
+	rig.appWrite(&peer.ToolResult{CallID: "c1", OK: true})
+	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"ok"}`)
+	k.send(call(4, "c2"))
+	k.expectLine(`{"id":4,"ok":true,"data":{"call_id":"c2","accepted":true}}`)
 }
 
 func TestToolOpsContextsAndRules(t *testing.T) {

@@ -61,18 +61,34 @@ type consentCache struct {
 	decision policy.Decision
 }
 
-func (m *Manager) consentOf(p *peer) (policy.Decision, error) {
-	if !p.consent.loaded {
-		c, ok, err := m.store.Consent(p.app.ID)
-		if err != nil {
-			return "", err
-		}
+// loadConsent reads an app's persisted decision into its cache, off
+// m.mu, unless it is cached already. A decision that changes meanwhile
+// (Approve caches its own, RevokeConsent moves consentGen) wins over the
+// read. A failed read leaves the cache empty.
+func (m *Manager) loadConsent(p *peer) error {
+	m.mu.Lock()
+	if p.consent.loaded {
+		m.mu.Unlock()
+		return nil
+	}
+	gen, app := p.consentGen, p.app.ID
+	m.mu.Unlock()
+	c, ok, err := m.store.Consent(app)
+	if f := m.afterConsentRead; f != nil {
+		f()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !p.consent.loaded && p.consentGen == gen {
 		p.consent = consentCache{loaded: true}
 		if ok {
 			p.consent.decision = c.Decision
 		}
 	}
-	return p.consent.decision, nil
+	return nil
 }
 
 // askConsent raises the app's consent prompt unless one is open: requests
@@ -108,6 +124,9 @@ func (m *Manager) askConsent(p *peer, r *request) {
 func (m *Manager) settle(a *approval, state string) {
 	if a.timer != nil {
 		a.timer.Stop()
+	}
+	if m.approvals[a.ID] == a && a.Kind == KindTool {
+		a.peer.sheets--
 	}
 	delete(m.approvals, a.ID)
 	if a.peer.ask == a {
@@ -194,6 +213,9 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if err != nil {
 		return fmt.Errorf("approve %s: %w", id, err)
 	}
+	if a.Kind == KindTool && remember {
+		m.rulesGen++ // a call placing now reads the rules again
+	}
 	if a.Kind == KindTool {
 		m.answerTool(a, d, remember)
 		return nil
@@ -239,6 +261,7 @@ func (m *Manager) RevokeConsent(app string) (found bool, err error) {
 	defer m.mu.Unlock()
 	if p := m.peers[app]; p != nil {
 		p.consent = consentCache{}
+		p.consentGen++
 	}
 	return found, nil
 }

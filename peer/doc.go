@@ -39,8 +39,10 @@
 //
 // The Manager's lock is never held across disk I/O: sessions opened,
 // history read and turns recorded go through one queue of store jobs
-// (store_jobs.go) in order, and Approve writes its answer (fsync'd)
-// before it acts on it, off the lock. Attach and Detach never wait for a
+// (store_jobs.go) in order, Approve writes its answer (fsync'd) before it
+// acts on it, off the lock, and an app's consent decision (once) and a
+// host call's standing rule are read before the lock is taken to use
+// them (a revoke or a new rule meanwhile has them read again). Attach and Detach never wait for a
 // teardown: a new process's link handles no line before the old link's
 // teardown is done. Each link's writer gathers what is queued into one
 // write; a frame the app alone waits on (the only call out, the reply to

@@ -35,6 +35,14 @@ var (
 	ErrDeclined = errors.New("declined")
 	// ErrUnknownCall: no outstanding call has that id (ToolCancel).
 	ErrUnknownCall = errors.New("no outstanding call with that id")
+
+	// ErrLimit: the app is at one of the daemon's limits (MaxCalls);
+	// the message says which.
+	ErrLimit = errors.New("the app is at a limit")
+	// ErrQueueFull: the app's write queue holds as much as frames from
+	// outside the link may fill (it is not reading fast enough); the
+	// frame was not queued, and the app is still connected.
+	ErrQueueFull = errors.New("the app's write queue is full: it is not reading its hub")
 )
 
 // Code returns the control-socket error code for an error of this package
@@ -61,6 +69,10 @@ func Code(err error) string {
 		return CodeDeclined
 	case errors.Is(err, ErrUnknownCall):
 		return "unknown_call"
+	case errors.Is(err, ErrLimit):
+		return CodeQuotaExceeded
+	case errors.Is(err, ErrQueueFull):
+		return CodeQueueFull
 	}
 	var e *Error
 	if errors.As(err, &e) {

@@ -26,8 +26,8 @@ const (
 	TypeError         = "error"          // down
 )
 
-// Error codes of SPEC §3. They are stable strings: apps and the kernel
-// branch on them.
+// Error codes of the link (docs/protocol.md, "Error codes"). They are
+// stable strings: apps and the kernel branch on them.
 const (
 	CodeBadFrame            = "bad_frame"
 	CodeUnknownMethod       = "unknown_method"
@@ -41,14 +41,18 @@ const (
 	CodeCancelled           = "cancelled"
 	CodeConfirmationSkipped = "confirmation_skipped"
 	CodeInternal            = "internal"
+	// CodeQuotaExceeded is octosup's own: the request would take the app
+	// past one of the daemon's limits (docs/protocol.md, "Limits") and
+	// nothing could be dropped to make room. The message says which.
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
-// KnownCode reports whether code is one of SPEC §3's error codes.
+// KnownCode reports whether code is one of the link's error codes.
 func KnownCode(code string) bool {
 	switch code {
 	case CodeBadFrame, CodeUnknownMethod, CodeNotGranted, CodeConsentRequired, CodeConsentDenied,
 		CodeUnknownContext, CodeDuplicate, CodeNoKernel, CodeTimeout, CodeCancelled,
-		CodeConfirmationSkipped, CodeInternal:
+		CodeConfirmationSkipped, CodeInternal, CodeQuotaExceeded:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -263,8 +264,15 @@ func (s *KernelSession) Event(ev KernelEvent) error {
 		m.endTurn(r, "event_too_large", true)
 		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, MaxFrame)
 	}
+	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
+		// As for an oversized event: the app is not reading, and a turn
+		// missing an event is not the turn the kernel meant.
+		m.endTurn(r, "queue_full", true)
+		return fmt.Errorf("%w: the turn was ended (queue_full)", err)
+	} else if err != nil {
+		return nil // the hub is gone: its teardown ends the turn
+	}
 	m.keepEvent(r, data)
-	r.link.send(line)
 	if isTurnEnd(data) {
 		m.endTurn(r, endReason(data), false)
 	}
@@ -323,7 +331,20 @@ func (m *Manager) endTurn(r *request, reason string, announce bool) {
 	// Recorded off m.mu, before any history read queued after it.
 	turn, session, app := *r.turn, r.ctx.session.ID, r.link.appID
 	if !m.jobs.do(func() {
-		if err := m.store.AppendTurn(session, turn); err != nil {
+		m.mu.Lock()
+		busy := m.busySessions(app)
+		m.mu.Unlock()
+		switch err := m.store.AppendTurn(session, turn, m.limits, busy); {
+		case errors.Is(err, policy.ErrLimit):
+			// The turn was streamed in full; its record does not fit
+			// what the app's other sessions leave it.
+			m.log.Warn("turn not recorded: the app is at its store limit", zap.String("app", app),
+				zap.String("turn_id", turn.TurnID), zap.Error(err))
+		case errors.Is(err, policy.ErrNoSession):
+			// Its context closed and the session was evicted before
+			// the record was written: nobody can read it any more.
+			m.log.Info("turn not recorded: its session was evicted", zap.String("app", app), zap.String("turn_id", turn.TurnID))
+		case err != nil:
 			m.log.Error("record turn", zap.String("app", app), zap.Error(err))
 		}
 	}) {

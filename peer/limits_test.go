@@ -205,7 +205,7 @@ func TestContextsCap(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	h.grant(a) // the first
 	first := a.open(nil)
-	e := a.failReply(a.request(policy.MethodSessionOpen, nil), CodeInternal)
+	e := a.failReply(a.request(policy.MethodSessionOpen, nil), CodeQuotaExceeded)
 	if !strings.Contains(e.Message, "close one") {
 		t.Fatalf("message %q does not say what to do", e.Message)
 	}

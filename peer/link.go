@@ -100,20 +100,29 @@ func (l *link) isShut() bool {
 	}
 }
 
-// send queues one encoded line. It never blocks: a full queue disconnects
-// the app. It reports whether the line was queued (or written).
-func (l *link) send(line []byte) bool { return l.write(line, false) }
+// send queues one encoded line the daemon owes the app (a reply, an
+// error frame, context_closed, tool_cancel, its own turn.end). It never
+// blocks: a full queue disconnects the app. It reports whether the line
+// was queued (or written).
+func (l *link) send(line []byte) bool { return l.write(line, false, false) == nil }
 
 // sendNow is send for a frame someone waits on while the link is
 // otherwise quiet (one call in flight): when the writer is idle and
 // nothing is queued, the line is written at once, as far as the socket
 // takes it without blocking, saving the writer's wake-up; the rest, if
 // any, is queued.
-func (l *link) sendNow(line []byte) bool { return l.write(line, true) }
+func (l *link) sendNow(line []byte) bool { return l.write(line, true, false) == nil }
 
-func (l *link) write(line []byte, now bool) bool {
+// push queues a line from outside the link (a kernel's event or tool
+// call, app.send): refused ErrQueueFull, the link staying up, once the
+// queue holds Manager.pushFrames or pushBytes; the rest of the queue is
+// kept for what the daemon owes. now is as for sendNow. A link that is
+// shut is ErrNotConnected.
+func (l *link) push(line []byte, now bool) error { return l.write(line, now, true) }
+
+func (l *link) write(line []byte, now, push bool) error {
 	if l.isShut() {
-		return false
+		return ErrNotConnected
 	}
 	l.wmu.Lock()
 	if now && l.raw != nil && !l.writing && len(l.pending) == 0 {
@@ -121,24 +130,29 @@ func (l *link) write(line []byte, now bool) bool {
 		if err != nil {
 			l.wmu.Unlock()
 			l.shut("hub write failed: " + err.Error())
-			return false
+			return ErrNotConnected
 		}
 		if n == len(line) {
 			l.wmu.Unlock()
-			return true
+			return nil
 		}
 		line = line[n:]
 	}
 	// The bound counts what the writer holds too: a hub that does not
 	// read must not get a second queue's worth while the first is stuck.
-	if q, n := len(l.pending)+l.batch, len(line); q+n > l.m.cfg.QueueBytes || l.frames+l.batchN >= l.m.cfg.QueueFrames {
-		frames := l.frames + l.batchN
+	q, n, frames := len(l.pending)+l.batch, len(line), l.frames+l.batchN
+	if push && (q+n > l.m.pushBytes || frames >= l.m.pushFrames) {
+		l.wmu.Unlock()
+		return fmt.Errorf("%w: %d frames (%d bytes) are queued for app %s, and frames from outside the link may fill %d frames / %d bytes",
+			ErrQueueFull, frames, q, l.appID, l.m.pushFrames, l.m.pushBytes)
+	}
+	if q+n > l.m.cfg.QueueBytes || frames >= l.m.cfg.QueueFrames {
 		l.wmu.Unlock()
 		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
 			frames, q, n, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
 		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
 		l.shut(reason)
-		return false
+		return ErrNotConnected
 	}
 	l.pending = append(l.pending, line...)
 	l.frames++
@@ -147,7 +161,7 @@ func (l *link) write(line []byte, now bool) bool {
 	case l.kick <- struct{}{}:
 	default: // the writer is awake already
 	}
-	return true
+	return nil
 }
 
 // sendFrame encodes and queues a down frame. A frame over MaxFrame is
@@ -163,6 +177,15 @@ func (l *link) sendFrame(f Down) bool {
 func (l *link) sendFrameNow(f Down) bool {
 	b, ok := l.encodeFrame(f)
 	return ok && l.sendNow(b)
+}
+
+// pushFrame is sendFrame by push: nil when queued (or written).
+func (l *link) pushFrame(f Down, now bool) error {
+	b, ok := l.encodeFrame(f)
+	if !ok {
+		return fmt.Errorf("%w: the frame does not encode", ErrInvalid)
+	}
+	return l.push(b, now)
 }
 
 // sendReply sends the reply of a request that is done: written at once
@@ -323,7 +346,12 @@ func (l *link) handleLine(line []byte) {
 			l.m.mu.Lock()
 			l.spare = true
 			l.m.mu.Unlock()
-			l.m.onRequest(l, f)
+			// The consent decision is read off the Manager's lock,
+			// once per app (and after a revoke).
+			var consentErr error
+			for !l.m.onRequest(l, f, consentErr) {
+				consentErr = l.m.loadConsent(l.p)
+			}
 			l.m.mu.Lock()
 			if l.spare {
 				l.spare = false

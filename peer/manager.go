@@ -27,6 +27,16 @@ const (
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultMaxOpenRequests = 64
 	DefaultMaxContexts     = 256
+	// The store's limits per app (docs/protocol.md, "Limits"): with the
+	// defaults an app holds at most 64 MiB of records, whatever it does.
+	DefaultMaxSessions   = 1000     // per app and account
+	DefaultMaxTurns      = 1000     // per session
+	DefaultMaxStoreBytes = 64 << 20 // per app
+	// DefaultMaxPendingApprovals bounds an app's open host sheets (its
+	// consent prompt is one at most, always): more than a person reads.
+	DefaultMaxPendingApprovals = 16
+	// DefaultMaxCalls bounds an app's outstanding tool calls.
+	DefaultMaxCalls = 256
 	// maxTurnEvents and maxTurnBytes bound the events one turn keeps for
 	// its history (the rest is streamed but not kept: the turn is marked
 	// truncated), so that a turn is one modest store value.
@@ -48,7 +58,12 @@ type Config struct {
 	// (not its events) before it fails timeout.
 	KernelTimeout time.Duration
 	// QueueFrames and QueueBytes bound the frames waiting to be written to
-	// one app; an app that lets either fill is disconnected.
+	// one app. Frames pushed from outside the link (a kernel's events and
+	// tool calls, app.send) may fill three quarters of either: the next
+	// one is refused (ErrQueueFull) and the app stays connected. The
+	// rest is kept for what the daemon owes the app (replies, error
+	// frames, context_closed, tool_cancel, the turn.end it sends); an
+	// app that lets even that fill is disconnected.
 	QueueFrames int
 	QueueBytes  int
 	// WriteTimeout is how long one write to a hub may block before the app
@@ -59,8 +74,24 @@ type Config struct {
 	// daemon stops reading its hub: the socket then slows the app.
 	MaxOpenRequests int
 	// MaxContexts is how many contexts one link may hold; a session.open
-	// beyond it fails internal (close one first).
+	// beyond it fails quota_exceeded (close one first).
 	MaxContexts int
+	// MaxSessions, MaxTurns and MaxStoreBytes bound what one app makes
+	// the store keep (policy.Limits): sessions per account, turns per
+	// session (recording one more drops the oldest), and bytes of
+	// records. At a limit the app's oldest closed untitled sessions are
+	// evicted; when none is, a session.open fails quota_exceeded and a
+	// turn that does not fit is not recorded (logged).
+	MaxSessions   int
+	MaxTurns      int
+	MaxStoreBytes int64
+	// MaxPendingApprovals is how many host sheets one app may have open;
+	// a host-confirmed call that would raise one more (no standing rule
+	// answers it) ends Error{quota_exceeded}.
+	MaxPendingApprovals int
+	// MaxCalls is how many tool calls one app may have outstanding; a
+	// call beyond it is refused ErrLimit.
+	MaxCalls int
 	// Nonce prefixes context ids; random per Manager (per daemon start)
 	// when empty.
 	Nonce string
@@ -104,6 +135,11 @@ type Manager struct {
 	cfg   Config
 	log   *zap.Logger
 	store *policy.Store
+	// limits are the store's bounds of each app, from cfg.
+	limits policy.Limits
+	// pushFrames and pushBytes are the part of an app's write queue that
+	// frames pushed from outside the link may fill (Config.QueueFrames).
+	pushFrames, pushBytes int
 
 	mu           sync.Mutex
 	closed       bool
@@ -114,6 +150,9 @@ type Manager struct {
 	kernel       *KernelSession
 	nextHandle   uint64
 	nextApproval uint64
+	// rulesGen moves when a standing rule is set or revoked: a call that
+	// read its rule off the lock before then reads it again.
+	rulesGen uint64
 
 	// The tool relay: the installed one (nil: callbacks queue in relayQ),
 	// and the kernel session that installed it, if one did.
@@ -128,6 +167,10 @@ type Manager struct {
 	// beforeTeardown, when a test sets it before attaching, runs on a
 	// link's reader between its hub closing and its teardown.
 	beforeTeardown func()
+	// afterConsentRead and afterRuleRead, when a test sets them before
+	// the read, run between a consent or rule read (off m.mu) and the
+	// relock that uses it.
+	afterConsentRead, afterRuleRead func()
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to
@@ -141,8 +184,12 @@ type peer struct {
 	app     policy.App
 	link    *link // nil while no process is attached
 	consent consentCache
-	ask     *approval  // the pending consent prompt, if any
-	waiting []*request // requests waiting for that prompt, in arrival order
+	// consentGen moves when the cached decision is dropped (revoke), so
+	// that a read from before does not fill the cache again.
+	consentGen uint64
+	ask        *approval  // the pending consent prompt, if any
+	waiting    []*request // requests waiting for that prompt, in arrival order
+	sheets     int        // its pending host sheets (Config.MaxPendingApprovals)
 
 	// The duplicate window: the last finished call ids, across processes.
 	recentCalls map[string]struct{}
@@ -173,6 +220,21 @@ func New(cfg Config) *Manager {
 	if cfg.MaxContexts <= 0 {
 		cfg.MaxContexts = DefaultMaxContexts
 	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = DefaultMaxTurns
+	}
+	if cfg.MaxStoreBytes <= 0 {
+		cfg.MaxStoreBytes = DefaultMaxStoreBytes
+	}
+	if cfg.MaxPendingApprovals <= 0 {
+		cfg.MaxPendingApprovals = DefaultMaxPendingApprovals
+	}
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = DefaultMaxCalls
+	}
 	if cfg.Nonce == "" {
 		b := make([]byte, 8)
 		rand.Read(b) // crypto/rand.Read never fails on Linux
@@ -198,13 +260,16 @@ func New(cfg Config) *Manager {
 	}
 	log := cfg.Log.Named("peer")
 	return &Manager{
-		cfg:       cfg,
-		log:       log,
-		store:     cfg.Store,
-		peers:     map[string]*peer{},
-		contexts:  map[string]*appContext{},
-		approvals: map[string]*approval{},
-		audit:     newAuditLog(cfg.Store, cfg.AuditKeep, log),
+		cfg:        cfg,
+		limits:     policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
+		pushFrames: max(1, cfg.QueueFrames*3/4),
+		pushBytes:  max(1, cfg.QueueBytes*3/4),
+		log:        log,
+		store:      cfg.Store,
+		peers:      map[string]*peer{},
+		contexts:   map[string]*appContext{},
+		approvals:  map[string]*approval{},
+		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, log),
 	}
 }
 
@@ -339,8 +404,8 @@ func (m *Manager) Send(appID string, frame json.RawMessage) error {
 	if l == nil {
 		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
 	}
-	if !l.send(buf.Bytes()) {
-		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
+	if err := l.push(buf.Bytes(), false); err != nil {
+		return fmt.Errorf("app.send to %s: %w", appID, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -133,41 +134,47 @@ func (m *Manager) fail(l *link, reqID string, e *Error) {
 
 // onRequest takes one request frame from the app's link: every request
 // gets exactly one reply (or, for a req_id still open, a duplicate error
-// frame that is not a reply).
-func (m *Manager) onRequest(l *link, f *Request) {
+// frame that is not a reply). It returns false, having done nothing, when
+// the request needs the app's consent and the decision is not cached:
+// the caller reads it (loadConsent, off m.mu) and calls again, with the
+// read's error if it failed.
+func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := l.p
 	if p.link != l || l.isShut() {
-		return
+		return true
 	}
 	if _, open := l.requests[f.ReqID]; open {
 		l.sendFrame(&ErrorFrame{Code: CodeDuplicate, ReqID: f.ReqID,
 			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
-		return
+		return true
 	}
 	if !m.serviceGranted(p.app) {
 		m.fail(l, f.ReqID, errorf(CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
 			p.app.ID, policy.ServiceAgent, policy.ServiceAgent))
-		return
+		return true
 	}
 	if !slices.Contains(policy.KnownMethods(), f.Method) {
 		m.fail(l, f.ReqID, errorf(CodeUnknownMethod, "no method %q (known: %v)", f.Method, policy.KnownMethods()))
-		return
+		return true
 	}
 	if !slices.Contains(p.app.Grants.Methods, f.Method) {
 		m.fail(l, f.ReqID, errorf(CodeNotGranted, "%s is not in the grants.methods of app %s", f.Method, p.app.ID))
-		return
+		return true
 	}
 	args, err := decodeArgs(f.Method, f.Args)
 	if err != nil {
 		m.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
-		return
+		return true
+	}
+	if !p.consent.loaded && consentErr == nil {
+		return false
 	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
-	switch d, err := m.consentOf(p); {
-	case err != nil:
-		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(err))
+	switch d := p.consent.decision; {
+	case !p.consent.loaded:
+		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(consentErr))
 		m.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
 	case d == policy.Deny:
 		m.fail(l, f.ReqID, errorf(CodeConsentDenied, "the person denied app %s the agent service; `octosupctl consent revoke %s` asks again", p.app.ID, p.app.ID))
@@ -179,6 +186,7 @@ func (m *Manager) onRequest(l *link, f *Request) {
 		p.waiting = append(p.waiting, r)
 		m.askConsent(p, r)
 	}
+	return true
 }
 
 func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {
@@ -274,10 +282,7 @@ func (m *Manager) history(r *request) {
 	var err error
 	sessionID := r.ctx.session.ID
 	m.atStore(r, func() {
-		var turns []policy.Turn
-		if turns, err = m.store.Turns(sessionID); err == nil {
-			data, err = historyData(r.id, turns)
-		}
+		data, err = m.historyData(r.id, sessionID)
 	}, func() {
 		if err != nil {
 			m.log.Error("read history", zap.String("app", r.link.appID), zap.Error(err))
@@ -291,8 +296,10 @@ func (m *Manager) history(r *request) {
 
 // historyData is the data of a history reply: the newest turns that fit
 // one frame with the reply around them, oldest first, and "truncated":
-// true when older turns were left out.
-func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
+// true when older turns were left out. The store hands the turns newest
+// first and the walk stops at the first that does not fit, so what is
+// read is what is kept (at most a frame), whatever the session holds.
+func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, error) {
 	empty, err := EncodeDown(&Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
 	if err != nil {
 		return nil, err
@@ -300,19 +307,22 @@ func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
 	budget := MaxFrame - (len(empty) - 1) // its newline is not part of the cap
 	var kept [][]byte
 	truncated := false
-	for i := len(turns) - 1; i >= 0; i-- {
-		b, err := json.Marshal(turns[i])
-		if err != nil {
-			return nil, fmt.Errorf("encode turn %s: %w", turns[i].TurnID, err)
-		}
-		if len(b)+1 > budget { // 1: the comma before it
+	err = m.store.History(session, func(turn []byte) bool {
+		// The stored value is the turn's JSON as json.Marshal wrote it:
+		// it goes into the reply as it is.
+		if len(turn)+1 > budget { // 1: the comma before it
 			truncated = true
-			break
+			return false
 		}
-		budget -= len(b) + 1
-		kept = append(kept, b)
+		budget -= len(turn) + 1
+		kept = append(kept, bytes.Clone(turn))
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(MaxFrame - budget)
 	buf.WriteString(`{"turns":[`)
 	for i := len(kept) - 1; i >= 0; i-- {
 		buf.Write(kept[i])
@@ -328,6 +338,24 @@ func historyData(reqID string, turns []policy.Turn) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
+// busySessions reports the sessions of app that have a live context:
+// the store never evicts those. It is a snapshot, taken by a store job
+// just before its I/O: contexts are only made by store jobs (which run
+// one at a time), so none appears on an evictable session meanwhile.
+// m.mu is held.
+func (m *Manager) busySessions(app string) policy.Busy {
+	busy := map[uint64]struct{}{}
+	for _, c := range m.contexts {
+		if c.link.appID == app {
+			busy[c.session.ID] = struct{}{}
+		}
+	}
+	return func(id uint64) bool {
+		_, ok := busy[id]
+		return ok
+	}
+}
+
 func (m *Manager) openSession(r *request) {
 	l := r.link
 	accounts := l.p.app.Sandbox.Accounts
@@ -340,7 +368,7 @@ func (m *Manager) openSession(r *request) {
 		return
 	}
 	if n := len(l.contexts) + l.opening; n >= m.cfg.MaxContexts {
-		m.finish(r, errorf(CodeInternal, "app %s holds %d contexts, the most one process may: close one (%s) first",
+		m.finish(r, errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
 			l.appID, n, policy.MethodContextClose))
 		return
 	}
@@ -349,7 +377,10 @@ func (m *Manager) openSession(r *request) {
 	var err error
 	app, title, now := l.appID, r.args.Title, m.cfg.Now()
 	m.atStore(r, func() {
-		s, err = m.store.OpenSession(app, account, title, now)
+		m.mu.Lock()
+		busy := m.busySessions(app)
+		m.mu.Unlock()
+		s, err = m.store.OpenSession(app, account, title, now, m.limits, busy)
 	}, func() {
 		m.opened(r, account, s, err)
 	})
@@ -363,6 +394,12 @@ func (m *Manager) openSession(r *request) {
 func (m *Manager) opened(r *request, account string, s policy.Session, err error) {
 	l := r.link
 	l.opening--
+	var le *policy.LimitError
+	if errors.As(err, &le) {
+		m.log.Info("session refused: the app is at a limit", zap.String("app", l.appID), zap.Error(err))
+		m.finish(r, errorf(CodeQuotaExceeded, "%s", le.Error()))
+		return
+	}
 	if err != nil {
 		m.log.Error("open session", zap.String("app", l.appID), zap.Error(err))
 		m.finish(r, errorf(CodeInternal, "the daemon could not record the session"))

@@ -32,6 +32,12 @@ const (
 // one only ever reaches the relay).
 const CodeDeclined = "declined"
 
+// CodeQueueFull is the error code of a tool call's outcome, and of the
+// kernel's and app.send's refusals, when the app's write queue had no
+// room for the frame (ErrQueueFull). It only reaches the relay and the
+// control socket, never the app.
+const CodeQueueFull = "queue_full"
+
 // Defaults of the tool-call layer's Config fields.
 const (
 	DefaultMaxToolTimeout  = 10 * time.Minute
@@ -194,9 +200,14 @@ func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), e
 		return nil, fmt.Errorf("tool call %s into %s: %w", kc.CallID, app, err)
 	}
 	return func() {
-		m.mu.Lock()
+		var rule ruleRead
+		if c.confirm == ConfirmHost {
+			rule = m.readRule(c) // returns with m.mu held
+		} else {
+			m.mu.Lock()
+		}
 		defer m.mu.Unlock()
-		m.place(c)
+		m.place(c, rule)
 	}, nil
 }
 
@@ -304,7 +315,11 @@ func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rule
 // tool is ""): its next host-confirmed call asks the person again. It
 // returns the rules removed.
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
-	return m.store.RevokeRules(app, tool)
+	rules, err := m.store.RevokeRules(app, tool)
+	m.mu.Lock()
+	m.rulesGen++ // a call placing now reads the rules again
+	m.mu.Unlock()
+	return rules, err
 }
 
 // Audit returns the last limit finished calls of app ("" for all), oldest

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -164,6 +165,9 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	if _, seen := p.recentCalls[kc.CallID]; seen {
 		return nil, fmt.Errorf("%w: %q finished recently", ErrDuplicate, kc.CallID)
 	}
+	if n := len(l.calls); n >= m.cfg.MaxCalls {
+		return nil, fmt.Errorf("%w: app %s has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", ErrLimit, app, n)
+	}
 	if !slices.Contains(p.app.Grants.Tools, kc.Name) {
 		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, app)
 	}
@@ -191,8 +195,38 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	return c, nil
 }
 
-// place sends an accepted call on its way. m.mu is held.
-func (m *Manager) place(c *call) {
+// ruleRead is the standing rule of a host-confirmed call's app and tool,
+// as readRule found it.
+type ruleRead struct {
+	rule  policy.Rule
+	found bool
+	err   error
+}
+
+// readRule reads the standing rule of c's app and tool off m.mu and
+// returns with m.mu held. A rule set or revoked while it read (rulesGen
+// moved) has it read again, so that the call is placed under the rules
+// in force when it is placed: an approve --remember that answers the
+// open sheets of the tool either finds this call's sheet or is found.
+func (m *Manager) readRule(c *call) ruleRead {
+	m.mu.Lock()
+	for {
+		gen := m.rulesGen
+		m.mu.Unlock()
+		r, ok, err := m.store.Rule(c.link.appID, c.name)
+		if f := m.afterRuleRead; f != nil {
+			f()
+		}
+		m.mu.Lock()
+		if m.rulesGen == gen {
+			return ruleRead{rule: r, found: ok, err: err}
+		}
+	}
+}
+
+// place sends an accepted call on its way; rule is its standing rule
+// (read by readRule when it is host-confirmed). m.mu is held.
+func (m *Manager) place(c *call, rule ruleRead) {
 	c.placed = true
 	for _, n := range c.held {
 		m.note(n)
@@ -204,19 +238,23 @@ func (m *Manager) place(c *call) {
 	switch c.confirm {
 	case ConfirmHost:
 		m.ack(c)
-		rule, ok, err := m.store.Rule(c.link.appID, c.name)
-		if err != nil {
+		if rule.err != nil {
 			// Fails safe: without the rules, the person decides.
-			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(err))
+			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(rule.err))
 		}
-		switch {
-		case ok && rule.Decision == policy.Allow:
+		switch ok := rule.found && rule.err == nil; {
+		case ok && rule.rule.Decision == policy.Allow:
 			c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
 			m.deliver(c)
 		case ok:
 			c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
 			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
 				"a standing rule denies %s for app %s (`octosupctl rules revoke %s %s` asks again)", c.name, c.link.appID, c.link.appID, c.name)}, "")
+		case c.link.p.sheets >= m.cfg.MaxPendingApprovals:
+			// More sheets than a person reads: the call does not
+			// wait for one.
+			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeQuotaExceeded,
+				"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", c.link.appID, c.link.p.sheets, c.name)}, "")
 		default:
 			c.decision = policy.AuditDecisionSheet
 			c.move(callAwaitingHost)
@@ -243,16 +281,15 @@ func (m *Manager) deliver(c *call) bool {
 		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
 	}
-	var ok bool
-	if len(c.link.calls) == 1 {
-		// The only call out: written now rather than by the link's
-		// writer, a wake-up less on the way. With more out, the writer
-		// gathers them into one write.
-		ok = c.link.sendFrameNow(f)
-	} else {
-		ok = c.link.sendFrame(f)
+	// The only call out is written now rather than by the link's
+	// writer, a wake-up less on the way. With more out, the writer
+	// gathers them into one write.
+	err := c.link.pushFrame(f, len(c.link.calls) == 1)
+	if errors.Is(err, ErrQueueFull) {
+		m.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: errorf(CodeQueueFull, "%v", err)}, "")
+		return false
 	}
-	if !ok {
+	if err != nil {
 		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
 		return false
 	}
@@ -447,6 +484,7 @@ func (m *Manager) askHost(c *call) {
 	}
 	c.approval = a
 	m.approvals[a.ID] = a
+	a.peer.sheets++
 	m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
 		zap.String("call_id", c.id), zap.String("approval_id", a.ID))
 	m.cfg.Events.Approval(a.Approval)

@@ -35,6 +35,7 @@ var (
 	bucketTurns    = []byte("turns")    // session id -> nested bucket: turn seq -> Turn JSON
 	bucketRules    = []byte("rules")    // reserved: standing tool rules
 	bucketAudit    = []byte("audit")    // reserved: tool-call audit trail
+	// and the buckets of store_quota.go, which count what each app holds.
 )
 
 const schemaVersion = 1
@@ -76,7 +77,9 @@ func OpenStore(path string) (*Store, error) {
 func (s *Store) init() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		indexed := tx.Bucket(bucketTitles) != nil
-		for _, b := range [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTitles, bucketTurns, bucketRules, bucketAudit} {
+		counted := tx.Bucket(bucketBytes) != nil
+		for _, b := range [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTitles, bucketTurns, bucketRules, bucketAudit,
+			bucketUntitled, bucketUntitledApp, bucketCounts, bucketBytes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
@@ -84,6 +87,13 @@ func (s *Store) init() error {
 		if !indexed {
 			// A state file from before the index: index its sessions once.
 			if err := indexSessions(tx); err != nil {
+				return err
+			}
+		}
+		if !counted {
+			// A state file from before the limits: count what each
+			// app holds, once.
+			if err := indexQuota(tx); err != nil {
 				return err
 			}
 		}

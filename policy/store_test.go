@@ -81,15 +81,15 @@ func TestParseDecision(t *testing.T) {
 func TestSessions(t *testing.T) {
 	s, _ := openTestStore(t)
 	now := time.Now()
-	a, err := s.OpenSession("notes", "personal", "groceries", now)
+	a, err := s.OpenSession("notes", "personal", "groceries", now, Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := s.OpenSession("notes", "personal", "groceries", now)
-	otherAccount, _ := s.OpenSession("notes", "work", "groceries", now)
-	otherApp, _ := s.OpenSession("mail", "personal", "groceries", now)
-	untitled1, _ := s.OpenSession("notes", "personal", "", now)
-	untitled2, _ := s.OpenSession("notes", "personal", "", now)
+	again, _ := s.OpenSession("notes", "personal", "groceries", now, Limits{}, nil)
+	otherAccount, _ := s.OpenSession("notes", "work", "groceries", now, Limits{}, nil)
+	otherApp, _ := s.OpenSession("mail", "personal", "groceries", now, Limits{}, nil)
+	untitled1, _ := s.OpenSession("notes", "personal", "", now, Limits{}, nil)
+	untitled2, _ := s.OpenSession("notes", "personal", "", now, Limits{}, nil)
 	if again.ID != a.ID {
 		t.Fatal("same title did not reopen the session")
 	}
@@ -97,20 +97,20 @@ func TestSessions(t *testing.T) {
 	if len(ids) != 5 {
 		t.Fatalf("sessions not distinct: %v", ids)
 	}
-	if turns, err := s.Turns(a.ID); err != nil || len(turns) != 0 {
+	if turns, err := turnsOf(s, a.ID); err != nil || len(turns) != 0 {
 		t.Fatalf("fresh history %v %v", turns, err)
 	}
 	for i := range 3 {
 		tn := Turn{TurnID: fmt.Sprint("T", i), Input: json.RawMessage(`"hi"`), Events: []json.RawMessage{json.RawMessage(`{"n":1}`)}, End: "completed"}
-		if err := s.AppendTurn(a.ID, tn); err != nil {
+		if err := s.AppendTurn(a.ID, tn, Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	turns, err := s.Turns(a.ID)
+	turns, err := turnsOf(s, a.ID)
 	if err != nil || len(turns) != 3 || turns[2].TurnID != "T2" || string(turns[0].Events[0]) != `{"n":1}` {
 		t.Fatalf("history %+v %v", turns, err)
 	}
-	if err := s.AppendTurn(9999, Turn{}); err == nil {
+	if err := s.AppendTurn(9999, Turn{}, Limits{}, nil); !errors.Is(err, ErrNoSession) {
 		t.Fatal("appended to a missing session")
 	}
 }
@@ -166,9 +166,9 @@ func TestStoreHelperProcess(t *testing.T) {
 func TestSessionIndex(t *testing.T) {
 	s, path := openTestStore(t)
 	now := time.Now()
-	ab, _ := s.OpenSession("a", "b", "c", now)
-	a_bc, _ := s.OpenSession("a", "", "bc", now)
-	ab2, _ := s.OpenSession("ab", "", "c", now)
+	ab, _ := s.OpenSession("a", "b", "c", now, Limits{}, nil)
+	a_bc, _ := s.OpenSession("a", "", "bc", now, Limits{}, nil)
+	ab2, _ := s.OpenSession("ab", "", "c", now, Limits{}, nil)
 	if ab.ID == a_bc.ID || ab.ID == ab2.ID || a_bc.ID == ab2.ID {
 		t.Fatalf("triples sharing their concatenation share a session: %d %d %d", ab.ID, a_bc.ID, ab2.ID)
 	}
@@ -183,7 +183,7 @@ func TestSessionIndex(t *testing.T) {
 	}
 	defer s2.Close()
 	for _, want := range []Session{ab, a_bc, ab2} {
-		got, err := s2.OpenSession(want.App, want.Account, want.Title, now)
+		got, err := s2.OpenSession(want.App, want.Account, want.Title, now, Limits{}, nil)
 		if err != nil || got.ID != want.ID {
 			t.Fatalf("after reindexing, %s/%s/%s is session %d (%v), want %d", want.App, want.Account, want.Title, got.ID, err, want.ID)
 		}
