@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"octosup/control"
+	"octosup/internal/visible"
 	"octosup/jail/helper"
 )
 
@@ -63,15 +63,15 @@ func DecodeSpec(b []byte) (Spec, error) { return helper.DecodeSpec(b) }
 
 // Describe renders a spec for a person (octosupctl prints it as it is).
 // What comes from the manifest (program, env values, paths) is rendered
-// by control.Visible, so that a control character in it cannot reach the
+// by visible.String, so that a control character in it cannot reach the
 // person's terminal nor a newline print a line of the description's own;
 // argv is Go-quoted, which is as unambiguous.
 func Describe(s Spec) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "app %s\n", control.Visible(s.App))
-	fmt.Fprintf(&b, "  program  %s\n", control.Visible(s.Program))
+	fmt.Fprintf(&b, "app %s\n", visible.String(s.App))
+	fmt.Fprintf(&b, "  program  %s\n", visible.String(s.Program))
 	fmt.Fprintf(&b, "  argv     %q\n", s.Argv)
-	fmt.Fprintf(&b, "  dir      %s\n", control.Visible(s.Dir))
+	fmt.Fprintf(&b, "  dir      %s\n", visible.String(s.Dir))
 	mode := "best-effort (runs with whatever layers the kernel has)"
 	if s.Strict {
 		mode = fmt.Sprintf("strict (refused below Landlock ABI %d or without seccomp)", s.Landlock.MinABI)
@@ -80,7 +80,7 @@ func Describe(s Spec) string {
 	fmt.Fprintf(&b, "  fds      %v (everything else closed)\n", s.FDs)
 	b.WriteString("  env\n")
 	for _, kv := range s.Env {
-		fmt.Fprintf(&b, "    %s\n", control.Visible(kv))
+		fmt.Fprintf(&b, "    %s\n", visible.String(kv))
 	}
 	if s.ExecOnce {
 		b.WriteString("  exec     the program once; every later execve EPERM (processes: false)\n")
@@ -101,7 +101,7 @@ func Describe(s Spec) string {
 			if p.Optional {
 				opt = " (if present)"
 			}
-			fmt.Fprintf(&b, "    %-8s %-40s %s%s\n", p.Why, control.Visible(p.Path), p.Access, opt)
+			fmt.Fprintf(&b, "    %-8s %-40s %s%s\n", p.Why, visible.String(p.Path), p.Access, opt)
 		}
 	}
 	switch {

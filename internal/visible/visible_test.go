@@ -1,4 +1,4 @@
-package control
+package visible
 
 import (
 	"strconv"
@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-func TestVisible(t *testing.T) {
+func TestString(t *testing.T) {
 	for _, c := range []struct{ name, in, want string }{
 		{"empty", "", ""},
 		{"plain", "hello from talker", "hello from talker"},
@@ -41,8 +41,8 @@ func TestVisible(t *testing.T) {
 		{"private use", "\uE000", `\ue000`},
 		{"double quotes stay", `say "hi"`, `say "hi"`},
 	} {
-		if got := Visible(c.in); got != c.want {
-			t.Errorf("%s: Visible(%q) = %q, want %q", c.name, c.in, got, c.want)
+		if got := String(c.in); got != c.want {
+			t.Errorf("%s: String(%q) = %q, want %q", c.name, c.in, got, c.want)
 		}
 	}
 }
@@ -53,7 +53,7 @@ func unvisible(v string) (string, error) {
 	return strconv.Unquote(`"` + strings.ReplaceAll(v, `"`, `\"`) + `"`)
 }
 
-func FuzzVisible(f *testing.F) {
+func FuzzString(f *testing.F) {
 	for _, s := range []string{
 		"", "plain", "\x1b]0;pwned\x07", "a\rb", "\x1b[2K", "x\n[otherapp] y",
 		"\t", "\x7f", "\u0085", "\xff\xfe", `\x1b`, `\\`, `"`, "\u202e\u2066",
@@ -62,31 +62,31 @@ func FuzzVisible(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		v := Visible(s)
+		v := String(s)
 		if !utf8.ValidString(v) {
-			t.Fatalf("Visible(%q) = %q is not UTF-8", s, v)
+			t.Fatalf("String(%q) = %q is not UTF-8", s, v)
 		}
 		for _, r := range v {
 			switch {
 			case r < 0x20 || r == 0x7f:
-				t.Fatalf("Visible(%q) = %q holds control %U", s, v, r)
+				t.Fatalf("String(%q) = %q holds control %U", s, v, r)
 			case r >= 0x80 && r <= 0x9f:
-				t.Fatalf("Visible(%q) = %q holds C1 control %U", s, v, r)
+				t.Fatalf("String(%q) = %q holds C1 control %U", s, v, r)
 			case unicode.Is(unicode.Bidi_Control, r):
-				t.Fatalf("Visible(%q) = %q holds bidi control %U", s, v, r)
+				t.Fatalf("String(%q) = %q holds bidi control %U", s, v, r)
 			case unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Other_Default_Ignorable_Code_Point):
-				t.Fatalf("Visible(%q) = %q holds invisible %U", s, v, r)
+				t.Fatalf("String(%q) = %q holds invisible %U", s, v, r)
 			}
 		}
 		// Injective: the rendering maps back to s, so no text renders
 		// like another, and none like another prefixed by a line break.
 		back, err := unvisible(v)
 		if err != nil || back != s {
-			t.Fatalf("Visible(%q) = %q maps back to %q (%v)", s, v, back, err)
+			t.Fatalf("String(%q) = %q maps back to %q (%v)", s, v, back, err)
 		}
 		// Plain text is left alone.
 		if v == s && strings.ContainsAny(s, "\\\n\r\t\x1b") {
-			t.Fatalf("Visible(%q) kept it as is", s)
+			t.Fatalf("String(%q) kept it as is", s)
 		}
 	})
 }
