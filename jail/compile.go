@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"octosup/jail/helper"
 	"octosup/policy"
 )
 
@@ -87,7 +88,7 @@ type Options struct {
 
 // landlockABIUnix is the Landlock ABI that narrows connecting to
 // pathname unix sockets.
-const landlockABIUnix = 9
+const landlockABIUnix = helper.ABIUnixConnect
 
 // systemDirs are readable by every jailed app; executable only when the
 // app may create processes.
@@ -184,6 +185,9 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 			return fail("sandbox.network %q: want none, tcp or full", sb.Network)
 		}
 	}
+	// Unix sockets: a full app makes them; a tcp app only where Landlock
+	// narrows their connect (seccomp refuses them below it).
+	ll.UnixSockets = ll.FS && (sb.Network == policy.NetworkFull || sb.Network == policy.NetworkTCP && opt.LandlockABI >= landlockABIUnix)
 	ll.MinABI = minABI(ll)
 	spec.Landlock = ll
 
@@ -378,7 +382,8 @@ func sortedPorts(p []uint16) []uint16 {
 }
 
 // minABI is the Landlock ABI that enforces everything ll asks for: files
-// from 1 (truncation from 3), TCP ports from 4, scoping from 6.
+// from 1 (truncation from 3), TCP ports from 4, scoping from 6, pathname
+// unix-socket connect from 9.
 func minABI(ll LandlockSpec) int {
 	abi := 0
 	if ll.FS {
@@ -389,6 +394,9 @@ func minABI(ll LandlockSpec) int {
 	}
 	if ll.Scope {
 		abi = max(abi, 6)
+	}
+	if ll.UnixSockets {
+		abi = max(abi, landlockABIUnix)
 	}
 	return abi
 }

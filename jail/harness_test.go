@@ -166,6 +166,10 @@ func (h *harness) probeApp(id string, args ...string) policy.App {
 		Exec:    append([]string{h.probe, probeArg}, args...),
 		Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &no},
 		Storage: policy.Storage{Jail: true, Secrets: true},
+		// In the entry's env, not the daemon's: a jail app's environment
+		// is an allow list. Without it each race-built probe sleeps a
+		// second at its exit.
+		Env: map[string]string{"GORACE": os.Getenv("GORACE")},
 	}
 }
 
@@ -182,7 +186,7 @@ type outcome struct {
 func (h *harness) runApp(app policy.App, baseEnv []string, hubFD *os.File) outcome {
 	h.t.Helper()
 	return h.runWith(func(stdout, stderr, hub *os.File) (*Process, error) {
-		return h.l.Start(Request{App: app, Dirs: h.dirs, BaseEnv: append(baseEnv, "GORACE="+os.Getenv("GORACE")), Stdout: stdout, Stderr: stderr, Hub: hub})
+		return h.l.Start(Request{App: app, Dirs: h.dirs, BaseEnv: baseEnv, Stdout: stdout, Stderr: stderr, Hub: hub})
 	}, hubFD)
 }
 

@@ -113,6 +113,9 @@ func Describe(s Spec) string {
 	if ll.Scope {
 		b.WriteString("  scope    no signals to, no abstract sockets of, processes outside the jail\n")
 	}
+	if ll.UnixSockets {
+		b.WriteString("  unix     pathname sockets: only those in its read-write places from Landlock ABI 9; below it every socket it can name\n")
+	}
 	b.WriteString("  syscalls refused (\"daemon\": the daemon decides each call):\n")
 	// Runs of rules with one reason (the socket families, say) make one
 	// line: the patterns are in the JSON form for whoever needs them.

@@ -211,6 +211,10 @@ func statRule(p PathRule) (os.FileInfo, error) {
 	return st, nil
 }
 
+// ABIUnixConnect is the Landlock ABI that narrows connecting to pathname
+// unix sockets.
+const ABIUnixConnect = 9
+
 // LandlockMissing lists what ls asks for that abi cannot enforce.
 func LandlockMissing(ls LandlockSpec, abi int) []string {
 	if (ls.FS || ls.WriteOnly || ls.Net || ls.Scope) && abi < 1 {
@@ -225,6 +229,9 @@ func LandlockMissing(ls LandlockSpec, abi int) []string {
 	}
 	if ls.Scope && abi < 6 {
 		out = append(out, "landlock.scope")
+	}
+	if ls.UnixSockets && abi < ABIUnixConnect {
+		out = append(out, "landlock.unix")
 	}
 	return out
 }

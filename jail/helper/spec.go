@@ -65,6 +65,11 @@ type LandlockSpec struct {
 	Net        bool     `json:"net"`
 	ConnectTCP []uint16 `json:"connect_tcp,omitempty"`
 	BindTCP    []uint16 `json:"bind_tcp,omitempty"`
+	// UnixSockets says the app may create unix sockets (network full, or
+	// tcp where the kernel narrows them): their pathname connect is
+	// narrowed by Landlock's ABI 9 only, and below it the app reaches
+	// every socket it can name (the session bus).
+	UnixSockets bool `json:"unix_sockets,omitempty"`
 	// Scope cuts the app off from abstract unix sockets and signals of
 	// processes outside its jail (ABI 6).
 	Scope bool `json:"scope"`

@@ -190,6 +190,7 @@ func encodeSpec(w *wireWriter, s Spec) {
 			w.uint(uint64(p))
 		}
 	}
+	w.bool(ll.UnixSockets)
 	w.bool(ll.Scope)
 	w.int(int64(ll.MinABI))
 	w.bool(ll.LogApp)
@@ -243,6 +244,7 @@ func decodeSpec(r *wireReader) Spec {
 	ll.Net = r.bool("landlock net")
 	ll.ConnectTCP = r.ports("connect_tcp")
 	ll.BindTCP = r.ports("bind_tcp")
+	ll.UnixSockets = r.bool("landlock unix_sockets")
 	ll.Scope = r.bool("landlock scope")
 	if v := r.int("min_abi"); v >= -maxInt && v <= maxInt {
 		ll.MinABI = int(v)
