@@ -13,6 +13,9 @@ import (
 	"testing"
 	"testing/quick"
 
+	"golang.org/x/sys/unix"
+
+	"octosup/jail/helper"
 	"octosup/policy"
 )
 
@@ -414,4 +417,42 @@ func FuzzDecodeSpec(f *testing.F) {
 		}
 		_ = Describe(s)
 	})
+}
+
+// TestUnixSocketsNamedMissing: a jail app that may make unix sockets
+// reaches every pathname socket it can name below Landlock ABI 9, and
+// the report says so; a tcp app may not make them there at all.
+func TestUnixSocketsNamedMissing(t *testing.T) {
+	for _, c := range []struct {
+		network policy.Network
+		abi     int
+		unix    bool
+	}{
+		{policy.NetworkFull, 7, true},
+		{policy.NetworkTCP, 7, false},
+		{policy.NetworkTCP, 9, true},
+		{policy.NetworkNone, 9, false},
+	} {
+		app := notesApp()
+		app.Sandbox.Network = c.network
+		if c.network != policy.NetworkTCP {
+			app.Sandbox.TCPConnect, app.Sandbox.TCPBind = nil, nil
+		}
+		o := testOptions()
+		o.LandlockABI = c.abi
+		spec, err := Compile(app, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing := slices.Contains(helper.LandlockMissing(spec.Landlock, 7), "landlock.unix")
+		if spec.Landlock.UnixSockets != c.unix || missing != c.unix || c.unix && spec.Landlock.MinABI != 9 {
+			t.Errorf("%s at ABI %d: unix_sockets %v, missing at ABI 7 %v, min_abi %d; want %v", c.network, c.abi, spec.Landlock.UnixSockets, missing, spec.Landlock.MinABI, c.unix)
+		}
+		refused := slices.ContainsFunc(spec.Seccomp, func(r Syscall) bool {
+			return r.Name == "socket" && len(r.Args) == 1 && r.Args[0].Value == unix.AF_UNIX
+		}) || slices.ContainsFunc(spec.Seccomp, func(r Syscall) bool { return r.Name == "socket" && len(r.Args) == 0 })
+		if refused == c.unix {
+			t.Errorf("%s at ABI %d: socket(AF_UNIX) refused %v, want %v", c.network, c.abi, refused, !c.unix)
+		}
+	}
 }
