@@ -2,6 +2,7 @@ package jail
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -155,14 +156,29 @@ func broadRoots() []string {
 	if err != nil {
 		return []string{}
 	}
-	roots := []string{}
+	var roots, links []string
 	for _, e := range entries {
 		p := "/" + e.Name()
 		if p == "/sys" || p == "/proc" || slices.ContainsFunc(mounts, func(m string) bool { return m == p || strings.HasPrefix(m, p+"/") }) {
 			continue
 		}
+		if e.Type()&os.ModeSymlink != 0 {
+			links = append(links, p)
+			continue
+		}
 		roots = append(roots, p)
 	}
+	// A link like /bin -> usr/bin leads beneath a root already listed: a
+	// rule of its own would only make the ruleset longer.
+	// A link that leads into /proc, /sys or a cgroup mount gets none.
+	for _, l := range links {
+		t, err := filepath.EvalSymlinks(l)
+		if err != nil || underAny(t, roots) || underAny(t, kernelViews[:]) || slices.ContainsFunc(mounts, func(m string) bool { return underAny(t, []string{m}) }) {
+			continue
+		}
+		roots = append(roots, l)
+	}
+	slices.Sort(roots)
 	return roots
 }
 
