@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
+	"syscall"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -186,7 +188,7 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		stderr = devnull
 	}
 
-	ea, err := helper.NewExecArgs(spec.Program, spec.Argv, spec.Env)
+	ea, err := l.execArgs(spec)
 	if err != nil {
 		return nil, true, fmt.Errorf("start %s: %w", spec.App, layerErr("exec", err.Error(), err))
 	}
@@ -227,6 +229,7 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	s.filter = mem.filter(prog)
 	s.filter_len = C.uint32_t(len(prog))
 	s.notify_sock = C.int(notifyW)
+	s.ignored = C.uint64_t(l.ignoredSignals())
 	if spec.ExecOnce && prog != nil {
 		gate := ea.Gate()
 		s.gate = mem.filter(gate)
@@ -272,6 +275,49 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		p.notify = newGuard(spec, fd, l.kernel().unprivPort, l.log)
 	}
 	return p, true, nil
+}
+
+// ignoredSignals is the set of signals the daemon ignores, bit n-1 for
+// signal n, which the child resets to their default: what the kernel
+// said was ignored at the first start (an inherited SIG_IGN the Go
+// runtime leaves alone, such as a tmux pane's SIGTTIN and SIGTTOU, which
+// signal.Ignored does not report) and what this process ignores through
+// os/signal now. Resetting one more than needed is harmless: the child's
+// handlers are all default already (CLONE_CLEAR_SIGHAND).
+func (l *Launcher) ignoredSignals() uint64 {
+	set := l.inheritedIgnored()
+	for n := 1; n <= 64; n++ {
+		if signal.Ignored(syscall.Signal(n)) {
+			set |= 1 << (n - 1)
+		}
+	}
+	return set
+}
+
+// kernelIgnored asks the kernel which signals this process ignores.
+func kernelIgnored() uint64 {
+	var set uint64
+	for n := 1; n <= 64; n++ {
+		if helper.SignalIgnored(n) {
+			set |= 1 << (n - 1)
+		}
+	}
+	return set
+}
+
+// execArgs lays out the exec's arguments for the exec gate: in the
+// Launcher's arena (made at the first start), or in mappings of their
+// own when they do not fit it.
+func (l *Launcher) execArgs(spec Spec) (*helper.ExecArgs, error) {
+	a, err := l.arena()
+	if err != nil {
+		return nil, err
+	}
+	ea, ok, err := a.Place(spec.Program, spec.Argv, spec.Env)
+	if err != nil || ok {
+		return ea, err
+	}
+	return helper.NewExecArgs(spec.Program, spec.Argv, spec.Env)
 }
 
 // forkFailure is the LayerError of the step the child failed at, or

@@ -161,6 +161,11 @@ type Launcher struct {
 	kernel  func() kernelInfo // probed once, at the first start
 	// noFork is set when clone3 refused the in-process spawn's flags.
 	noFork atomic.Bool
+	// arena holds the in-process spawn's exec arguments (helper.Arena);
+	// only the spawner thread uses it.
+	arena func() (*helper.Arena, error)
+	// inheritedIgnored is kernelIgnored, asked at the first start.
+	inheritedIgnored func() uint64
 }
 
 // kernelInfo is what a Launcher asks of the kernel once.
@@ -199,7 +204,8 @@ func NewLauncher(cfg Config) *Launcher {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Launcher{cfg: cfg, log: log, kernel: sync.OnceValue(probeKernel)}
+	return &Launcher{cfg: cfg, log: log, kernel: sync.OnceValue(probeKernel), arena: sync.OnceValues(helper.NewArena),
+		inheritedIgnored: sync.OnceValue(kernelIgnored)}
 }
 
 // ErrNoHub is returned when a Request has no hub to become fd 3.

@@ -151,6 +151,30 @@ func TestSignalsStartClean(t *testing.T) {
 	}
 }
 
+// TestSignalsStartCleanUnderTmux runs TestSignalsStartClean in a copy of
+// this binary whose parent ignored SIGTTIN and SIGTTOU, as a tmux pane or
+// nohup does (and SIGHUP): the Go runtime keeps those ignored without
+// saying so through os/signal, and apps had SigIgn 0x300000.
+func TestSignalsStartCleanUnderTmux(t *testing.T) {
+	if os.Getenv("OCTOSUP_TEST_INHERITED_IGNORE") != "" {
+		t.Skip("this is the inner run")
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh:", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sh, "-c", `trap "" TTIN TTOU HUP; exec "$0" -test.run='^TestSignalsStartClean$' -test.count=1 -test.v`, exe)
+	cmd.Env = append(os.Environ(), "OCTOSUP_TEST_INHERITED_IGNORE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestSignalsStartClean") {
+		t.Fatalf("with SIGTTIN, SIGTTOU and SIGHUP ignored by the parent: %v\n%s", err, out)
+	}
+}
+
 // TestNarrow: OCTOSUP_SANDBOX_NARROW takes a network: full app with an
 // external to jail-only and no network.
 func TestNarrow(t *testing.T) {

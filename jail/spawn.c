@@ -202,13 +202,13 @@ static int child(void *arg) {
 	if (r < 0)
 		return fail(s, OCS_SETPGID, r);
 	// CLONE_CLEAR_SIGHAND reset the daemon's handlers, but not what it
-	// ignores (execve keeps that too), and the Go runtime does not say
-	// what it inherited ignored (a tmux pane's SIGTTIN and SIGTTOU): every
-	// signal goes back to its default, so the app starts as from a clean
-	// parent, as the helper path gives it.
+	// ignores (execve keeps that too): the app starts with every signal's
+	// default, as the helper path gives it. The set is the daemon's
+	// (fork.go's ignoredSignals), not read here: a query per signal would
+	// cost the child 62 system calls.
 	for (long sig = 1; sig <= 64; sig++) {
-		if (sig == OCS_SIGKILL || sig == OCS_SIGSTOP)
-			continue; // the kernel refuses these two
+		if (!(s->ignored & (1ULL << (sig - 1))) || sig == OCS_SIGKILL || sig == OCS_SIGSTOP)
+			continue;
 		struct ocs_sigaction dfl = {0, 0, 0, 0};
 		r = SYS4(SYS_rt_sigaction, sig, &dfl, NULL, 8);
 		if (r < 0)

@@ -53,6 +53,7 @@ struct ocs_spawn {
 	// notify_sock >= 0: load the filter with a user-notification listener
 	// and send the listener down this socket (SCM_RIGHTS) before execve.
 	int notify_sock;
+	uint64_t ignored; // signals to reset to SIG_DFL (bit n-1 for signal n)
 	// The exec gate (Spec.ExecOnce), a second filter; 0: none.
 	const struct ocs_filter *gate;
 	uint32_t gate_len;

@@ -3,6 +3,7 @@ package helper
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,7 @@ import (
 type ExecArgs struct {
 	Path, Argv, Envp uintptr
 	maps             [][]byte
+	arena            *Arena // lent by Arena.Place until Free
 }
 
 // userTop bounds the addresses chosen: x86-64's and arm64's 47/48-bit
@@ -43,13 +45,105 @@ const (
 	pageSize = 4096
 )
 
+// An Arena is one mapping at a random address, in which ExecArgs are
+// laid out again and again, each time at new random offsets: the
+// in-process spawn's. Three mappings made and unmapped per start cost a
+// sixth of the daemon's work for a start (each munmap shoots down the
+// TLBs of the daemon's other threads). Guessing then takes ~2^74 tries:
+// the arena's page (~2^34) and an 8-byte slot for each of the three
+// pointers in its third of the arena (~2^13 each).
+type Arena struct {
+	mem  []byte
+	base uintptr
+	// busy is set from Place until the ExecArgs' Free: a second start
+	// while one is under way gets mappings of its own, not a clobbered
+	// layout.
+	busy atomic.Bool
+}
+
+// arenaSlot is each pointer's third of an Arena.
+const arenaSlot = 64 << 10
+
+// NewArena maps an Arena. It is never unmapped: it lives as long as the
+// daemon's spawns.
+func NewArena() (*Arena, error) {
+	var e ExecArgs
+	base, err := e.place(func(uintptr, []byte) {}, 3*arenaSlot, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Arena{mem: e.maps[0], base: base}, nil
+}
+
+// Place lays out path, argv and env in the arena, each in its own third
+// at a random 8-byte offset; ok is false when one does not fit or the
+// arena is lent out (then use NewExecArgs). The arguments stay valid
+// until the ExecArgs' Free, which the caller calls once the exec is done
+// (the vfork child's is when clone returns).
+func (a *Arena) Place(path string, argv, env []string) (e *ExecArgs, ok bool, err error) {
+	if !a.busy.CompareAndSwap(false, true) {
+		return nil, false, nil
+	}
+	lent := false
+	defer func() {
+		if !lent {
+			a.busy.Store(false)
+		}
+	}()
+	items := []struct {
+		size int
+		fill func(base uintptr, b []byte)
+	}{
+		{len(path) + 1, func(_ uintptr, b []byte) { copy(b, path); b[len(path)] = 0 }},
+		{vectorSize(argv), func(base uintptr, b []byte) { fillVector(base, b, argv) }},
+		{vectorSize(env), func(base uintptr, b []byte) { fillVector(base, b, env) }},
+	}
+	var rnd [24]byte
+	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
+		return nil, false, fmt.Errorf("exec gate: getrandom: %w", err)
+	}
+	var ptr [3]uintptr
+	for i, it := range items {
+		if it.size > arenaSlot {
+			return nil, false, nil
+		}
+		slots := uint64((arenaSlot - it.size) / 8)
+		off := i*arenaSlot + 8*int(binary.NativeEndian.Uint64(rnd[8*i:])%(slots+1))
+		it.fill(a.base+uintptr(off), a.mem[off:off+it.size])
+		ptr[i] = a.base + uintptr(off)
+	}
+	lent = true
+	return &ExecArgs{Path: ptr[0], Argv: ptr[1], Envp: ptr[2], arena: a}, true, nil
+}
+
+func vectorSize(ss []string) int {
+	size := 8 * (len(ss) + 1)
+	for _, s := range ss {
+		size += len(s) + 1
+	}
+	return size
+}
+
+// fillVector writes a NULL-terminated array of pointers to ss, then the
+// strings, into b, which is at address base.
+func fillVector(base uintptr, b []byte, ss []string) {
+	str := 8 * (len(ss) + 1)
+	for i, s := range ss {
+		binary.NativeEndian.PutUint64(b[8*i:], uint64(base)+uint64(str))
+		copy(b[str:], s)
+		b[str+len(s)] = 0
+		str += len(s) + 1
+	}
+	binary.NativeEndian.PutUint64(b[8*len(ss):], 0)
+}
+
 // NewExecArgs lays out path, argv and env as execve takes them. Free
 // releases the mappings; the caller must not free before the exec is done
 // (a vfork child reads them).
 func NewExecArgs(path string, argv, env []string) (*ExecArgs, error) {
 	e := &ExecArgs{}
 	var err error
-	if e.Path, err = e.place(func(base uintptr, b []byte) { copy(b, path) }, len(path)+1); err != nil {
+	if e.Path, err = e.place(func(base uintptr, b []byte) { copy(b, path) }, len(path)+1, true); err != nil {
 		e.Free()
 		return nil, err
 	}
@@ -68,23 +162,13 @@ func NewExecArgs(path string, argv, env []string) (*ExecArgs, error) {
 // the strings after it, in a mapping of its own; it returns the array's
 // address.
 func (e *ExecArgs) placeVector(ss []string) (uintptr, error) {
-	size := 8 * (len(ss) + 1)
-	for _, s := range ss {
-		size += len(s) + 1
-	}
-	return e.place(func(base uintptr, b []byte) {
-		str := 8 * (len(ss) + 1)
-		for i, s := range ss {
-			binary.NativeEndian.PutUint64(b[8*i:], uint64(base)+uint64(str))
-			copy(b[str:], s)
-			str += len(s) + 1
-		}
-	}, size)
+	return e.place(func(base uintptr, b []byte) { fillVector(base, b, ss) }, vectorSize(ss), true)
 }
 
 // place maps size bytes at a random page, at a random 8-byte offset in
-// it, and fills them with fill (given the address of its first byte).
-func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int) (uintptr, error) {
+// it when offset says so, and fills them with fill (given the address of
+// its first byte).
+func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int, offset bool) (uintptr, error) {
 	var rnd [8]byte
 	for try := 0; try < 16; try++ {
 		if _, err := unix.Getrandom(rnd[:], 0); err != nil {
@@ -92,6 +176,9 @@ func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int) (uintptr, 
 		}
 		r := binary.NativeEndian.Uint64(rnd[:])
 		off := uintptr(r&(pageSize/8-1)) * 8
+		if !offset {
+			off = 0
+		}
 		page := uintptr(userLow + (r>>9)%((userHigh-userLow)/pageSize)*pageSize)
 		length := (int(off) + size + pageSize - 1) &^ (pageSize - 1)
 		// The hint is an address, not Go memory: unsafe.Add from nil says so.
@@ -122,6 +209,10 @@ func (e *ExecArgs) Free() {
 		unix.MunmapPtr(unsafe.Pointer(&m[0]), uintptr(len(m)))
 	}
 	e.maps = nil
+	if e.arena != nil {
+		e.arena.busy.Store(false)
+		e.arena = nil
+	}
 }
 
 // Exec is the raw execve of these arguments; it returns only on failure.
