@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -186,6 +187,10 @@ func TestFilterVerdicts(t *testing.T) {
 		{"unix socket refused with network tcp below ABI 9", tcp, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), errno(unix.EPERM)},
 		{"unix socket allowed with network tcp from ABI 9", tcpABI9, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
 		{"datagram socketpair refused", tcp, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), errno(unix.EPERM)},
+		{"seqpacket socketpair refused", none, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_SEQPACKET), errno(unix.EPERM)},
+		{"type 0 socketpair refused", none, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, 0), errno(unix.EPERM)},
+		{"raw inet socket refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_RAW, 0), errno(unix.EPERM)},
+		{"packet-type inet socket refused with network tcp", tcp, call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_PACKET|unix.SOCK_CLOEXEC, 0), errno(unix.EPERM)},
 		{"stream socketpair with flags allowed", tcp, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK), retAllow},
 		{"MSG_FASTOPEN refused on sendto", tcp, call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_FASTOPEN|unix.MSG_NOSIGNAL), errno(unix.EPERM)},
 		{"MSG_FASTOPEN refused on sendmsg", tcp, call(unix.SYS_SENDMSG, 3, 0, unix.MSG_FASTOPEN), errno(unix.EPERM)},
@@ -265,4 +270,79 @@ func auditArch() uint32 {
 		return auditArchX8664
 	}
 	return 0
+}
+
+// TestExecGate: the gate lets execve through with exactly the laid-out
+// pointers, refuses any other execve, leaves every other call to the
+// filters under it, and kills another architecture's calls; the arena
+// gives new pointers each time and the bytes execve reads.
+func TestExecGate(t *testing.T) {
+	if auditArch() != auditArchX8664 {
+		t.Skip("verdict table written for x86_64")
+	}
+	arena, err := helper.NewArena()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := helper.NewExecArgs("/bin/true", []string{"true"}, []string{"A=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Free()
+	seen := map[uintptr]bool{}
+	for i := range 50 {
+		ea := fresh
+		if i > 0 {
+			var ok bool
+			if ea, ok, err = arena.Place("/bin/true", []string{"true", "--x"}, []string{"A=1", "B=2"}); err != nil || !ok {
+				t.Fatalf("place: %v %v", ok, err)
+			}
+			seen[ea.Path] = true
+			if _, lent, _ := arena.Place("/bin/true", nil, nil); lent {
+				t.Fatal("an arena still lent out was placed in again")
+			}
+		}
+		prog := make([]bpfInsn, 0, 24)
+		for _, in := range ea.Gate() {
+			prog = append(prog, bpfInsn{code: in.Code, jt: in.Jt, jf: in.Jf, k: in.K})
+		}
+		if err := helper.CheckFilter(ea.Gate()); err != nil {
+			t.Fatal(err)
+		}
+		exec := func(p, a, e uintptr) seccompData {
+			return seccompData{nr: unix.SYS_EXECVE, arch: auditArchX8664, args: [6]uint64{uint64(p), uint64(a), uint64(e)}}
+		}
+		for _, c := range []struct {
+			name string
+			in   seccompData
+			want uint32
+		}{
+			{"the spawn's own execve", exec(ea.Path, ea.Argv, ea.Envp), retAllow},
+			{"another path", exec(ea.Path+8, ea.Argv, ea.Envp), retErrno | uint32(unix.EPERM)},
+			{"another argv", exec(ea.Path, ea.Argv^1<<40, ea.Envp), retErrno | uint32(unix.EPERM)},
+			{"another envp", exec(ea.Path, ea.Argv, 0), retErrno | uint32(unix.EPERM)},
+			{"read", seccompData{nr: unix.SYS_READ, arch: auditArchX8664}, retAllow},
+			{"i386", seccompData{nr: 11, arch: auditArchI386}, retKillProcess},
+		} {
+			if got := runBPF(t, prog, c.in); got != c.want {
+				t.Errorf("%s: verdict %#x, want %#x", c.name, got, c.want)
+			}
+		}
+		// What execve will read there.
+		if got := unix.BytePtrToString((*byte)(unsafe.Add(unsafe.Pointer(nil), ea.Path))); got != "/bin/true" {
+			t.Errorf("path %q", got)
+		}
+		argv0 := *(**byte)(unsafe.Add(unsafe.Pointer(nil), ea.Argv))
+		if got := unix.BytePtrToString(argv0); got != "true" {
+			t.Errorf("argv[0] %q", got)
+		}
+		if i > 0 {
+			ea.Free()
+		}
+	}
+	// 49 draws from ~8k slots: a birthday pair or two is expected, a
+	// fixed or narrow offset is not.
+	if len(seen) < 40 {
+		t.Errorf("49 placements used %d path addresses", len(seen))
+	}
 }

@@ -274,15 +274,15 @@ func (s Spec) Validate() error {
 		case !r.Notify && r.Errno != "EPERM" && r.Errno != "ENOSYS":
 			return bad("seccomp %s: errno %q, want EPERM or ENOSYS", r.Name, r.Errno)
 		}
-		seen := map[uint]bool{}
+		var seen uint8 // a bit per argument
 		for _, c := range r.Args {
 			if c.Index > 5 {
 				return bad("seccomp %s: argument %d", r.Name, c.Index)
 			}
-			if seen[c.Index] {
+			if seen&(1<<c.Index) != 0 {
 				return bad("seccomp %s: two conditions on argument %d", r.Name, c.Index)
 			}
-			seen[c.Index] = true
+			seen |= 1 << c.Index
 			switch c.Op {
 			case CmpMasked:
 				if c.Mask == 0 {
