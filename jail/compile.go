@@ -84,6 +84,10 @@ type Options struct {
 	// target that is checked: a symlink to /proc/self or into the
 	// daemon's own directories passes every check of the path as written.
 	Resolved map[string]string
+	// Planted maps each resource or external that leads through a
+	// symlink in a directory the app can write to that symlink: the app
+	// could have made it, so the grant is refused rather than followed.
+	Planted map[string]string
 }
 
 // landlockABIUnix is the Landlock ABI that narrows connecting to
@@ -334,6 +338,9 @@ var kernelViews = [...]string{"/proc", "/sys"}
 // process or a kernel view, or it overlaps the daemon's own directories
 // (an app that reaches them rewrites its jail or reads every consent).
 func grantable(p string, opt Options) (string, error) {
+	if l, ok := opt.Planted[p]; ok {
+		return "", fmt.Errorf("leads through %s, a symlink in a directory the app can write (the app could have planted it): name the real path in the manifest, or remove the link", l)
+	}
 	if t, ok := opt.Resolved[p]; ok {
 		p = t
 	}

@@ -226,8 +226,10 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
 	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
+	resolved, planted := resolveGrants(app, req.Dirs)
 	return Compile(app, Options{
-		Resolved:      resolveGrants(app, req.Dirs),
+		Resolved:      resolved,
+		Planted:       planted,
 		DeveloperMode: req.DeveloperMode,
 		Dirs:          req.Dirs,
 		BaseEnv:       req.BaseEnv,
@@ -442,22 +444,81 @@ func systemLinks(dir string) map[string]string {
 
 // resolveGrants maps the app's resources and externals to where their
 // symlinks lead (Options.Resolved); a path that does not resolve (missing)
-// is left out, and its rule names it as written.
-func resolveGrants(app policy.App, d policy.Dirs) map[string]string {
-	out := map[string]string{}
+// is left out, and its rule names it as written. It also names each grant
+// that leads through a symlink in a directory the app can write
+// (Options.Planted): externals are resolved at every start, so an app
+// that replaced a directory below its rw grant with a link would have its
+// next start grant wherever the link leads.
+func resolveGrants(app policy.App, d policy.Dirs) (resolved, planted map[string]string) {
+	resolved, planted = map[string]string{}, map[string]string{}
 	paths := slices.Clone(app.Resources)
+	var writable []string
 	for _, e := range app.Sandbox.External {
-		if p, err := expandHome(e.Path, d.Home); err == nil {
-			paths = append(paths, p)
+		p, err := expandHome(e.Path, d.Home)
+		if err != nil {
+			continue
+		}
+		paths = append(paths, p)
+		if e.Access == policy.AccessRW {
+			if t, err := filepath.EvalSymlinks(p); err == nil {
+				p = t
+			}
+			writable = append(writable, filepath.Clean(p))
 		}
 	}
 	for _, p := range paths {
 		p = filepath.Clean(p)
 		if t, err := filepath.EvalSymlinks(p); err == nil && t != p {
-			out[p] = t
+			resolved[p] = t
+		}
+		if len(writable) > 0 && app.Sandbox.Policy == policy.PolicyJail {
+			if l := plantedLink(p, writable); l != "" {
+				planted[p] = l
+			}
 		}
 	}
-	return out
+	return resolved, planted
+}
+
+// plantedLink walks p as the kernel resolves it and returns the first
+// symlink it meets that lies in a directory under one of writable (real
+// paths): one the app could have made. "" when there is none, or when p
+// does not resolve (its open fails on its own then).
+func plantedLink(p string, writable []string) string {
+	dir := "/"
+	rest := strings.Split(p, "/")
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			dir = filepath.Dir(dir)
+			continue
+		}
+		next := filepath.Join(dir, name)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return ""
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			dir = next
+			continue
+		}
+		if underAny(dir, writable) {
+			return next
+		}
+		target, err := os.Readlink(next)
+		if hops++; err != nil || hops > 40 {
+			return ""
+		}
+		if filepath.IsAbs(target) {
+			dir = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return ""
 }
 
 // prepareDirs creates the app's jail and secrets directories 0700 when the

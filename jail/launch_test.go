@@ -493,3 +493,75 @@ func TestPrivateDirsByDescriptor(t *testing.T) {
 		t.Fatalf("a plain start: %+v", o)
 	}
 }
+
+// TestPlantedSymlinkIsNotFollowed: an app with rw on ~/src, and an
+// external below it, plants a symlink in the place of that external (or
+// of a directory above it), which leads to a secret it was never
+// granted. At its next start the grant must not follow the planted link:
+// the daemon resolves externals at every start, and it followed it, so
+// the app read the secret. The start is refused and names the link.
+func TestPlantedSymlinkIsNotFollowed(t *testing.T) {
+	t.Run("fork", func(t *testing.T) { testPlantedSymlink(t, false) })
+	t.Run("helper", func(t *testing.T) { testPlantedSymlink(t, true) })
+}
+
+func testPlantedSymlink(t *testing.T, useHelper bool) {
+	for _, c := range []struct {
+		name     string
+		external string // ro, below ~/src
+		swap     string // what the app replaces with a link to ~/secret
+		read     string // what it reads after, through the external
+	}{
+		{"the external itself", "src/data", "src/data", "src/data/key"},
+		{"a directory above it", "src/vendor/lib", "src/vendor", "src/vendor/lib/key"},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			h := newHarness(t)
+			h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+			home := h.dirs.Home
+			for _, d := range []string{"src", c.external, "secret/lib"} {
+				if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// ~/secret holds what the link will point at: key in both
+			// layouts (secret/key and secret/lib/key).
+			for _, f := range []string{"secret/key", "secret/lib/key"} {
+				if err := os.WriteFile(filepath.Join(home, f), []byte("s3cret"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			app := func(args ...string) policy.App {
+				a := h.probeApp("probe", args...)
+				a.Sandbox.External = []policy.External{
+					{Path: filepath.Join(home, "src"), Access: policy.AccessRW},
+					{Path: filepath.Join(home, c.external), Access: policy.AccessRO},
+				}
+				return a
+			}
+			// Positive control: the secret is out of reach to begin with.
+			if o := h.runApp(app("read", filepath.Join(home, "secret/key")), nil, nil); o.err != nil || o.out != "EACCES" {
+				t.Fatalf("read ~/secret/key before: %+v, want EACCES", o)
+			}
+			swap := filepath.Join(home, c.swap)
+			for _, step := range [][]string{
+				{"rename", swap, swap + ".old"},
+				{"symlink", filepath.Join(home, "secret"), swap},
+			} {
+				if o := h.runApp(app(step...), nil, nil); o.err != nil || o.out != "ok" {
+					t.Fatalf("%v inside the rw grant: %+v, want ok", step, o)
+				}
+			}
+			if st, err := os.Lstat(swap); err != nil || st.Mode()&os.ModeSymlink == 0 {
+				t.Fatalf("the app's link is not there: %v %v", st, err)
+			}
+			o := h.runApp(app("read", filepath.Join(home, c.read)), nil, nil)
+			if o.err == nil && o.out == "ok" {
+				t.Fatalf("the app read ~/secret through its planted link %s", swap)
+			}
+			if o.err == nil || !strings.Contains(o.err.Error(), swap) {
+				t.Errorf("start after the swap: %+v, want it refused naming %s", o, swap)
+			}
+		})
+	}
+}

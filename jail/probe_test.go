@@ -88,6 +88,8 @@ func probe(action string, a []string) (string, error) {
 		return "", err
 	case "link":
 		return "", unix.Link(a[0], a[1])
+	case "symlink":
+		return "", unix.Symlink(a[0], a[1])
 	case "replace":
 		// Create a0, then rename it over a1.
 		fd, err := unix.Open(a[0], unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)

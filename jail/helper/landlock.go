@@ -148,23 +148,28 @@ func PathRights(a Access, dir bool, abi int) uint64 {
 
 // landlockRules turns ls into go-landlock rules for a kernel at abi. Each
 // path is looked at first: a regular file takes the file rights only, and
-// a missing required path fails with its name and errno.
-func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
-	var rules []landlock.Rule
+// a missing required path fails with its name and errno. The returned
+// descriptors are what some rules name (/proc/self/fd/N): the caller
+// closes them once the ruleset is built.
+func landlockRules(ls LandlockSpec, abi int) (rules []landlock.Rule, fds []int, lerr *LayerError) {
 	if ls.FS || ls.WriteOnly {
 		for _, p := range ls.Paths {
-			st, err := statRule(p)
+			path, fd, dir, err := openRule(p)
 			if err != nil {
 				if p.Optional && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
 					continue
 				}
-				return nil, LayerErr("landlock", "open "+p.Path, err)
+				closeAll(fds)
+				return nil, nil, LayerErr("landlock", "open "+p.Path, err)
 			}
-			rights := PathRights(p.Access, st.IsDir(), abi)
+			if fd >= 0 {
+				fds = append(fds, fd)
+			}
+			rights := PathRights(p.Access, dir, abi)
 			if ls.WriteOnly {
 				rights &= WriteRights
 			}
-			r := pathRule(p.Path, rights, st.IsDir())
+			r := pathRule(path, rights, dir)
 			if p.Optional {
 				r = r.IgnoreIfMissing()
 			}
@@ -179,36 +184,64 @@ func landlockRules(ls LandlockSpec, abi int) ([]landlock.Rule, *LayerError) {
 			rules = append(rules, landlock.BindTCP(port))
 		}
 	}
-	return rules, nil
+	return rules, fds, nil
 }
 
-// userRules are the rules whose paths the user's own processes (and so,
-// through an rw grant, an app) could change: the daemon resolved their
-// symlinks already, so a symlink there now is a swap, and the rule would
-// grant wherever it leads.
-var userRules = map[string]bool{"jail": true, "secrets": true, "external": true, "resource": true}
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
 
-// statRule looks at a rule's path before go-landlock opens it: a user
-// rule's path must not be a symlink, and the jail and secrets directories
-// must be real directories of this user.
-func statRule(p PathRule) (os.FileInfo, error) {
-	if !userRules[p.Why] {
-		return os.Stat(p.Path)
-	}
-	st, err := os.Lstat(p.Path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode()&os.ModeSymlink != 0 {
-		return nil, fmt.Errorf("%s is a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
-	}
-	if p.Why == "jail" || p.Why == "secrets" {
+// openRule looks at a rule's path before go-landlock opens it, and says
+// which path go-landlock is to open, the descriptor it names (-1: none)
+// and whether it is a directory.
+//
+// A user rule's path must not be a symlink: the daemon resolved those
+// already, so a symlink there now is a swap, and the rule would grant
+// wherever it leads. An external's or a resource's path is resolved in
+// full, so it is opened here with RESOLVE_NO_SYMLINKS (a link planted in
+// any component since is refused, not only in the last), and go-landlock
+// is given that very descriptor as /proc/self/fd/N: a swap between this
+// check and its open reaches nothing. The jail and secrets directories
+// (made by descriptor just before, below a data directory the user may
+// reach through links of their own) must be real directories of this
+// user.
+func openRule(p PathRule) (path string, fd int, dir bool, err error) {
+	switch p.Why {
+	case "external", "resource":
+		fd, err := unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if errors.Is(err, unix.ELOOP) {
+			return "", -1, false, fmt.Errorf("%s leads through a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
+		}
+		if err != nil {
+			return "", -1, false, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return "", -1, false, err
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd), fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+	case "jail", "secrets":
+		st, err := os.Lstat(p.Path)
+		if err != nil {
+			return "", -1, false, err
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			return "", -1, false, fmt.Errorf("%s is a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
+		}
 		sys, ok := st.Sys().(*syscall.Stat_t)
 		if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() {
-			return nil, fmt.Errorf("%s is not a directory of uid %d: %w", p.Path, os.Geteuid(), unix.EPERM)
+			return "", -1, false, fmt.Errorf("%s is not a directory of uid %d: %w", p.Path, os.Geteuid(), unix.EPERM)
 		}
+		return p.Path, -1, true, nil
 	}
-	return st, nil
+	st, err := os.Stat(p.Path)
+	if err != nil {
+		return "", -1, false, err
+	}
+	return p.Path, -1, st.IsDir(), nil
 }
 
 // ABIUnixConnect is the Landlock ABI that narrows connecting to pathname
@@ -260,11 +293,12 @@ func BuildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
 		// every path for nothing.
 		return -1, 0, nil
 	}
-	rules, lerr := landlockRules(ls, abi)
+	rules, fds, lerr := landlockRules(ls, abi)
 	if lerr != nil {
 		return -1, 0, lerr
 	}
 	fd, flags, err := landlockConfig(ls).NewRulesetFD(rules...)
+	closeAll(fds)
 	if err != nil {
 		return -1, 0, LayerErr("landlock", "ruleset: "+err.Error(), err)
 	}

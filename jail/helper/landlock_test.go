@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,7 +67,8 @@ func TestLandlockRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rules, lerr := landlockRules(c.ls, c.abi)
+			rules, fds, lerr := landlockRules(c.ls, c.abi)
+			closeAll(fds)
 			if c.err != "" {
 				if lerr == nil || lerr.Error() != c.err {
 					t.Fatalf("error %v, want %q", lerr, c.err)
@@ -119,6 +121,59 @@ func TestBuildRuleset(t *testing.T) {
 			}
 			if (fd >= 0) != c.wantFD {
 				t.Errorf("fd %d, want a ruleset: %v", fd, c.wantFD)
+			}
+		})
+	}
+}
+
+// TestOpenRuleRefusesLinks: an external's or a resource's path is
+// resolved before the rule is built, so a symlink in any of its
+// components is a swap made since: refused, not only in the last
+// component (os.Lstat's view, which let a swapped parent through). A
+// real path is opened once, and go-landlock gets that descriptor.
+func TestOpenRuleRefusesLinks(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"real/sub", "elsewhere/sub"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, path, why string
+		refused         bool
+	}{
+		{"a real external", "real/sub", "external", false},
+		{"a link as the last component", "link", "external", true},
+		{"a link above it", "link/sub", "external", true},
+		{"a resource below a link", "link/sub", "resource", true},
+		{"a system path may lead through links", "link/sub", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path, fd, isDir, err := openRule(PathRule{Path: filepath.Join(dir, c.path), Why: c.why})
+			if fd >= 0 {
+				defer unix.Close(fd)
+			}
+			if c.refused {
+				if !errors.Is(err, unix.ELOOP) {
+					t.Fatalf("openRule: %q %v, want ELOOP", path, err)
+				}
+				return
+			}
+			if err != nil || !isDir {
+				t.Fatalf("openRule: %q dir=%v %v", path, isDir, err)
+			}
+			var a, b unix.Stat_t
+			if err := unix.Stat(path, &a); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Stat(filepath.Join(dir, c.path), &b); err != nil {
+				t.Fatal(err)
+			}
+			if a.Ino != b.Ino || a.Dev != b.Dev {
+				t.Errorf("the rule's path %s is not the file checked", path)
 			}
 		})
 	}
