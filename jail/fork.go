@@ -56,7 +56,6 @@ var ocsStep = [...]struct{ layer, msg string }{
 	C.OCS_LANDLOCK_RESTRICT: {"landlock", "restrict"},
 	C.OCS_SECCOMP:           {"seccomp", "load"},
 	C.OCS_NOTIFY:            {"seccomp", "send the notify listener"},
-	C.OCS_GATE:              {"seccomp", "load the exec gate"},
 	C.OCS_EXEC:              {"exec", ""},
 	C.OCS_NO_EXEC:           {"", "the process died before it reached execve"},
 }
@@ -226,15 +225,13 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 	if rulesetFD >= 0 {
 		s.proc_access = C.uint64_t(procRights)
 	}
+	if spec.ExecOnce && prog != nil {
+		prog = ea.Gate(prog)
+	}
 	s.filter = mem.filter(prog)
 	s.filter_len = C.uint32_t(len(prog))
 	s.notify_sock = C.int(notifyW)
 	s.ignored = C.uint64_t(l.ignoredSignals())
-	if spec.ExecOnce && prog != nil {
-		gate := ea.Gate()
-		s.gate = mem.filter(gate)
-		s.gate_len = C.uint32_t(len(gate))
-	}
 
 	ret := C.ocs_spawn(s)
 	// The descriptors were read by the child, which has its own table by

@@ -302,11 +302,15 @@ func TestExecGate(t *testing.T) {
 				t.Fatal("an arena still lent out was placed in again")
 			}
 		}
-		prog := make([]bpfInsn, 0, 24)
-		for _, in := range ea.Gate() {
-			prog = append(prog, bpfInsn{code: in.Code, jt: in.Jt, jf: in.Jf, k: in.K})
+		// The gate alone, and in front of an app's filter (here one
+		// that answers EACCES to everything, to tell its verdicts apart).
+		eacces := retErrno | uint32(unix.EACCES)
+		next := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: eacces}}
+		prog, gated := bpfProg(ea.Gate(nil)), bpfProg(ea.Gate(next))
+		if err := helper.CheckFilter(ea.Gate(nil)); err != nil {
+			t.Fatal(err)
 		}
-		if err := helper.CheckFilter(ea.Gate()); err != nil {
+		if err := helper.CheckFilter(ea.Gate(next)); err != nil {
 			t.Fatal(err)
 		}
 		exec := func(p, a, e uintptr) seccompData {
@@ -327,6 +331,15 @@ func TestExecGate(t *testing.T) {
 			if got := runBPF(t, prog, c.in); got != c.want {
 				t.Errorf("%s: verdict %#x, want %#x", c.name, got, c.want)
 			}
+			// In front of the app's filter: what the gate alone allows
+			// goes on to that filter's verdict.
+			want := c.want
+			if want == retAllow {
+				want = eacces
+			}
+			if got := runBPF(t, gated, c.in); got != want {
+				t.Errorf("%s, gated: verdict %#x, want %#x", c.name, got, want)
+			}
 		}
 		// What execve will read there.
 		if got := unix.BytePtrToString((*byte)(unsafe.Add(unsafe.Pointer(nil), ea.Path))); got != "/bin/true" {
@@ -345,4 +358,12 @@ func TestExecGate(t *testing.T) {
 	if len(seen) < 40 {
 		t.Errorf("49 placements used %d path addresses", len(seen))
 	}
+}
+
+func bpfProg(f []unix.SockFilter) []bpfInsn {
+	prog := make([]bpfInsn, 0, len(f))
+	for _, in := range f {
+		prog = append(prog, bpfInsn{code: in.Code, jt: in.Jt, jf: in.Jf, k: in.K})
+	}
+	return prog
 }

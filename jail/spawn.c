@@ -305,12 +305,6 @@ static int child(void *arg) {
 				return fail(s, OCS_NOTIFY, r);
 		}
 	}
-	if (s->gate_len) {
-		struct ocs_fprog gate = {(unsigned short)s->gate_len, s->gate};
-		r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, 0, &gate);
-		if (r < 0)
-			return fail(s, OCS_GATE, r);
-	}
 	// Until here a signal that ends the child leaves OCS_NO_EXEC for the
 	// parent; a signal during execve may still end it after this store,
 	// which the daemon then sees as the app's own, immediate death.

@@ -22,7 +22,6 @@ enum {
 	OCS_LANDLOCK_RESTRICT,
 	OCS_SECCOMP,
 	OCS_NOTIFY,
-	OCS_GATE,
 	OCS_EXEC,
 	// Not steps of the child: it never reached execve (a signal killed
 	// it), and, in the parent, the child's stack could not be mapped.
@@ -54,9 +53,6 @@ struct ocs_spawn {
 	// and send the listener down this socket (SCM_RIGHTS) before execve.
 	int notify_sock;
 	uint64_t ignored; // signals to reset to SIG_DFL (bit n-1 for signal n)
-	// The exec gate (Spec.ExecOnce), a second filter; 0: none.
-	const struct ocs_filter *gate;
-	uint32_t gate_len;
 	// Out.
 	int pid, pidfd;
 	int step; // OCS_*: where the child failed; OCS_OK once it reached execve

@@ -141,10 +141,13 @@ func restrictAs(spec Spec, prog []unix.SockFilter, ea *ExecArgs) (Report, *Layer
 	return rep, nil
 }
 
-// loadFilters loads the app's filter, with a listener sent to the daemon
-// when the spec hands calls to it, then the exec gate when the spec lets
-// only its own exec through.
+// loadFilters loads the app's filter, behind the exec gate when the spec
+// lets only its own exec through, with a listener sent to the daemon when
+// the spec hands calls to it.
 func loadFilters(spec Spec, prog []unix.SockFilter, ea *ExecArgs) *LayerError {
+	if spec.ExecOnce {
+		prog = ea.Gate(prog)
+	}
 	if !spec.Notifies() {
 		if err := LoadFilter(prog); err != nil {
 			return LayerErr("seccomp", "load", err)
@@ -158,11 +161,6 @@ func loadFilters(spec Spec, prog []unix.SockFilter, ea *ExecArgs) *LayerError {
 		unix.Close(fd)
 		if err != nil {
 			return LayerErr("seccomp", "send the notify listener", err)
-		}
-	}
-	if spec.ExecOnce {
-		if err := LoadFilter(ea.Gate()); err != nil {
-			return LayerErr("seccomp", "load the exec gate", err)
 		}
 	}
 	return nil
