@@ -157,6 +157,20 @@ func hostileCases(h *harness, w *world, hw *hostileWorld) []escapeCase {
 			control: plain("fsetxattr_ro", w.roExternal), allowed: "ok"},
 		{name: "fremovexattr a read-only file", attempt: jailed(asIs, "fremovexattr_ro", w.roExternal), refused: []string{"EPERM"},
 			control: plain("fremovexattr_ro", w.roExternal), allowed: "!EPERM"},
+		// Linux 6.13's *at xattr calls and 6.17's file_setattr, which
+		// this libseccomp does not name: the filter let them through,
+		// and setxattrat wrote an ACL (chmod 0666) on a file outside
+		// every grant.
+		{name: "setxattrat a file outside", attempt: jailed(asIs, "setxattrat", w.homeFile), refused: []string{"EPERM"},
+			control: plain("setxattrat", w.homeFile), allowed: "ok"},
+		{name: "removexattrat a file outside", attempt: jailed(asIs, "removexattrat", w.homeFile), refused: []string{"EPERM"},
+			control: plain("removexattrat", w.homeFile), allowed: "ok"},
+		{name: "getxattrat a file outside", attempt: jailed(asIs, "getxattrat", w.homeFile), refused: []string{"EPERM"},
+			control: plain("getxattrat", w.homeFile), allowed: "ok"},
+		{name: "listxattrat a file outside", attempt: jailed(asIs, "listxattrat", w.homeFile), refused: []string{"EPERM"},
+			control: plain("listxattrat", w.homeFile), allowed: "ok"},
+		{name: "file_setattr a file outside", attempt: jailed(asIs, "file_setattr", w.homeFile), refused: []string{"EPERM"},
+			control: plain("file_setattr", w.homeFile), allowed: "ok"},
 		{name: "read xattrs outside", attempt: jailed(asIs, "getxattr", w.homeFile), refused: []string{"EPERM"},
 			control: plain("getxattr", w.homeFile), allowed: "ok"},
 		{name: "list xattrs outside", attempt: jailed(asIs, "listxattr", w.homeFile), refused: []string{"EPERM"},

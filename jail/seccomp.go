@@ -36,11 +36,13 @@ func buildFilter(rules []Syscall) (*seccomp.ScmpFilter, error) {
 		return nil, fmt.Errorf("optimize: %w", err)
 	}
 	for _, r := range rules {
-		nr, err := seccomp.GetSyscallFromName(r.Name)
-		if err != nil || nr < 0 {
-			// Unknown to this libseccomp, or absent on this architecture:
-			// nothing to refuse.
-			continue
+		nr, err := syscallNumber(r.Name)
+		if err != nil {
+			f.Release()
+			return nil, err
+		}
+		if nr < 0 {
+			continue // absent on this architecture: nothing to refuse
 		}
 		action := seccomp.ActErrno.SetReturnCode(int16(syscall.EPERM))
 		switch {
@@ -80,6 +82,75 @@ func buildFilter(rules []Syscall) (*seccomp.ScmpFilter, error) {
 		}
 	}
 	return f, nil
+}
+
+// NewestSyscall is the highest syscall number the rules were written
+// against (file_setattr, Linux 6.17). A kernel's newer calls are ENOSYS
+// for every app, as a kernel without them would answer, so a program falls
+// back: a call this list never weighed is not let through unseen, as
+// setxattrat was (libseccomp 2.5 does not name it, and the filter skipped
+// it: an app set an ACL on a file outside every grant).
+const NewestSyscall = 469
+
+// lateSyscalls numbers the calls the rules name that a libseccomp older
+// than the kernel may not know. Since Linux 5.1 a new syscall has one
+// number on every architecture but alpha, so one table serves x86-64 and
+// arm64.
+var lateSyscalls = map[string]seccomp.ScmpSyscall{
+	"open_tree_attr": 467,
+	"setxattrat":     463,
+	"getxattrat":     464,
+	"listxattrat":    465,
+	"removexattrat":  466,
+	"file_setattr":   469,
+}
+
+// syscallNumber is name's number on the native architecture, negative
+// when it is absent there (libseccomp's pseudo-numbers), or an error for a
+// name neither libseccomp nor lateSyscalls knows: the filter is not built
+// without a rule it was asked for.
+func syscallNumber(name string) (seccomp.ScmpSyscall, error) {
+	nr, err := seccomp.GetSyscallFromName(name)
+	if err == nil {
+		return nr, nil
+	}
+	if nr, ok := lateSyscalls[name]; ok {
+		return nr, nil
+	}
+	return 0, fmt.Errorf("rule %s: neither libseccomp %s nor the jail's own table knows this syscall: %w", name, libseccompVersion(), err)
+}
+
+func libseccompVersion() string {
+	major, minor, micro := seccomp.GetLibraryVersion()
+	return fmt.Sprintf("%d.%d.%d", major, minor, micro)
+}
+
+// refuseNewer puts in front of prog the answer ENOSYS for every native
+// syscall number above NewestSyscall; x32's (bit 30) go on to prog, which
+// kills them as another architecture's. libseccomp cannot say "above a
+// number", so it is written here, in the filter's own leading arch check.
+func refuseNewer(prog []unix.SockFilter) []unix.SockFilter {
+	const (
+		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jgt  = unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
+		x32  = 0x40000000
+		arch = 4 // offsetof(struct seccomp_data, arch)
+	)
+	// 0 arch, 1 native?, 2 nr, 3 x32?, 4 newer?, 5 ENOSYS, 6 kill (the
+	// other arch, as CheckFilter wants it right after the test), 7 prog.
+	head := []unix.SockFilter{
+		{Code: ld, K: arch},
+		{Code: jeq, K: helper.NativeAuditArch, Jf: 6 - 1 - 1},
+		{Code: ld, K: 0},
+		{Code: jge, K: x32, Jt: 7 - 3 - 1},
+		{Code: jgt, K: NewestSyscall, Jf: 7 - 4 - 1},
+		{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		{Code: ret, K: helper.RetKillProcess},
+	}
+	return append(head, prog...)
 }
 
 // filterCache keeps compiled filters by rule set: compiling costs more
@@ -157,5 +228,5 @@ func compileBPF(rules []Syscall) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("libseccomp's export: %w", err)
 	}
-	return prog, nil
+	return refuseNewer(prog), nil
 }

@@ -2,8 +2,6 @@ package jail
 
 import (
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
@@ -55,30 +53,12 @@ func (d seccompData) word(off uint32) uint32 {
 
 func compiledFilter(t *testing.T, rules []Syscall) []bpfInsn {
 	t.Helper()
-	f, err := buildFilter(rules)
+	// The program the spawn loads, head and all.
+	prog, err := compileBPF(rules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
-	// ExportBPFMem needs libseccomp 2.6; a file works with 2.5.
-	out, err := os.Create(filepath.Join(t.TempDir(), "filter.bpf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if err := f.ExportBPF(out); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(out.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog := make([]bpfInsn, len(raw)/8)
-	for i := range prog {
-		b := raw[8*i:]
-		prog[i] = bpfInsn{binary.LittleEndian.Uint16(b), b[2], b[3], binary.LittleEndian.Uint32(b[4:])}
-	}
-	return prog
+	return bpfProg(prog)
 }
 
 // runBPF evaluates prog on d as the kernel would.
@@ -167,6 +147,13 @@ func TestFilterVerdicts(t *testing.T) {
 		{"i386 syscall (int 0x80) kills the process", none, seccompData{nr: 1, arch: auditArchI386}, retKillProcess},
 		{"x32 syscall kills the process", none, call(unix.SYS_READ | x32SyscallBit), retKillProcess},
 		{"read is allowed", none, call(unix.SYS_READ), retAllow},
+		{"setxattrat (463, unnamed by libseccomp 2.5) refused", none, call(463), errno(unix.EPERM)},
+		{"getxattrat refused", none, call(464), errno(unix.EPERM)},
+		{"file_setattr refused", none, call(469), errno(unix.EPERM)},
+		{"file_getattr allowed (statx's attributes)", none, call(468), retAllow},
+		{"setxattrat allowed for broad", broad, call(463), retAllow},
+		{"a syscall newer than the rules is ENOSYS", none, call(NewestSyscall + 1), errno(unix.ENOSYS)},
+		{"a syscall newer than the rules is ENOSYS for broad too", broad, call(1000), errno(unix.ENOSYS)},
 		{"clone3 is ENOSYS", tcp, call(unix.SYS_CLONE3), errno(unix.ENOSYS)},
 		{"thread clone allowed without processes", none, call(unix.SYS_CLONE, unix.CLONE_VM|unix.CLONE_THREAD|unix.CLONE_SIGHAND), retAllow},
 		{"process clone refused without processes", none, call(unix.SYS_CLONE, uint64(unix.SIGCHLD)), errno(unix.EPERM)},

@@ -136,6 +136,9 @@ func Describe(s Spec) string {
 		fmt.Fprintf(&b, "    %-18s %-6s %s%s\n", r.Name, answer, r.Why, detail)
 		i = j
 	}
+	if len(s.Seccomp) > 0 {
+		fmt.Fprintf(&b, "    %-18s %-6s %s\n", fmt.Sprintf("(numbers > %d)", NewestSyscall), "ENOSYS", "syscalls newer than these rules")
+	}
 	return b.String()
 }
 

@@ -8,10 +8,12 @@ import (
 	"octosup/policy"
 )
 
-// The seccomp deny list (SPEC §2.5). The filter allows by default: it is a
-// list of what no app may do, on top of Landlock's allow list of what it
-// may reach. Names the running libseccomp or architecture does not know
-// are skipped when the filter is built.
+// The seccomp deny list (docs/jail.md, "seccomp"). The filter allows by
+// default: it is a list of what no app may do, on top of Landlock's allow
+// list of what it may reach. A name the running libseccomp does not know
+// is refused by its number (lateSyscalls); one absent on this
+// architecture is skipped; and every number above NewestSyscall, which
+// this list was not written against, is ENOSYS.
 
 const mask32 = 0xffffffff
 
@@ -95,7 +97,10 @@ const familyLimit = 64
 // setuid on a directory: under a root daemon that is local root).
 var (
 	pathMetadata = [...]string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
-		"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat"}
+		"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat",
+		// FS_IOC_FSSETXATTR by path (Linux 6.17); its reading twin,
+		// file_getattr, tells what statx's attributes tell.
+		"file_setattr"}
 	fdMetadata = [...]string{"fchmod", "fchown", "fsetxattr", "fremovexattr"}
 	// pathXattrReads read attributes of paths the app cannot open
 	// (user.* attributes carry data: a download's origin URL, say).

@@ -91,6 +91,13 @@ func ParseFilter(raw []byte) ([]unix.SockFilter, error) {
 	return prog, nil
 }
 
+// NativeAuditArch and RetKillProcess are the arch test's operands, for
+// whoever writes a filter's head (0 for the arch: none known here).
+const (
+	NativeAuditArch = nativeAuditArch
+	RetKillProcess  = retKillProc
+)
+
 // CheckFilter refuses a program the helper must not load: empty, longer
 // than the kernel takes, or not beginning with the architecture check
 // that keeps another ABI's syscalls (int 0x80, x32) from slipping past
