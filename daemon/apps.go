@@ -25,6 +25,9 @@ type Apps interface {
 	// Entry is the app's manifest entry and the manifest's developer
 	// mode, from which its next start's jail is compiled.
 	Entry(id string) (app policy.App, developerMode, ok bool)
+	// Entries are the manifest's entries but except's: the neighbours
+	// its jail is compiled against.
+	Entries(except string) []policy.App
 }
 
 // Subscription is a supervisor event subscription.

@@ -144,7 +144,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			// The request the supervisor makes at start, without the
 			// descriptors.
-			return launcher.Spec(jail.Request{App: entry, DeveloperMode: dev, Dirs: dirs, BaseEnv: environ})
+			return launcher.Spec(jail.Request{App: entry, Neighbours: apps.Entries(id), DeveloperMode: dev, Dirs: dirs, BaseEnv: environ})
 		},
 		Reload: func(ctx context.Context) (int, error) {
 			reloadMu.Lock()

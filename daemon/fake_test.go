@@ -145,6 +145,18 @@ func (f *fakeApps) Entry(id string) (policy.App, bool, bool) {
 	return policy.App{ID: id, Exec: []string{"/bin/true"}}, false, true
 }
 
+func (f *fakeApps) Entries(except string) []policy.App {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []policy.App
+	for id := range f.apps {
+		if id != except {
+			out = append(out, policy.App{ID: id, Exec: []string{"/bin/true"}})
+		}
+	}
+	return out
+}
+
 func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription {
 	f.mu.Lock()
 	defer f.mu.Unlock()

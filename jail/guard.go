@@ -16,6 +16,8 @@ import (
 	seccomp "github.com/seccomp/libseccomp-golang"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"octosup/jail/helper"
 )
 
 // A Guard answers the calls an app's filter hands to the daemon
@@ -373,12 +375,18 @@ func (g *Guard) watch(c *call) (uintptr, error) {
 		}
 		path = cwd + "/" + path
 	}
-	root, rest, ok := g.grantOf(path)
+	grant, rest, ok := g.grantOf(path)
 	if !ok {
 		return 0, fmt.Errorf("%s is outside the app's grants: %w", path, unix.EACCES)
 	}
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_CLOEXEC, 0)
+	root := grant.Path
+	// As the ruleset opens it: a link the app planted in the place of a
+	// grant nested in its rw one is refused, not followed.
+	rfd, _, err := helper.OpenGrant(grant)
 	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return 0, fmt.Errorf("%w: %w", err, unix.EACCES)
+		}
 		return 0, err
 	}
 	c.open = append(c.open, rfd)
@@ -413,7 +421,7 @@ func (g *Guard) watch(c *call) (uintptr, error) {
 // path below it. path is only tidied of empty and "." components: a ".."
 // stays in the rest, where RESOLVE_BENEATH keeps it inside the grant.
 // /proc is never a grant here: the daemon would open its own.
-func (g *Guard) grantOf(path string) (root, rest string, ok bool) {
+func (g *Guard) grantOf(path string) (grant PathRule, rest string, ok bool) {
 	var parts []string
 	for _, p := range strings.Split(path, "/") {
 		if p != "" && p != "." {
@@ -422,19 +430,19 @@ func (g *Guard) grantOf(path string) (root, rest string, ok bool) {
 	}
 	tidy := "/" + strings.Join(parts, "/")
 	if tidy == "/proc" || strings.HasPrefix(tidy, "/proc/") {
-		return "", "", false
+		return PathRule{}, "", false
 	}
 	for _, r := range g.spec.Landlock.Paths {
-		if r.Why == "proc" || r.Access&(AccessRead|AccessList) == 0 || len(r.Path) <= len(root) {
+		if r.Why == "proc" || r.Access&(AccessRead|AccessList) == 0 || len(r.Path) <= len(grant.Path) {
 			continue
 		}
 		if tidy == r.Path {
-			root, rest, ok = r.Path, "", true
+			grant, rest, ok = r, "", true
 		} else if strings.HasPrefix(tidy, r.Path+"/") {
-			root, rest, ok = r.Path, tidy[len(r.Path)+1:], true
+			grant, rest, ok = r, tidy[len(r.Path)+1:], true
 		}
 	}
-	return root, rest, ok
+	return grant, rest, ok
 }
 
 func errOrNil(e unix.Errno) error {

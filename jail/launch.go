@@ -24,7 +24,11 @@ import (
 
 // Request is everything one launch of an app needs.
 type Request struct {
-	App           policy.App
+	App policy.App
+	// Neighbours are the manifest's other apps: a link planted below any
+	// jail app's rw external may redirect this app's grants, so none of
+	// this app's grants follows one (resolveGrants).
+	Neighbours    []policy.App
 	DeveloperMode bool
 	Dirs          policy.Dirs
 	// BaseEnv is the daemon's environment, before the scrub.
@@ -226,7 +230,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
 	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
-	resolved, planted := resolveGrants(app, req.Dirs)
+	resolved, planted := resolveGrants(app, req.Neighbours, req.Dirs)
 	return Compile(app, Options{
 		Resolved:      resolved,
 		Planted:       planted,
@@ -445,46 +449,64 @@ func systemLinks(dir string) map[string]string {
 // resolveGrants maps the app's resources and externals to where their
 // symlinks lead (Options.Resolved); a path that does not resolve (missing)
 // is left out, and its rule names it as written. It also names each grant
-// that leads through a symlink in a directory the app can write
-// (Options.Planted): externals are resolved at every start, so an app
-// that replaced a directory below its rw grant with a link would have its
-// next start grant wherever the link leads.
-func resolveGrants(app policy.App, d policy.Dirs) (resolved, planted map[string]string) {
+// that leads through a symlink lying below a jail app's rw external, this
+// app's or a neighbour's (Options.Planted): externals are resolved at
+// every start, so an app that replaced a directory there with a link
+// would have the next start of any app granted that directory grant
+// wherever the link leads. Broad apps do not count as planters: one can
+// read everything itself already.
+//
+// Each path is walked once (walkGrant), and the rule is built from what
+// that walk saw: a real path, which the ruleset opens with
+// RESOLVE_NO_SYMLINKS. An app that flips a directory and a link while
+// the daemon resolves gains nothing: a link seen in a writable place is
+// refused, and a directory seen there and a link by the open is ELOOP.
+func resolveGrants(app policy.App, neighbours []policy.App, d policy.Dirs) (resolved, planted map[string]string) {
 	resolved, planted = map[string]string{}, map[string]string{}
-	paths := slices.Clone(app.Resources)
 	var writable []string
-	for _, e := range app.Sandbox.External {
-		p, err := expandHome(e.Path, d.Home)
-		if err != nil {
+	for _, a := range append([]policy.App{app}, neighbours...) {
+		if a.Sandbox.Policy != policy.PolicyJail {
 			continue
 		}
-		paths = append(paths, p)
-		if e.Access == policy.AccessRW {
-			if t, err := filepath.EvalSymlinks(p); err == nil {
-				p = t
+		for _, e := range a.Sandbox.External {
+			p, err := expandHome(e.Path, d.Home)
+			if err != nil || e.Access != policy.AccessRW {
+				continue
 			}
-			writable = append(writable, filepath.Clean(p))
+			p = filepath.Clean(p)
+			writable = append(writable, p)
+			if real, _ := walkGrant(p, nil); real != "" && real != p {
+				writable = append(writable, real)
+			}
 		}
+	}
+	paths := slices.Clone(app.Resources)
+	for _, e := range app.Sandbox.External {
+		if p, err := expandHome(e.Path, d.Home); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	if app.Sandbox.Policy != policy.PolicyJail {
+		writable = nil
 	}
 	for _, p := range paths {
 		p = filepath.Clean(p)
-		if t, err := filepath.EvalSymlinks(p); err == nil && t != p {
-			resolved[p] = t
-		}
-		if len(writable) > 0 && app.Sandbox.Policy == policy.PolicyJail {
-			if l := plantedLink(p, writable); l != "" {
-				planted[p] = l
-			}
+		real, link := walkGrant(p, writable)
+		switch {
+		case link != "":
+			planted[p] = link
+		case real != "" && real != p:
+			resolved[p] = real
 		}
 	}
 	return resolved, planted
 }
 
-// plantedLink walks p as the kernel resolves it and returns the first
-// symlink it meets that lies in a directory under one of writable (real
-// paths): one the app could have made. "" when there is none, or when p
-// does not resolve (its open fails on its own then).
-func plantedLink(p string, writable []string) string {
+// walkGrant walks p as the kernel resolves it. It returns the real path
+// it reached (every component seen as no link), "" when p does not
+// resolve, and the first symlink it met that lies in a directory under
+// one of writable (real paths), which stops the walk.
+func walkGrant(p string, writable []string) (real, planted string) {
 	dir := "/"
 	rest := strings.Split(p, "/")
 	for hops := 0; len(rest) > 0; {
@@ -500,25 +522,25 @@ func plantedLink(p string, writable []string) string {
 		next := filepath.Join(dir, name)
 		st, err := os.Lstat(next)
 		if err != nil {
-			return ""
+			return "", ""
 		}
 		if st.Mode()&os.ModeSymlink == 0 {
 			dir = next
 			continue
 		}
 		if underAny(dir, writable) {
-			return next
+			return "", next
 		}
 		target, err := os.Readlink(next)
 		if hops++; err != nil || hops > 40 {
-			return ""
+			return "", "" // ELOOP, as the kernel would say
 		}
 		if filepath.IsAbs(target) {
 			dir = "/"
 		}
 		rest = append(strings.Split(target, "/"), rest...)
 	}
-	return ""
+	return dir, ""
 }
 
 // prepareDirs creates the app's jail and secrets directories 0700 when the

@@ -341,6 +341,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	s := r.s
 	s.mu.Lock()
 	entry, dev := r.entry, s.devMode
+	neighbours := s.entriesLocked(r.id)
 	s.mu.Unlock()
 	if !auto {
 		r.policy.Reset()
@@ -370,7 +371,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	s.mu.Unlock()
 	s.spawnReqs <- spawnRequest{
 		req: jail.Request{
-			App: entry, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
+			App: entry, Neighbours: neighbours, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
 			Stdout: c.outW, Stderr: c.errW, Hub: c.hubChild, CgroupFD: cgroupFD,
 		},
 		reply: reply,

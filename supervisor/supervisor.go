@@ -439,6 +439,24 @@ func (s *Supervisor) Entry(id string) (app policy.App, developerMode, ok bool) {
 	return r.entry, s.devMode, true
 }
 
+// Entries returns the manifest's entries but except's, in no order: the
+// neighbours a jail spec is compiled against (jail.Request.Neighbours).
+func (s *Supervisor) Entries(except string) []policy.App {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entriesLocked(except)
+}
+
+func (s *Supervisor) entriesLocked(except string) []policy.App {
+	out := make([]policy.App, 0, len(s.apps))
+	for id, r := range s.apps {
+		if id != except {
+			out = append(out, r.entry)
+		}
+	}
+	return out
+}
+
 // Logs returns up to n of the app's last output lines, oldest first (all
 // that are kept when n <= 0).
 func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -195,53 +194,70 @@ func closeAll(fds []int) {
 
 // openRule looks at a rule's path before go-landlock opens it, and says
 // which path go-landlock is to open, the descriptor it names (-1: none)
-// and whether it is a directory.
-//
-// A user rule's path must not be a symlink: the daemon resolved those
-// already, so a symlink there now is a swap, and the rule would grant
-// wherever it leads. An external's or a resource's path is resolved in
-// full, so it is opened here with RESOLVE_NO_SYMLINKS (a link planted in
-// any component since is refused, not only in the last), and go-landlock
-// is given that very descriptor as /proc/self/fd/N: a swap between this
-// check and its open reaches nothing. The jail and secrets directories
-// (made by descriptor just before, below a data directory the user may
-// reach through links of their own) must be real directories of this
-// user.
+// and whether it is a directory. A user's rule (OpenGrant) is given to
+// go-landlock as that very descriptor, /proc/self/fd/N: a swap between
+// this check and go-landlock's open reaches nothing. A system path is
+// looked at by path: no app can write where those live.
 func openRule(p PathRule) (path string, fd int, dir bool, err error) {
 	switch p.Why {
-	case "external", "resource":
-		fd, err := unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
-		if errors.Is(err, unix.ELOOP) {
-			return "", -1, false, fmt.Errorf("%s leads through a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
-		}
+	case "external", "resource", "jail", "secrets":
+		fd, dir, err := OpenGrant(p)
 		if err != nil {
 			return "", -1, false, err
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return "", -1, false, err
-		}
-		return fmt.Sprintf("/proc/self/fd/%d", fd), fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
-	case "jail", "secrets":
-		st, err := os.Lstat(p.Path)
-		if err != nil {
-			return "", -1, false, err
-		}
-		if st.Mode()&os.ModeSymlink != 0 {
-			return "", -1, false, fmt.Errorf("%s is a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() {
-			return "", -1, false, fmt.Errorf("%s is not a directory of uid %d: %w", p.Path, os.Geteuid(), unix.EPERM)
-		}
-		return p.Path, -1, true, nil
+		return fmt.Sprintf("/proc/self/fd/%d", fd), fd, dir, nil
 	}
 	st, err := os.Stat(p.Path)
 	if err != nil {
 		return "", -1, false, err
 	}
 	return p.Path, -1, st.IsDir(), nil
+}
+
+// OpenGrant opens a rule's path O_PATH, as whatever grants it must: the
+// ruleset, and the guard placing an inotify watch below it.
+//
+// An external's or a resource's path was resolved in full by the daemon,
+// so it is opened with RESOLVE_NO_SYMLINKS: a link in any component now
+// is a swap (an app with rw on a directory above it can make one), and
+// would grant wherever it leads. The jail and secrets directories (made
+// by descriptor, below a data directory the user may reach through links
+// of their own) must be real directories of this user, not links. A
+// system path may be a link (/etc/resolv.conf): no app can write there.
+func OpenGrant(p PathRule) (fd int, dir bool, err error) {
+	switch p.Why {
+	case "external", "resource":
+		fd, err = unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if errors.Is(err, unix.ELOOP) {
+			return -1, false, fmt.Errorf("%s leads through a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
+		}
+	case "jail", "secrets":
+		fd, err = unix.Open(p.Path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	default:
+		fd, err = unix.Open(p.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return -1, false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, false, err
+	}
+	dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if p.Why == "jail" || p.Why == "secrets" {
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			err = fmt.Errorf("%s is a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
+		case !dir || int(st.Uid) != os.Geteuid():
+			err = fmt.Errorf("%s is not a directory of uid %d: %w", p.Path, os.Geteuid(), unix.EPERM)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, false, err
+		}
+	}
+	return fd, dir, nil
 }
 
 // ABIUnixConnect is the Landlock ABI that narrows connecting to pathname
