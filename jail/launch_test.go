@@ -507,10 +507,10 @@ func TestPlantedSymlinkIsNotFollowed(t *testing.T) {
 
 func testPlantedSymlink(t *testing.T, useHelper bool) {
 	for _, c := range []struct {
-		name     string
-		external string // ro, below ~/src
-		swap     string // what the app replaces with a link to ~/secret
-		read     string // what it reads after, through the external
+		name      string
+		external  string // ro, below ~/src
+		swap      string // what the app replaces with a link to ~/secret
+		read      string // what it reads after, through the external
 		neighbour bool   // the rw grant is another jail app's, which plants
 	}{
 		{"the external itself", "src/data", "src/data", "src/data/key", false},
