@@ -8,7 +8,7 @@ import (
 	"octosup/policy"
 )
 
-// The seccomp deny list (SPEC §2.5). The filter allows by default: it is a
+// The seccomp deny list (docs/jail.md, "seccomp"). The filter allows by default: it is a
 // list of what no app may do, on top of Landlock's allow list of what it
 // may reach. Names the running libseccomp or architecture does not know
 // are skipped when the filter is built.
