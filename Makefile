@@ -111,10 +111,15 @@ install: build
 	sed 's#/usr/lib/octosup/examples#$(PKGLIBDIR)/examples#g' configs/native-apps.example.json \
 		> $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
 	chmod 0644 $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
+	@# The make install of old put the units in ~/.config/systemd/user,
+	@# which a user manager reads first: left there, they hide these.
+	@old=$(HOME)/.config/systemd/user; if [ -z "$(DESTDIR)" ] && [ "$(USERUNITDIR)" != "$$old" ] && \
+		[ -e "$$old/octosupd.service" -o -e "$$old/octosupd.socket" ]; then \
+		echo "note: $$old/octosupd.service and .socket, from an older make install, hide the units installed in $(USERUNITDIR): rm them, then systemctl --user daemon-reload"; fi
 
-# Files only, then the directories that only they filled: nothing here
-# removes a directory by a name a variable gave (LIBDIR=/usr/lib must not
-# take /usr/lib with it), nor the manifest, state or jails of a user.
+# Files by name, then the directories they alone filled, with rmdir:
+# nothing is removed recursively (a mistaken LIBDIR=/usr/lib must not take
+# /usr/lib with it), nor a user's manifest, state or jails.
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS)) $(addprefix $(DESTDIR)$(USERUNITDIR)/,$(UNITS))
 	rm -f $(addprefix $(DESTDIR)$(PKGLIBDIR)/examples/,$(EXAMPLES))

@@ -51,13 +51,26 @@ func TestInstall(t *testing.T) {
 	// tests, and must not be rebuilt under them.
 	bin := filepath.Join(tmp, "bin")
 	mk := makeRunner(t, root, home, bin)
+	stale := filepath.Join(home, ".config/systemd/user")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, "octosupd.service"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, c := range []installCase{
 		{name: "user", prefix: filepath.Join(home, ".local")},
 		{name: "package", vars: []string{"PREFIX=/usr", "DESTDIR=" + dest}, dest: dest, prefix: "/usr"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mk(t, append([]string{"install"}, c.vars...)...)
+			out := mk(t, append([]string{"install"}, c.vars...)...)
+			// A unit of an older install (the user case's home has one)
+			// would hide the new ones: make install says so, and only
+			// for an install into this home.
+			if noted := strings.Contains(out, "note: "+stale); noted != (c.dest == "") {
+				t.Errorf("make install noted %s: %v, want %v:\n%s", stale, noted, c.dest == "", out)
+			}
 			installed := filesUnder(t, filepath.Join(c.dest, c.prefix))
 			checkInstalled(t, c, home)
 			if c.dest == "" {
@@ -258,8 +271,8 @@ func followREADME(t *testing.T, c installCase, home, tmp string) {
 }
 
 // makeRunner returns a function that runs make in root for a user whose
-// home is home, building into bin.
-func makeRunner(t *testing.T, root, home, bin string) func(t *testing.T, args ...string) {
+// home is home, building into bin, and returns what make printed.
+func makeRunner(t *testing.T, root, home, bin string) func(t *testing.T, args ...string) string {
 	// The go command finds its caches under HOME: keep this user's, or
 	// every build would start cold (and fetch modules).
 	goEnv, err := exec.Command("go", "env", "-json", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
@@ -283,13 +296,15 @@ func makeRunner(t *testing.T, root, home, bin string) func(t *testing.T, args ..
 	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
-	return func(t *testing.T, args ...string) {
+	return func(t *testing.T, args ...string) string {
 		t.Helper()
 		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", root, "BIN=" + bin}, args...)...)
 		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		return string(out)
 	}
 }
 
