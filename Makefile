@@ -1,5 +1,5 @@
 # octosup: `make run` runs the daemon on the example manifest, `make test`
-# passes the tests. Everything else here serves those two.
+# passes the tests, `make install` installs it as a user service.
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -8,7 +8,7 @@ PKGS      := ./...
 EXAMPLES  := $(notdir $(wildcard examples/*))
 export CGO_ENABLED := 1
 
-.PHONY: all deps build examples run test lint fuzz bench chaos install clean
+.PHONY: all deps build examples run test lint fuzz bench chaos install uninstall clean
 
 all: build
 
@@ -76,10 +76,57 @@ fuzz: deps
 		done; \
 	done
 
+# make install: the binaries, the demo apps, the user units, and the
+# README, docs/ and an example manifest in the doc directory (where the
+# service's Documentation= points), for the user who runs it: PREFIX is
+# ~/.local. A package sets PREFIX=/usr and DESTDIR. The units and the
+# example manifest are rewritten to name the installed places (PREFIX's,
+# not DESTDIR's): the shipped ones name ~/.local/bin and
+# /usr/lib/octosup/examples. make uninstall removes exactly these files.
+PREFIX      ?= $(HOME)/.local
+BINDIR      ?= $(PREFIX)/bin
+LIBDIR      ?= $(PREFIX)/lib
+DOCDIR      ?= $(PREFIX)/share/doc/octosup
+# A user manager reads units from $(PREFIX)/share/systemd/user for
+# PREFIX ~/.local, /usr/local and /usr alike (systemd-analyze --user
+# unit-paths).
+USERUNITDIR ?= $(PREFIX)/share/systemd/user
+PKGLIBDIR   := $(LIBDIR)/octosup
+PROGRAMS    := octosupd octosup-jail octosupctl
+UNITS       := octosupd.service octosupd.socket
+DOCS        := $(wildcard docs/*.md)
+
 install: build
-	install -d $(HOME)/.local/bin $(HOME)/.config/systemd/user
-	install -m 0755 $(BIN)/octosupd $(BIN)/octosup-jail $(BIN)/octosupctl $(HOME)/.local/bin/
-	install -m 0644 systemd/octosupd.service systemd/octosupd.socket $(HOME)/.config/systemd/user/
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGLIBDIR)/examples $(DESTDIR)$(USERUNITDIR) \
+		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs
+	install -m 0755 $(addprefix $(BIN)/,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(addprefix $(BIN)/examples/,$(EXAMPLES)) $(DESTDIR)$(PKGLIBDIR)/examples/
+	for u in $(UNITS); do \
+		sed -e 's#%h/.local/bin/#$(BINDIR)/#g' -e 's#%h/.local/share/doc/octosup/#$(DOCDIR)/#g' \
+			systemd/$$u > $(DESTDIR)$(USERUNITDIR)/$$u && chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$u || exit 1; \
+	done
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/docs/
+	install -m 0644 configs/native-apps.schema.json $(DESTDIR)$(DOCDIR)/configs/
+	sed 's#/usr/lib/octosup/examples#$(PKGLIBDIR)/examples#g' configs/native-apps.example.json \
+		> $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
+	chmod 0644 $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
+	@# The make install of old put the units in ~/.config/systemd/user,
+	@# which a user manager reads first: left there, they hide these.
+	@old=$(HOME)/.config/systemd/user; if [ -z "$(DESTDIR)" ] && [ "$(USERUNITDIR)" != "$$old" ] && \
+		[ -e "$$old/octosupd.service" -o -e "$$old/octosupd.socket" ]; then \
+		echo "note: $$old/octosupd.service and .socket, from an older make install, hide the units installed in $(USERUNITDIR): rm them, then systemctl --user daemon-reload"; fi
+
+# Files by name, then the directories they alone filled, with rmdir:
+# nothing is removed recursively (a mistaken LIBDIR=/usr/lib must not take
+# /usr/lib with it), nor a user's manifest, state or jails.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS)) $(addprefix $(DESTDIR)$(USERUNITDIR)/,$(UNITS))
+	rm -f $(addprefix $(DESTDIR)$(PKGLIBDIR)/examples/,$(EXAMPLES))
+	rm -f $(DESTDIR)$(DOCDIR)/README.md $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOCS)) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/configs/,native-apps.schema.json native-apps.example.json)
+	rmdir $(DESTDIR)$(PKGLIBDIR)/examples $(DESTDIR)$(PKGLIBDIR) \
+		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 clean:
 	rm -rf $(BIN) $(RUNDIR)

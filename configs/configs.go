@@ -1,5 +1,5 @@
 // Package configs ships octosup's configuration files inside the binaries:
-// the JSON Schema of native-apps.json (SPEC §1), which the validator in
+// the JSON Schema of native-apps.json (docs/manifest.md), which the validator in
 // package policy enforces, and the example manifest that `make run` uses.
 //
 // The files themselves live next to this one so that editors and people can

@@ -1,7 +1,7 @@
-// Package control is the wire format of octosupd's control socket (SPEC
-// §4) and the client that octosupctl and the desktop shell use to speak
-// it. It imports nothing of the daemon: the server lives in package
-// daemon.
+// Package control is the wire format of octosupd's control socket
+// (docs/control.md) and the client that octosupctl and the desktop shell
+// use to speak it. It imports nothing of the daemon: the server lives in
+// package daemon.
 //
 // The wire: one JSON object a line, at most MaxLine bytes. A Request
 // {"id": N, "op": ..., "args": {...}} gets exactly one Response with the

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Ops of the peer link (SPEC §4): approvals and consent for the shell
+// Ops of the peer link (docs/control.md): approvals and consent for the shell
 // and octosupctl, pass-through frames, and the agent kernel's role.
 const (
 	OpApprovals    = "approvals"

@@ -45,7 +45,7 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Error codes of the control socket. The peer link's codes (SPEC §3) are
+// Error codes of the control socket. The peer link's codes (docs/protocol.md) are
 // used as they are where an op relays them.
 const (
 	CodeBadRequest      = "bad_request"      // the line is not a request, or its args are wrong
@@ -57,7 +57,7 @@ const (
 	CodeInternal        = "internal"
 )
 
-// Ops of the control socket (SPEC §4).
+// Ops of the control socket (docs/control.md).
 const (
 	OpStatus    = "status"
 	OpStart     = "start"

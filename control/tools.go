@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The tool-call ops (SPEC §4): the agent kernel's calls into apps, and
+// The tool-call ops (docs/control.md): the agent kernel's calls into apps, and
 // the standing rules and audit trail they leave. Also the jail op.
 const (
 	OpToolCall     = "tool.call"

@@ -77,7 +77,7 @@ func (p *peerLink) register(s *Server) {
 	s.Handle(control.OpConsent, p.opConsent)
 	s.Handle(control.OpAppSend, p.opAppSend)
 	// A kernel's ops run in the order it sent them: a turn's reply, then
-	// its events, reach the app in that order (SPEC §3).
+	// its events, reach the app in that order (docs/protocol.md).
 	s.HandleOrdered(control.OpKernelAttach, p.opKernelAttach)
 	s.HandleOrdered(control.OpRequestReply, p.opRequestReply)
 	s.HandleOrdered(control.OpRequestEvent, p.opRequestEvent)

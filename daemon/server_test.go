@@ -138,7 +138,7 @@ func TestOps(t *testing.T) {
 				t.Fatalf("link members not filled by LinkStatus: %s", raw)
 			}
 			if !strings.Contains(string(raw), `"link":{"connected":true,"contexts":1,"outstanding_calls":0}`) {
-				t.Fatalf("link member not on the wire as SPEC §4 says: %s", raw)
+				t.Fatalf("link member not on the wire as docs/control.md says: %s", raw)
 			}
 		}},
 		{name: "start", op: control.OpStart, args: control.AppArgs{App: "a"}, check: func(t *testing.T, raw json.RawMessage) {

@@ -11,7 +11,7 @@ import (
 	"octosup/policy"
 )
 
-// The tool-call ops of the control socket (SPEC §4), a thin adapter over
+// The tool-call ops of the control socket (docs/control.md), a thin adapter over
 // the peer package's relay seams. Their names and wire types are in
 // package control, used here as they are; the few types below carry
 // peer and policy values as they are instead, and marshal to control's

@@ -111,7 +111,7 @@ var devices = [...]struct {
 	{"/dev/zero", AccessRead | AccessWrite},
 }
 
-// Compile turns an entry into the jail its process runs in (SPEC §2).
+// Compile turns an entry into the jail its process runs in (docs/jail.md).
 func Compile(app policy.App, opt Options) (Spec, error) {
 	fail := func(format string, args ...any) (Spec, error) {
 		return Spec{}, fmt.Errorf("jail %s: "+format, append([]any{app.ID}, args...)...)

@@ -188,8 +188,8 @@ static long drop_caps(void) {
 	return 0;
 }
 
-// child runs between clone3 and execve, in the order of SPEC §2 (the
-// helper's order): its return is its exit code.
+// child runs between clone3 and execve, in the order docs/jail.md
+// gives (the helper's order): its return is its exit code.
 static int child(void *arg) {
 	struct ocs_child *c = arg;
 	struct ocs_spawn *s = c->s;

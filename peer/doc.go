@@ -1,5 +1,5 @@
 // Package peer runs the peer link: the line-framed JSON protocol an app
-// speaks on its hub socket (SPEC §3, docs/protocol.md) to reach the agent
+// speaks on its hub socket (docs/protocol.md) to reach the agent
 // service.
 //
 // A Manager holds one peer per app, created when the app is first attached

@@ -7,7 +7,7 @@ import (
 )
 
 // MaxFrame is the most bytes one hub line may hold, its newline excluded
-// (SPEC §3: at most 1 MiB).
+// (docs/protocol.md: at most 1 MiB).
 const MaxFrame = 1 << 20
 
 // Envelope is the top-level key of every peer-link frame. A line whose
@@ -89,7 +89,7 @@ var ErrFrameTooLong = errors.New("frame over the size cap")
 type Up interface{ upFrame() }
 
 // Request asks the agent service for something (one of the methods of
-// SPEC §3). Args is the raw args object, nil when the frame had none.
+// docs/protocol.md). Args is the raw args object, nil when the frame had none.
 type Request struct {
 	ReqID  string
 	Method string

@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// The encoders write members in the order of SPEC §3's tables, compact,
+// The encoders write members in the order of docs/protocol.md's tables, compact,
 // one line with its newline: the golden files in testdata/golden pin these
 // bytes.
 

@@ -193,7 +193,7 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 	}
 	if !rp.OK {
 		if rp.Error == nil || !KnownCode(rp.Error.Code) || rp.Data != nil {
-			return fmt.Errorf("%w: a failed reply needs error {code, message} with a code of SPEC §3, and no data", ErrInvalid)
+			return fmt.Errorf("%w: a failed reply needs error {code, message} with one of the peer link's error codes (docs/protocol.md), and no data", ErrInvalid)
 		}
 		m.finish(r, rp.Error)
 		return nil

@@ -17,7 +17,7 @@ import (
 	"octosup/policy"
 )
 
-// TestErrorCodes produces each SPEC §3 error code of the request path with
+// TestErrorCodes produces each error code (docs/protocol.md) of the request path with
 // a request that should produce it. (confirmation_skipped belongs to tool
 // calls.)
 func TestErrorCodes(t *testing.T) {

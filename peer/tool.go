@@ -28,7 +28,7 @@ const (
 )
 
 // CodeDeclined is the error code of a tool call's outcome when a standing
-// rule or the person said no to it (SPEC §3 lists the link's codes; this
+// rule or the person said no to it (docs/protocol.md lists the link's codes; this
 // one only ever reaches the relay).
 const CodeDeclined = "declined"
 

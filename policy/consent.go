@@ -26,7 +26,7 @@ func ParseDecision(s string) (Decision, error) {
 	return "", fmt.Errorf("decision %q: want \"allow\" or \"deny\"", s)
 }
 
-// Consent is an app's persisted first-use consent (SPEC §3): the person's
+// Consent is an app's persisted first-use consent (docs/protocol.md): the person's
 // explicit answer to whether the app may use the agent service at all.
 type Consent struct {
 	App      string    `json:"app"`

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dirs are the per-user places of SPEC §5, resolved once from the
+// Dirs are the per-user places of docs/spec.md, resolved once from the
 // environment so that nothing below reads it again.
 type Dirs struct {
 	Home    string // the user's home, for "~" in externals

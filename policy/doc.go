@@ -1,7 +1,7 @@
-// Package policy is octosup's core: the manifest (native-apps.json, SPEC
-// §1) and its validation, the per-user places of SPEC §5, and what must
-// persist about an app's rights (first-use consent, standing approval
-// rules), kept in an embedded store.
+// Package policy is octosup's core: the manifest (native-apps.json,
+// docs/manifest.md) and its validation, the per-user places of
+// docs/spec.md, and what must persist about an app's rights (first-use
+// consent, standing approval rules), kept in an embedded store.
 //
 // Everything else in octosup imports policy; policy imports none of it.
 //

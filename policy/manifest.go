@@ -1,6 +1,6 @@
 package policy
 
-// The manifest's wire shape (SPEC §1). Field tags are the contract; the
+// The manifest's wire shape (docs/manifest.md). Field tags are the contract; the
 // validator (validate.go) rejects anything the tags do not name.
 
 // Manifest is a parsed and validated native-apps.json.
@@ -75,7 +75,7 @@ const (
 	AccessRW Access = "rw"
 )
 
-// Sandbox is the jail an app runs in (SPEC §2).
+// Sandbox is the jail an app runs in (docs/jail.md).
 type Sandbox struct {
 	Policy     SandboxPolicy `json:"policy"`
 	Network    Network       `json:"network"`
@@ -109,7 +109,7 @@ type Storage struct {
 // ServiceAgent is the only service a manifest may grant today.
 const ServiceAgent = "agent.octos"
 
-// Methods an app may be granted (SPEC §3).
+// Methods an app may be granted (docs/protocol.md, "Methods").
 const (
 	MethodSessionOpen    = "octos.session.open"
 	MethodSessionHistory = "octos.session.history"
@@ -118,7 +118,7 @@ const (
 	MethodContextClose   = "octos.context.close"
 )
 
-// KnownMethods returns the methods of SPEC §3, in a fixed order.
+// KnownMethods returns the methods of docs/protocol.md, in a fixed order.
 func KnownMethods() []string {
 	return []string{MethodSessionOpen, MethodSessionHistory, MethodTurnStart, MethodTurnInterrupt, MethodContextClose}
 }

@@ -10,8 +10,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Rule is a standing answer to an app's host-confirmed tool (SPEC §4,
-// approve --remember): calls of Tool into App are allowed or denied
+// Rule is a standing answer to an app's host-confirmed tool (approve
+// --remember, docs/protocol.md): calls of Tool into App are allowed or denied
 // without asking the person, until the rule is revoked.
 type Rule struct {
 	App      string    `json:"app"`

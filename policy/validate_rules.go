@@ -213,7 +213,7 @@ func (fs flaggedSet) any(paths ...jsonPath) bool {
 }
 
 // reservedEnv are the variables the daemon removes from or sets in every
-// app's environment (SPEC §2.1), with why. An entry naming one would be
+// app's environment (docs/jail.md, "Environment"), with why. An entry naming one would be
 // silently dropped at launch; saying so here is kinder.
 var reservedEnv = []struct{ prefix, why string }{
 	{"OCTOSUP_", "OCTOSUP_* variables are the daemon's own (it sets OCTOSUP_APP_ID, OCTOSUP_HUB_FD, OCTOSUP_JAIL and OCTOSUP_SECRETS itself)"},

@@ -1,5 +1,5 @@
 // Package supervisor runs the native apps of a manifest and keeps each one
-// in an explicit state (SPEC §6): starting, running, stopping, stopped
+// in an explicit state (docs/spec.md, "Lifecycle"): starting, running, stopping, stopped
 // (with the last exit: code or signal, and time) or failed (with the
 // reason it could not start).
 //

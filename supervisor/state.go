@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// State is where an app is in its life (SPEC §6).
+// State is where an app is in its life (docs/spec.md, "Lifecycle").
 type State string
 
 const (

@@ -231,7 +231,7 @@ func (c *cli) reloadCommand() *cobra.Command {
 func (c *cli) validateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
-		Short: "Check a manifest without a daemon: every problem, one per line",
+		Short: "Check a manifest without a daemon: every problem, one per line; warn of programs not installed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			m, err := policy.Load(args[0])
@@ -258,10 +258,19 @@ func (c *cli) validateCommand() *cobra.Command {
 			case err != nil:
 				return &exitError{code: exitFailed, err: fmt.Errorf("validate %s: %w", args[0], err)}
 			}
+			// A program not (yet) installed leaves the manifest valid: the
+			// daemon reports that app failed, the others run.
+			warns := make([]string, 0)
+			for _, p := range m.CheckPrograms() {
+				warns = append(warns, p.String())
+			}
 			if c.json {
-				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps)})
+				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps), "warnings": warns})
 			}
 			c.say("%s is valid: %d apps", args[0], len(m.Apps))
+			for _, w := range warns {
+				fmt.Fprintf(c.stderr, "octosupctl: warning: %s\n", control.Visible(w))
+			}
 			return nil
 		},
 	}

@@ -49,8 +49,8 @@ func Run() int {
 	return Exit
 }
 
-// restrict applies the jail to the calling thread in the order of SPEC §2
-// and says what took.
+// restrict applies the jail to the calling thread in the order docs/jail.md
+// gives, and says what took.
 func restrict() (Spec, *ExecArgs, Report, *LayerError) {
 	spec, prog, err := readInput()
 	if err != nil {
