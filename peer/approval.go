@@ -239,7 +239,7 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 		if d == policy.Allow {
 			m.dispatch(r)
 		} else {
-			m.finish(r, errorf(CodeConsentDenied, "the person denied app %s the agent service", a.App))
+			m.finish(r, consentDenied(a.App))
 		}
 	}
 	return nil
@@ -305,4 +305,10 @@ func (m *Manager) teardown(l *link) {
 		p.link = nil
 	}
 	m.log.Info("link down", zap.String("app", l.appID), zap.String("reason", l.reason))
+}
+
+// consentDenied is the answer to every request of an app the person
+// denied the agent service, the first ones as the later: what undoes it.
+func consentDenied(app string) *Error {
+	return errorf(CodeConsentDenied, "the person denied app %s the agent service; after `octosupctl consent revoke %s`, the app's next request asks again", app, app)
 }

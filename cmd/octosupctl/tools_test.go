@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,5 +190,45 @@ func waitApprovals(t *testing.T, c *control.Client, n int) []control.Approval {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d approvals pending, want %d", len(data.Approvals), n)
 		}
+	}
+}
+
+// TestConsentDeniedHint: after approve ... deny, the notes app says how
+// to be asked again; doing what it says, to the letter, asks again.
+func TestConsentDeniedHint(t *testing.T) {
+	notes := buildNotes(t)
+	manifest := filepath.Join(t.TempDir(), "apps.json")
+	m := fmt.Sprintf(`{"version": 1, "apps": [{
+	  "id": "notes", "exec": [%q], "autostart": true,
+	  "grants": {"services": ["agent.octos"], "methods": ["octos.session.open"]},
+	  "sandbox": {"policy": "broad", "accounts": ["personal"]},
+	  "storage": {"jail": true}
+	}]}`, notes)
+	if err := os.WriteFile(manifest, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket, _ := startDaemon(t, manifest)
+	c := &control.Client{Path: socket}
+	s := []string{"--socket", socket}
+	logs, stopLogs := streaming(t, append(s, "logs", "-f", "notes")...)
+	defer stopLogs()
+
+	consent := waitApprovals(t, c, 1)[0]
+	if r := ctl(t, append(s, "approve", consent.ApprovalID, "deny")...); r.code != exitOK {
+		t.Fatalf("approve deny: %+v", r)
+	}
+	hint := waitLine(t, logs, `^\S+ the agent service was denied`)
+	cmds := regexp.MustCompile("`(octosupctl [^`]+)`").FindAllStringSubmatch(hint, -1)
+	if len(cmds) == 0 {
+		t.Fatalf("the hint %q names no command", hint)
+	}
+	for _, cmd := range cmds {
+		if r := ctl(t, append(s, strings.Fields(cmd[1])[1:]...)...); r.code != exitOK {
+			t.Fatalf("%s: %+v", cmd[1], r)
+		}
+	}
+	again := waitApprovals(t, c, 1)[0]
+	if again.App != "notes" || again.Kind != "consent" || again.ApprovalID == consent.ApprovalID {
+		t.Fatalf("after %q: approval %+v, want a new consent question", hint, again)
 	}
 }

@@ -35,6 +35,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -165,7 +166,10 @@ func (a *app) handle(f map[string]json.RawMessage) {
 			fmt.Println("nobody answered the consent prompt; asking again in 30s")
 			time.AfterFunc(30*time.Second, a.openSession)
 		case "consent_denied":
-			fmt.Println("the agent service was denied to this app; `octosupctl consent revoke notes` to ask again")
+			// notes asks only at start: a revoke alone would ask
+			// nothing until its next start.
+			id := cmp.Or(os.Getenv("OCTOSUP_APP_ID"), "notes")
+			fmt.Printf("the agent service was denied to this app; to be asked again: `octosupctl consent revoke %s`, then `octosupctl restart %s`\n", id, id)
 		}
 	case "tool_call":
 		a.toolCall(f)
