@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,6 +80,10 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 			var data control.ApproveData
 			req := control.ApproveArgs{ApprovalID: args[0], Decision: args[1], Remember: remember}
 			if err := c.client().Do(cmd.Context(), control.OpApprove, req, &data); err != nil {
+				var cerr *control.Error
+				if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownApproval {
+					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s (octosupctl approvals lists the pending ones)", what, cerr.Message)}
+				}
 				return opError(what, err)
 			}
 			if c.json {

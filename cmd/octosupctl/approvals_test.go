@@ -38,7 +38,9 @@ func TestApprovals(t *testing.T) {
 	if r := ctl(t, append(sock, "approve", id, "maybe")...); r.code != exitUsage {
 		t.Errorf("approve with a bad decision: %+v", r)
 	}
-	if r := ctl(t, append(sock, "approve", "nope", "allow")...); r.code != exitFailed || !regexp.MustCompile(`^octosupctl: approve nope: `).MatchString(r.stderr) {
+	// Said once, with what to do.
+	if r := ctl(t, append(sock, "approve", "nope", "allow")...); r.code != exitFailed ||
+		r.stderr != "octosupctl: approve nope: no pending approval with that id (octosupctl approvals lists the pending ones)\n" {
 		t.Errorf("approve of an unknown id: %+v", r)
 	}
 	if r := ctl(t, append(sock, "approve", id, "allow")...); r.code != exitOK || r.stdout != id+": allow\n" {

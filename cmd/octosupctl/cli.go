@@ -15,8 +15,8 @@ import (
 	"octosup/policy"
 )
 
-// notRunningHint is what a person is told when no daemon answers.
-const notRunningHint = "octosupd is not running: start it with `systemctl --user start octosupd` (or `make run` in a checkout)"
+// startHint is what a person is told to do when no daemon answers.
+const startHint = "start it with `systemctl --user start octosupd` (or `make run` in a checkout)"
 
 // cli is one invocation's state: flags and where output goes.
 type cli struct {
@@ -104,8 +104,13 @@ func opError(what string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var nre *control.NotRunningError
+	if errors.As(err, &nre) {
+		// The socket it tried: a wrong --socket or XDG_RUNTIME_DIR shows.
+		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: nothing listens at %s; %s", nre.Path, startHint)}
+	}
 	if control.IsDaemonNotRunning(err) {
-		return &exitError{code: exitNotRunning, err: errors.New(notRunningHint)}
+		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: %s", startHint)}
 	}
 	var cerr *control.Error
 	if errors.As(err, &cerr) {

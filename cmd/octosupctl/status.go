@@ -17,12 +17,14 @@ func (c *cli) statusCommand() *cobra.Command {
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var sa control.StatusArgs
+			what := "status"
 			if len(args) == 1 {
 				sa.App = args[0]
+				what += " " + args[0]
 			}
 			var data control.StatusData
 			if err := c.client().Do(cmd.Context(), control.OpStatus, sa, &data); err != nil {
-				return opError("status", err)
+				return opError(what, err)
 			}
 			if c.json {
 				return c.printJSON(data)

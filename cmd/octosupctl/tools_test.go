@@ -94,9 +94,22 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 			`^\{"step":"accepted","app":"notes","call_id":"octosupctl-\d+"\}\n\{"step":"acknowledged",[^\n]*\}\n\{"step":"finished",[^\n]*"outcome":"ok","data":\{"matches":\[\]\}\}\n$`, `^$`},
 		{"append skips confirmation", []string{"call", "notes", "notes.append", `{"text":"x"}`, "--risk", "write"}, exitOK,
 			`notes.append: ok \{"line":2\}\n$`, `^$`},
+		// A failed outcome is said once, on stderr.
 		{"app error", []string{"call", "notes", "notes.append", `{"text":""}`}, exitFailed,
-			`notes.append: error \(bad_frame: notes.append wants`, `^octosupctl: call notes notes.append: error \(bad_frame`},
-		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: tool.call: .*declined.*grants.tools`},
+			`^notes.append: accepted \(call octosupctl-\d+\)\nnotes.append: acknowledged\n$`,
+			`^octosupctl: call notes notes.append: error \(bad_frame: notes.append takes [^\n]*: "text" must be one line, not empty\)\n$`},
+		// The README's example once passed "q": the app says it takes
+		// "query".
+		{"unknown argument", []string{"call", "notes", "notes.search", `{"q":"milk"}`}, exitFailed,
+			`^notes.search: accepted \(call octosupctl-\d+\)\nnotes.search: acknowledged\n$`,
+			`^octosupctl: call notes notes.search: error \(bad_frame: notes.search takes \{"query": "milk", "delay_ms"\?: 5000\}: unknown argument "q"\)\n$`},
+		{"timeout", []string{"call", "notes", "notes.search", `{"delay_ms":60000}`, "--timeout", "500ms"}, exitFailed,
+			`^notes.search: accepted \(call octosupctl-\d+\)\nnotes.search: acknowledged\n$`,
+			`^octosupctl: call notes notes.search: error \(timeout: the app did not answer the call within its timeout\)\n$`},
+		{"timeout json", []string{"--json", "call", "notes", "notes.search", `{"delay_ms":60000}`, "--timeout", "500ms"}, exitFailed,
+			`\n\{"step":"finished",[^\n]*"outcome":"error","error":\{"code":"timeout","message":"the app did not answer the call within its timeout"\}\}\n$`,
+			`^octosupctl: call notes notes.search: error \(timeout: [^\n]*\)\n$`},
+		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: declined: notes.delete is not in the grants.tools of app notes\n$`},
 		{"bad timeout", []string{"call", "notes", "notes.search", `{}`, "--timeout", "0s"}, exitUsage, `^$`, `--timeout must be at least 1ms`},
 		{"args not an object", []string{"call", "notes", "notes.search", `[1]`}, exitUsage, `^$`, `must be one JSON object`},
 		{"no such account", []string{"call", "notes", "notes.search", `{}`, "--account", "work"}, exitFailed, `^$`, `no open context with account "work"`},
@@ -104,7 +117,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 		{"revoke none", []string{"rules", "revoke", "notes", "notes.append"}, exitFailed, `^$`, `no such standing rule`},
 		{"audit", []string{"audit", "notes"}, exitOK,
 			`(?s)^TIME\s+APP\s+TOOL\s+RISK\s+DECISION\s+OUTCOME\s+DURATION\n[^\n]*notes\s+notes.append\s+write\s+none\s+ok\s+[0-9.]+[µm]?s\n.*notes.append\s+read\s+none\s+error bad_frame`, `^$`},
-		{"audit json", []string{"--json", "audit", "-n", "1"}, exitOK, `(?s)"entries": \[\n    \{\n      "seq": 5,.*"outcome": "error"`, `^$`},
+		{"audit json", []string{"--json", "audit", "-n", "1"}, exitOK, `(?s)"entries": \[\n    \{\n      "seq": 8,.*"outcome": "error"`, `^$`},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -160,7 +173,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	}()
 	waitApprovals(t, c, 1)
 	interrupt()
-	if r := <-interrupted; r.code != exitFailed || !regexp.MustCompile(`notes.append: error \(cancelled: the caller cancelled the call\)\n$`).MatchString(r.stdout) {
+	if r := <-interrupted; r.code != exitFailed || r.stderr != "octosupctl: call notes notes.append: error (cancelled: the caller cancelled the call)\n" {
 		t.Fatalf("interrupted call: %+v", r)
 	}
 	waitApprovals(t, c, 0)

@@ -123,5 +123,9 @@ func printError(w io.Writer, err error) {
 		}
 		return
 	}
+	if errors.As(err, &merr) && errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(w, "octosupd: %v, or pass --config FILE\n", err)
+		return
+	}
 	fmt.Fprintf(w, "octosupd: %v\n", err)
 }
