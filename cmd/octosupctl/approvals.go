@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,8 +71,8 @@ func (c *cli) approveCommand() *cobra.Command {
 A consent decision is always kept: the app is not asked again until
 octosupctl consent revoke APP. For a tool confirmation, --remember keeps
 the decision as a standing rule for that app and tool (octosupctl rules).`,
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"allow", "deny"},
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: c.completeApprove,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			what := "approve " + args[0]
 			if args[1] != "allow" && args[1] != "deny" {
@@ -95,6 +96,34 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 	}
 	cmd.Flags().BoolVar(&remember, "remember", false, "keep a tool decision as a standing rule")
 	return cmd
+}
+
+// completeApprove completes approve's ID with the pending approvals of a
+// running daemon (each described by its app and what it asks), then the
+// decision.
+func (c *cli) completeApprove(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	switch len(args) {
+	case 0:
+		var data control.ApprovalsData
+		if err := c.client().Do(cmd.Context(), control.OpApprovals, struct{}{}, &data); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ids := make([]string, 0, len(data.Approvals))
+		for _, a := range data.Approvals {
+			// The daemon makes the ids; one a shell could not take
+			// literally is left out rather than offered mangled. The
+			// description is an app's text: rendered, it holds no tab
+			// or newline to break the completion's lines.
+			if a.ApprovalID == "" || control.Visible(a.ApprovalID) != a.ApprovalID || strings.ContainsAny(a.ApprovalID, " \t'\"$`") {
+				continue
+			}
+			ids = append(ids, a.ApprovalID+"\t"+control.Visible(a.App+": "+approvalAsks(a)))
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	case 1:
+		return []string{"allow", "deny"}, cobra.ShellCompDirectiveNoFileComp
+	}
+	return nil, cobra.ShellCompDirectiveNoFileComp
 }
 
 func (c *cli) consentCommand() *cobra.Command {
