@@ -222,7 +222,7 @@ func TestHostileAppWithDaemon(t *testing.T) {
 	}
 	r = ctl(t, append(s, "status")...)
 	checkVisible(t, "status", r.stdout)
-	if !regexp.MustCompile(`(?m)^badexec +failed: [^\n]*` + shownProgram + `[^\n]* +- +- +0 +- +-$`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^badexec +failed +- +- +0 +- +- +[^\n]*` + shownProgram + `[^\n]*$`).MatchString(r.stdout) {
 		t.Errorf("status:\n%s", r.stdout)
 	}
 	var st control.StatusData
@@ -359,7 +359,7 @@ func TestHostileTextFromDaemon(t *testing.T) {
 		check      func(*testing.T, string)
 	}{
 		{"status", []string{"status"}, exitOK,
-			`^APP +STATE +PID +UPTIME +RESTARTS +LAST EXIT +JAIL\nevil +failed: ` + q(hostileShow) + ` +- +- +0 +signal KILL\\r +-\n$`, `^$`, nil},
+			`^APP +STATE +PID +UPTIME +RESTARTS +LAST EXIT +JAIL +REASON\nevil +failed +- +- +0 +signal KILL\\r +- +` + q(hostileShow) + `\n$`, `^$`, nil},
 		{"status json", []string{"--json", "status"}, exitOK, `"reason"`, `^$`, jsonHas(hostile, func(out string) (string, error) {
 			var d control.StatusData
 			err := json.Unmarshal([]byte(out), &d)

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if jail.IsHelper(os.Args) {
 		os.Exit(jail.RunHelper())
 	}
+	// A table's width is the test's to set (TestFailedAppReason), not the
+	// shell's that runs go test.
+	os.Unsetenv("COLUMNS")
 	goleak.VerifyTestMain(m)
 }
 
