@@ -10,6 +10,11 @@
 // attached kernel). An answer with id 0 is about the connection itself
 // (e.g. not_permitted) or a line that could not be attributed.
 //
+// An error's message says what went wrong and what to do, without the op
+// or app the client asked about: the client knows them and says them
+// once itself (octosupctl prints "octosupctl: restart nope: no app "nope"
+// in the manifest"). Every op words an unknown app the same.
+//
 // The client:
 //
 //	var c control.Client // the default socket; or Client{Path: ...}

@@ -15,7 +15,7 @@ func TestAppendToolEvent(t *testing.T) {
 		{"acknowledged", EventToolAcknowledged, ToolEvent{App: "notes", CallID: "c1"}},
 		{"ok with data", EventToolFinished, ToolEvent{App: "notes", CallID: "c1", Outcome: OutcomeOK, Data: json.RawMessage(`{"hits":[1,2,{"a":null}]}`)}},
 		{"ok without data", EventToolFinished, ToolEvent{App: "notes", CallID: "c1", Outcome: OutcomeOK}},
-		{"error", EventToolFinished, ToolEvent{App: "notes", CallID: "c1", Outcome: OutcomeError, Error: &Error{Code: "timeout", Message: "the call did not be answered"}}},
+		{"error", EventToolFinished, ToolEvent{App: "notes", CallID: "c1", Outcome: OutcomeError, Error: &Error{Code: "timeout", Message: "the app did not answer the call within its timeout"}}},
 		// The rest go through EncodeEvent: the same bytes either way.
 		{"data to compact", EventToolFinished, ToolEvent{App: "a", CallID: "c", Outcome: OutcomeOK, Data: json.RawMessage(` { "a" : [ 1 , 2 ] } `)}},
 		{"data to escape", EventToolFinished, ToolEvent{App: "a", CallID: "c", Outcome: OutcomeOK, Data: json.RawMessage(`{"html":"<b>&</b>","ls":"\u2028 "}`)}},

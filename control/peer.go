@@ -28,6 +28,10 @@ const (
 // kernel.attach.
 const CodeNotAttached = "not_attached"
 
+// CodeUnknownApproval refuses an approve whose id no pending approval has
+// (answered, expired, or its app exited).
+const CodeUnknownApproval = "unknown_approval"
+
 // Approval is a pending (or, in an approval event, settled) question to
 // the person: first-use consent, or a host confirmation of a tool call.
 type Approval struct {

@@ -251,9 +251,12 @@ type ManifestError struct {
 	Err  error
 }
 
+// Error says what to do about a missing manifest in words true of every
+// place it is read: a reload reads the path the daemon started with (only
+// octosupd run takes --config, and says so itself).
 func (e *ManifestError) Error() string {
 	if errors.Is(e.Err, os.ErrNotExist) {
-		return fmt.Sprintf("no manifest at %s: create one (configs/native-apps.example.json is a start) or pass --config FILE", e.Path)
+		return fmt.Sprintf("no manifest at %s: create one (configs/native-apps.example.json is a start)", e.Path)
 	}
 	return fmt.Sprintf("manifest %s: %v", e.Path, e.Err)
 }

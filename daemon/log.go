@@ -5,13 +5,19 @@ import (
 	"os"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/buffer"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
+
+	"octosup/internal/visible"
 )
 
 // NewLogger returns the daemon's logger writing to w at level ("debug",
-// "info", "warn", "error"): a human console format when w is a terminal,
-// JSON otherwise (the journal, files, pipes).
+// "info", "warn", "error"): JSON when w is not a terminal (the journal,
+// files, pipes), every record whole; on a terminal (make run) short human
+// lines: the time of day, the daemon's own events in zap's console form,
+// and each line an app writes as "15:04:05.000 notes: text" ("notes
+// [stderr]: text"), shown visibly, instead of a record with its fields.
 func NewLogger(w *os.File, level string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
@@ -20,14 +26,72 @@ func NewLogger(w *os.File, level string) (*zap.Logger, error) {
 	var enc zapcore.Encoder
 	if isTerminal(w) {
 		cfg := zap.NewDevelopmentEncoderConfig()
+		cfg.EncodeTime = zapcore.TimeEncoderOfLayout(terminalTime)
 		cfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		enc = zapcore.NewConsoleEncoder(cfg)
+		enc = terminalEncoder{Encoder: zapcore.NewConsoleEncoder(cfg), pool: buffer.NewPool()}
 	} else {
 		cfg := zap.NewProductionEncoderConfig()
 		cfg.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 		enc = zapcore.NewJSONEncoder(cfg)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(w), lvl), zap.ErrorOutput(zapcore.Lock(w))), nil
+}
+
+// terminalTime is the time of a line on a terminal: a person watching
+// needs the time of day, not the date and zone.
+const terminalTime = "15:04:05.000"
+
+// appOutput is the message of the supervisor's record of a line an app
+// wrote, with the fields app, stream and text (TestTerminalLog in
+// cmd/octosupd holds the two packages to it).
+const appOutput = "app output"
+
+// terminalEncoder is zap's console encoder, but for the records of app
+// output: those are a line each, as octosupctl logs prints them, with
+// the app's text rendered visibly (an app's output is hostile by
+// assumption: an escape must not drive the daemon's terminal).
+type terminalEncoder struct {
+	zapcore.Encoder
+	pool buffer.Pool
+}
+
+func (e terminalEncoder) Clone() zapcore.Encoder {
+	return terminalEncoder{Encoder: e.Encoder.Clone(), pool: e.pool}
+}
+
+func (e terminalEncoder) EncodeEntry(ent zapcore.Entry, fields []zapcore.Field) (*buffer.Buffer, error) {
+	if ent.Message != appOutput {
+		return e.Encoder.EncodeEntry(ent, fields)
+	}
+	var app, stream, text string
+	have := 0
+	for _, f := range fields {
+		if f.Type != zapcore.StringType {
+			continue
+		}
+		switch f.Key {
+		case "app":
+			app, have = f.String, have|1
+		case "stream":
+			stream, have = f.String, have|2
+		case "text":
+			text, have = f.String, have|4
+		}
+	}
+	if have != 7 {
+		return e.Encoder.EncodeEntry(ent, fields) // not the record it looks like
+	}
+	b := e.pool.Get()
+	b.AppendTime(ent.Time, terminalTime)
+	b.AppendByte(' ')
+	b.AppendString(visible.String(app))
+	if stream != "stdout" {
+		b.AppendString(" [" + visible.String(stream) + "]")
+	}
+	b.AppendString(": ")
+	b.AppendString(visible.String(text))
+	b.AppendByte('\n')
+	return b, nil
 }
 
 func isTerminal(f *os.File) bool {

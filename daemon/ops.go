@@ -51,7 +51,7 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 	spec, err := s.cfg.JailSpec(args.App)
 	if err != nil {
 		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
+			return nil, unknownApp(args.App)
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
@@ -65,6 +65,9 @@ func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any,
 	}
 	all, err := s.cfg.Apps.Status(args.App)
 	if err != nil {
+		if errors.Is(err, supervisor.ErrUnknownApp) {
+			return nil, unknownApp(args.App)
+		}
 		return nil, err
 	}
 	data := control.StatusData{Apps: make([]control.AppStatus, 0, len(all))}
@@ -139,16 +142,18 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 		}
 		st, err := do(s.cfg.Apps, ctx, args.App)
 		if err != nil {
-			if errors.Is(err, supervisor.ErrUnknownApp) {
-				return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
-			}
-			if ctx.Err() != nil {
-				return nil, control.Errorf(control.CodeFailed, "%s %s: cancelled: %v", op, args.App, ctx.Err())
+			switch {
+			case errors.Is(err, supervisor.ErrUnknownApp):
+				return nil, unknownApp(args.App)
+			case ctx.Err() != nil:
+				return nil, control.Errorf(control.CodeFailed, "cancelled before the app got there: %v", ctx.Err())
+			case errors.Is(err, supervisor.ErrStartFailed) && st.Reason != "":
+				return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 			}
 			return nil, control.Errorf(control.CodeFailed, "%v", err)
 		}
 		if op != control.OpStop && st.State == supervisor.Failed {
-			return nil, control.Errorf(control.CodeFailed, "%s %s: failed: %s", op, args.App, st.Reason)
+			return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 		}
 		return control.StateData{State: string(st.State), App: s.appStatus(st)}, nil
 	}
@@ -181,7 +186,7 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 			s.hub.remove(st)
 		}
 		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return nil, control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", args.App)
+			return nil, unknownApp(args.App)
 		}
 		return nil, err
 	}
@@ -268,7 +273,7 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (an
 		if errors.As(err, &verr) {
 			return nil, invalidManifest(verr)
 		}
-		return nil, control.Errorf(control.CodeFailed, "reload: %v", err)
+		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
 	return control.ReloadData{Apps: n}, nil
 }
@@ -305,6 +310,12 @@ func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 		out = append(out, logLine(l))
 	}
 	return out
+}
+
+// unknownApp is the one answer of every op about an app the manifest
+// does not have.
+func unknownApp(app string) *control.Error {
+	return control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", app)
 }
 
 // needApp is the bad_request of an op whose args.app is missing.

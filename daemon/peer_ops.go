@@ -84,13 +84,14 @@ func (p *peerLink) register(s *Server) {
 	RegisterToolOps(s, p.m, kernelOf)
 }
 
-// peerError puts a peer error on the wire with its stable code.
-func peerError(what string, err error) error {
+// peerError puts a peer error on the wire with its stable code. The
+// message does not name the op: the client knows what it asked.
+func peerError(err error) error {
 	var cerr *control.Error
 	if errors.As(err, &cerr) {
 		return cerr
 	}
-	return control.Errorf(peer.Code(err), "%s: %v", what, err)
+	return control.Errorf(peer.Code(err), "%v", err)
 }
 
 func (p *peerLink) opApprovals(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -114,10 +115,10 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	}
 	d, err := policy.ParseDecision(args.Decision)
 	if err != nil {
-		return nil, control.Errorf(control.CodeBadRequest, "approve: %v", err)
+		return nil, control.Errorf(control.CodeBadRequest, "%v", err)
 	}
 	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
-		return nil, peerError("approve", err)
+		return nil, peerError(err)
 	}
 	return control.ApproveData{Decision: string(d)}, nil
 }
@@ -131,7 +132,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	case "list":
 		all, err := p.m.Consents()
 		if err != nil {
-			return nil, peerError("consent list", err)
+			return nil, peerError(err)
 		}
 		out := []control.Consent{}
 		for _, c := range all {
@@ -146,7 +147,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		}
 		found, err := p.m.RevokeConsent(args.App)
 		if err != nil {
-			return nil, peerError("consent revoke", err)
+			return nil, peerError(err)
 		}
 		return control.ConsentData{Revoked: &found}, nil
 	default:
@@ -163,7 +164,7 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, control.Errorf(control.CodeBadRequest, "app.send needs args.app and args.frame (one JSON object)")
 	}
 	if err := p.m.Send(args.App, args.Frame); err != nil {
-		return nil, peerError("app.send "+args.App, err)
+		return nil, peerError(err)
 	}
 	return nil, nil
 }
@@ -248,7 +249,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 	k := &connKernel{c: c}
 	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine))
 	if err != nil {
-		return nil, peerError("kernel.attach", err)
+		return nil, peerError(err)
 	}
 	c.kernel.Store(ks)
 	// The connection owns the session: when it ends, for whatever reason,
@@ -276,7 +277,7 @@ func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessag
 		return nil, err
 	}
 	if err := ks.Reply(r); err != nil {
-		return nil, peerError(control.OpRequestReply, err)
+		return nil, peerError(err)
 	}
 	return nil, nil
 }
@@ -291,7 +292,7 @@ func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessag
 		return nil, err
 	}
 	if err := ks.Event(e); err != nil {
-		return nil, peerError(control.OpRequestEvent, err)
+		return nil, peerError(err)
 	}
 	return nil, nil
 }

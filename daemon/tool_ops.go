@@ -127,8 +127,9 @@ type toolOps struct {
 
 // toolError is the control error of a peer refusal, with its stable code
 // (not_connected, duplicate, unknown_context, declined, bad_request, ...).
-func toolError(what string, err error) error {
-	return control.Errorf(peer.Code(err), "%s: %v", what, err)
+// The message does not name the op: the client knows what it asked.
+func toolError(err error) error {
+	return control.Errorf(peer.Code(err), "%v", err)
 }
 
 func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
@@ -154,7 +155,7 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	}
 	place, err := ks.AcceptToolCall(args.App, args.Call)
 	if err != nil {
-		return nil, toolError(control.OpToolCall, err)
+		return nil, toolError(err)
 	}
 	// Answer "accepted" before the call's first event.
 	return AfterReply(control.ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
@@ -173,7 +174,7 @@ func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 		return nil, err
 	}
 	if err := ks.ToolCancel(args.App, args.CallID); err != nil {
-		return nil, toolError(control.OpToolCancel, err)
+		return nil, toolError(err)
 	}
 	return struct{}{}, nil
 }
@@ -188,7 +189,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	}
 	o, err := t.m.ContextOwner(args.App, args.ContextID)
 	if err != nil {
-		return nil, toolError(control.OpContextOwner, err)
+		return nil, toolError(err)
 	}
 	return o, nil
 }

@@ -180,20 +180,22 @@ func (m *Manager) Approvals() []Approval {
 // With remember the decision is first persisted as a standing rule for
 // the app and tool (a failure to persist changes nothing), and it answers
 // the app's other open sheets for that tool too.
+//
+// Its errors do not repeat the id: the caller knows which it answered.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
-		return fmt.Errorf("approve %s: %w", id, fmt.Errorf("%w: %v", ErrInvalid, err))
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	m.mu.Lock()
 	a := m.approvals[id]
 	if a == nil || a.deciding {
 		m.mu.Unlock()
-		return fmt.Errorf("approve %s: %w", id, ErrUnknownApproval)
+		return ErrUnknownApproval
 	}
 	if a.Kind == KindConsent && (a.peer.link != a.link || a.link.isShut()) {
 		m.settle(a, ApprovalCancelled)
 		m.mu.Unlock()
-		return fmt.Errorf("approve %s: %w: the process that asked has ended", id, ErrUnknownApproval)
+		return fmt.Errorf("%w: the process that asked has ended", ErrUnknownApproval)
 	}
 	a.deciding = true
 	now := m.cfg.Now().UTC()
@@ -211,7 +213,7 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	defer m.mu.Unlock()
 	a.deciding = false
 	if err != nil {
-		return fmt.Errorf("approve %s: %w", id, err)
+		return fmt.Errorf("keep the decision: %w", err)
 	}
 	if a.Kind == KindTool && remember {
 		m.rulesGen++ // a call placing now reads the rules again
@@ -239,7 +241,7 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 		if d == policy.Allow {
 			m.dispatch(r)
 		} else {
-			m.finish(r, errorf(CodeConsentDenied, "the person denied app %s the agent service", a.App))
+			m.finish(r, consentDenied(a.App))
 		}
 	}
 	return nil
@@ -305,4 +307,10 @@ func (m *Manager) teardown(l *link) {
 		p.link = nil
 	}
 	m.log.Info("link down", zap.String("app", l.appID), zap.String("reason", l.reason))
+}
+
+// consentDenied is the answer to every request of an app the person
+// denied the agent service, the first ones as the later: what undoes it.
+func consentDenied(app string) *Error {
+	return errorf(CodeConsentDenied, "the person denied app %s the agent service; after `octosupctl consent revoke %s`, the app's next request asks again", app, app)
 }

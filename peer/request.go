@@ -177,7 +177,7 @@ func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
 		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(consentErr))
 		m.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
 	case d == policy.Deny:
-		m.fail(l, f.ReqID, errorf(CodeConsentDenied, "the person denied app %s the agent service; `octosupctl consent revoke %s` asks again", p.app.ID, p.app.ID))
+		m.fail(l, f.ReqID, consentDenied(p.app.ID))
 	case d == policy.Allow:
 		m.dispatch(r)
 	default:

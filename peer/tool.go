@@ -192,12 +192,13 @@ func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
 // delivery). The control socket answers "accepted" between the two, so
 // that the kernel hears of the acceptance before any event of the call.
 // The call's deadline runs from acceptance; place must be called once.
+// A refusal does not repeat the app and call id: the caller knows them.
 func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, err := m.acceptCall(app, kc)
 	if err != nil {
-		return nil, fmt.Errorf("tool call %s into %s: %w", kc.CallID, app, err)
+		return nil, err
 	}
 	return func() {
 		var rule ruleRead
@@ -224,7 +225,7 @@ func (m *Manager) ToolCancel(app, callID string) error {
 		c = l.calls[callID]
 	}
 	if c == nil {
-		return fmt.Errorf("cancel %s of %s: %w", callID, app, ErrUnknownCall)
+		return ErrUnknownCall
 	}
 	m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "cancelled")
 	return nil

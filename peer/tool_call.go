@@ -388,14 +388,14 @@ func (m *Manager) callTimeout(c *call) {
 	if c.state.terminal() {
 		return // ended while its timer fired
 	}
-	left := "reach the app"
+	why := "the call did not reach the app within its timeout"
 	if c.sent() {
-		left = "be answered by the app"
+		why = "the app did not answer the call within its timeout"
 	} else if c.state == callAwaitingHost {
-		left = "be approved"
+		why = "nobody approved the call within its timeout"
 	}
 	m.log.Info("tool call timed out", zap.String("app", c.link.appID), zap.String("call_id", c.id), zap.Stringer("state", c.state))
-	m.endCall(c, callTimedOut, failResult(c, CodeTimeout, fmt.Sprintf("the call did not %s within its timeout", left)), "timeout")
+	m.endCall(c, callTimedOut, failResult(c, CodeTimeout, why), "timeout")
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit

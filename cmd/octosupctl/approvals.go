@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,8 +71,8 @@ func (c *cli) approveCommand() *cobra.Command {
 A consent decision is always kept: the app is not asked again until
 octosupctl consent revoke APP. For a tool confirmation, --remember keeps
 the decision as a standing rule for that app and tool (octosupctl rules).`,
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"allow", "deny"},
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: c.completeApprove,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			what := "approve " + args[0]
 			if args[1] != "allow" && args[1] != "deny" {
@@ -79,6 +81,10 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 			var data control.ApproveData
 			req := control.ApproveArgs{ApprovalID: args[0], Decision: args[1], Remember: remember}
 			if err := c.client().Do(cmd.Context(), control.OpApprove, req, &data); err != nil {
+				var cerr *control.Error
+				if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownApproval {
+					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s (octosupctl approvals lists the pending ones)", what, cerr.Message)}
+				}
 				return opError(what, err)
 			}
 			if c.json {
@@ -90,6 +96,34 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 	}
 	cmd.Flags().BoolVar(&remember, "remember", false, "keep a tool decision as a standing rule")
 	return cmd
+}
+
+// completeApprove completes approve's ID with the pending approvals of a
+// running daemon (each described by its app and what it asks), then the
+// decision.
+func (c *cli) completeApprove(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	switch len(args) {
+	case 0:
+		var data control.ApprovalsData
+		if err := c.client().Do(cmd.Context(), control.OpApprovals, struct{}{}, &data); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ids := make([]string, 0, len(data.Approvals))
+		for _, a := range data.Approvals {
+			// The daemon makes the ids; one a shell could not take
+			// literally is left out rather than offered mangled. The
+			// description is an app's text: rendered, it holds no tab
+			// or newline to break the completion's lines.
+			if a.ApprovalID == "" || control.Visible(a.ApprovalID) != a.ApprovalID || strings.ContainsAny(a.ApprovalID, " \t'\"$`") {
+				continue
+			}
+			ids = append(ids, a.ApprovalID+"\t"+control.Visible(a.App+": "+approvalAsks(a)))
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	case 1:
+		return []string{"allow", "deny"}, cobra.ShellCompDirectiveNoFileComp
+	}
+	return nil, cobra.ShellCompDirectiveNoFileComp
 }
 
 func (c *cli) consentCommand() *cobra.Command {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"testing"
 
 	"octosup/control"
@@ -38,8 +39,22 @@ func TestApprovals(t *testing.T) {
 	if r := ctl(t, append(sock, "approve", id, "maybe")...); r.code != exitUsage {
 		t.Errorf("approve with a bad decision: %+v", r)
 	}
-	if r := ctl(t, append(sock, "approve", "nope", "allow")...); r.code != exitFailed || !regexp.MustCompile(`^octosupctl: approve nope: `).MatchString(r.stderr) {
+	// Said once, with what to do.
+	if r := ctl(t, append(sock, "approve", "nope", "allow")...); r.code != exitFailed ||
+		r.stderr != "octosupctl: approve nope: no pending approval with that id (octosupctl approvals lists the pending ones)\n" {
 		t.Errorf("approve of an unknown id: %+v", r)
+	}
+	// Completion offers the pending ids in the id's place, then the
+	// decisions.
+	if r := ctl(t, append(sock, "__complete", "approve", "")...); r.code != exitOK ||
+		!regexp.MustCompile(`^`+regexp.QuoteMeta(id)+`\tasker: use the agent service \(first request: octos.session.open\)\n:4\n`).MatchString(r.stdout) {
+		t.Errorf("completion of approve's id: %+v", r)
+	}
+	if r := ctl(t, append(sock, "__complete", "approve", id, "")...); r.code != exitOK || !strings.HasPrefix(r.stdout, "allow\ndeny\n:4\n") {
+		t.Errorf("completion of approve's decision: %+v", r)
+	}
+	if r := ctl(t, append(sock, "__complete", "approve", id, "allow", "")...); r.code != exitOK || !strings.HasPrefix(r.stdout, ":4\n") {
+		t.Errorf("completion after approve's decision: %+v", r)
 	}
 	if r := ctl(t, append(sock, "approve", id, "allow")...); r.code != exitOK || r.stdout != id+": allow\n" {
 		t.Fatalf("approve: %+v", r)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,14 +16,17 @@ import (
 	"octosup/policy"
 )
 
-// notRunningHint is what a person is told when no daemon answers.
-const notRunningHint = "octosupd is not running: start it with `systemctl --user start octosupd` (or `make run` in a checkout)"
+// startHint is what a person is told to do when no daemon answers.
+const startHint = "start it with `systemctl --user start octosupd` (or `make run` in a checkout)"
 
 // cli is one invocation's state: flags and where output goes.
 type cli struct {
 	stdout, stderr io.Writer
 	socket         string
 	json           bool
+	// width is how wide a table may be (its last column is cut to it), 0
+	// for no limit.
+	width int
 }
 
 func (c *cli) client() *control.Client { return &control.Client{Path: c.socket} }
@@ -41,7 +45,7 @@ func (e *exitError) Unwrap() error { return e.err }
 // run executes octosupctl with args (without the program name) and
 // returns its exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr}
+	c := &cli{stdout: stdout, stderr: stderr, width: terminalWidth(os.Getenv, stdout)}
 	root := c.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -78,25 +82,48 @@ func (c *cli) say(format string, args ...any) {
 
 // table is a text/tabwriter table for a person: each cell is rendered on
 // its own, so that a tab in one (shown as \t) cannot start another.
-type table struct{ tw *tabwriter.Writer }
+type table struct {
+	out io.Writer
+	buf bytes.Buffer
+	tw  *tabwriter.Writer
+}
 
 func (c *cli) table(header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)}
-	t.row(header...)
+	t := &table{out: c.stdout}
+	t.tw = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
+	if len(header) > 0 {
+		t.row(header...)
+	}
 	return t
 }
 
-func (t *table) row(cells ...string) {
+func (t *table) row(cells ...string) { t.rowShown(shown(cells...)...) }
+
+// rowShown adds a row of cells already rendered with control.Visible.
+func (t *table) rowShown(cells ...string) {
 	for i, cell := range cells {
 		if i > 0 {
 			t.tw.Write([]byte{'\t'})
 		}
-		io.WriteString(t.tw, control.Visible(cell))
+		io.WriteString(t.tw, cell)
 	}
 	t.tw.Write([]byte{'\n'})
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+// flush writes the table, without the padding an empty last cell leaves.
+func (t *table) flush() error {
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	lines := bytes.SplitAfter(t.buf.Bytes(), []byte{'\n'})
+	for i, l := range lines {
+		if trimmed := bytes.TrimRight(l, " \n"); len(trimmed) < len(l) {
+			lines[i] = append(trimmed, '\n')
+		}
+	}
+	_, err := t.out.Write(bytes.Join(lines, nil))
+	return err
+}
 
 // opError turns an error of a daemon call into the exit error a person
 // reads: what was asked, why it did not happen, what to do.
@@ -104,8 +131,13 @@ func opError(what string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var nre *control.NotRunningError
+	if errors.As(err, &nre) {
+		// The socket it tried: a wrong --socket or XDG_RUNTIME_DIR shows.
+		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: nothing listens at %s; %s", nre.Path, startHint)}
+	}
 	if control.IsDaemonNotRunning(err) {
-		return &exitError{code: exitNotRunning, err: errors.New(notRunningHint)}
+		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: %s", startHint)}
 	}
 	var cerr *control.Error
 	if errors.As(err, &cerr) {

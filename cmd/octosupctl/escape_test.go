@@ -222,7 +222,7 @@ func TestHostileAppWithDaemon(t *testing.T) {
 	}
 	r = ctl(t, append(s, "status")...)
 	checkVisible(t, "status", r.stdout)
-	if !regexp.MustCompile(`(?m)^badexec +failed: [^\n]*` + shownProgram + `[^\n]* +- +- +0 +- +-$`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^badexec +failed +- +- +0 +- +- +[^\n]*` + shownProgram + `[^\n]*$`).MatchString(r.stdout) {
 		t.Errorf("status:\n%s", r.stdout)
 	}
 	var st control.StatusData
@@ -288,6 +288,7 @@ func hostileDaemon(t *testing.T) string {
 			var events []fakeEvent
 			if subscribed {
 				events = []fakeEvent{
+					{control.TopicState, control.StateEvent{App: "evil", State: "starting", Since: now}},
 					{control.TopicState, control.StateEvent{App: "evil", State: "failed", Since: now, Reason: hostile}},
 					{control.TopicApproval, pending},
 				}
@@ -358,7 +359,7 @@ func TestHostileTextFromDaemon(t *testing.T) {
 		check      func(*testing.T, string)
 	}{
 		{"status", []string{"status"}, exitOK,
-			`^APP +STATE +PID +UPTIME +RESTARTS +LAST EXIT +JAIL\nevil +failed: ` + q(hostileShow) + ` +- +- +0 +signal KILL\\r +-\n$`, `^$`, nil},
+			`^APP +STATE +PID +UPTIME +RESTARTS +LAST EXIT +JAIL +REASON\nevil +failed +- +- +0 +signal KILL\\r +- +` + q(hostileShow) + `\n$`, `^$`, nil},
 		{"status json", []string{"--json", "status"}, exitOK, `"reason"`, `^$`, jsonHas(hostile, func(out string) (string, error) {
 			var d control.StatusData
 			err := json.Unmarshal([]byte(out), &d)
@@ -411,7 +412,7 @@ func TestHostileTextFromDaemon(t *testing.T) {
 			return d.Entries[0].Tool + " " + d.Entries[0].Error, nil
 		})},
 		{"call", []string{"call", "evil", "tool", `{}`}, exitFailed,
-			`^tool: accepted \(call octosupctl-\d+\)\ntool: acknowledged\ntool: error \(` + q(hostileToolS) + `: ` + q(hostileShow) + `\) ` + q(hostileDataS) + `\n$`,
+			`^tool: accepted \(call octosupctl-\d+\)\ntool: acknowledged\n$`,
 			`^octosupctl: call evil tool: error \(` + q(hostileToolS) + `: ` + q(hostileShow) + `\) ` + q(hostileDataS) + `\n$`, nil},
 		{"call json", []string{"--json", "call", "evil", "tool", `{}`}, exitFailed, `"step":"finished"`, ``, jsonHas(hostile+" "+hostileData, func(out string) (string, error) {
 			var ev struct {
@@ -448,7 +449,7 @@ func TestHostileTextFromDaemon(t *testing.T) {
 
 	// watch: the state and approvals of now, then the events.
 	watch, stop := streaming(t, append(s, "watch")...)
-	lines := collect(t, watch, 5)
+	lines := collect(t, watch, 6)
 	if code := stop(); code != exitOK {
 		t.Errorf("watch exit %d after an interrupt", code)
 	}
@@ -457,6 +458,7 @@ func TestHostileTextFromDaemon(t *testing.T) {
 		`^\d\d:\d\d:\d\d evil failed: ` + q(hostileShow) + `$`,
 		`^\d\d:\d\d:\d\d evil approval a1 pending: run ` + q(hostileToolS) + ` \(read\) ` + q(hostileShow) + ` \(octosupctl approve a1 allow\|deny\)$`,
 		`^\d\d:\d\d:\d\d evil approval a2 pending: use the agent service \(first request: octos\.\\u202esession\) `,
+		`^\d\d:\d\d:\d\d evil starting$`,
 		`^\d\d:\d\d:\d\d evil failed: ` + q(hostileShow) + `$`,
 		`^\d\d:\d\d:\d\d evil approval a1 pending: run ` + q(hostileToolS) + ` `,
 	} {
@@ -465,14 +467,14 @@ func TestHostileTextFromDaemon(t *testing.T) {
 		}
 	}
 	jw, stopJW := streaming(t, append(s, "--json", "watch")...)
-	jl := collect(t, jw, 5)
+	jl := collect(t, jw, 6)
 	stopJW()
 	var ev control.StateEvent
 	var ap control.Approval
-	if err := json.Unmarshal([]byte(jl[3]), &ev); err != nil || ev.Reason != hostile {
-		t.Errorf("--json watch state %q: %v", jl[3], err)
+	if err := json.Unmarshal([]byte(jl[4]), &ev); err != nil || ev.Reason != hostile {
+		t.Errorf("--json watch state %q: %v", jl[4], err)
 	}
-	if err := json.Unmarshal([]byte(jl[4]), &ap); err != nil || ap.Tool != hostileTool || ap.Args != hostile {
-		t.Errorf("--json watch approval %q: %v", jl[4], err)
+	if err := json.Unmarshal([]byte(jl[5]), &ap); err != nil || ap.Tool != hostileTool || ap.Args != hostile {
+		t.Errorf("--json watch approval %q: %v", jl[5], err)
 	}
 }

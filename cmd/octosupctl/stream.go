@@ -93,8 +93,9 @@ func (c *cli) watchCommand() *cobra.Command {
 			if err := conn.Do(cmd.Context(), control.OpStatus, control.StatusArgs{}, &now); err != nil {
 				return opError("watch", err)
 			}
+			seen := map[string]string{}
 			for _, a := range now.Apps {
-				c.printState(control.StateEvent{App: a.ID, State: a.State, Pid: a.Pid, Restarts: a.Restarts, Since: a.Since, LastExit: a.LastExit, Reason: a.Reason})
+				c.printState(seen, control.StateEvent{App: a.ID, State: a.State, Pid: a.Pid, Restarts: a.Restarts, Since: a.Since, LastExit: a.LastExit, Reason: a.Reason})
 			}
 			var pending control.ApprovalsData
 			if err := conn.Do(cmd.Context(), control.OpApprovals, struct{}{}, &pending); err != nil {
@@ -108,7 +109,7 @@ func (c *cli) watchCommand() *cobra.Command {
 				case control.TopicState:
 					var st control.StateEvent
 					if ev.Decode(&st) == nil {
-						c.printState(st)
+						c.printState(seen, st)
 					}
 				case control.TopicApproval:
 					var a control.Approval
@@ -131,13 +132,23 @@ func (c *cli) printApproval(a control.Approval) {
 	c.say("%s", approvalLine(a))
 }
 
-func (c *cli) printState(st control.StateEvent) {
+// printState prints a state event; seen holds what was printed last of
+// each app. A person gets a line a change: an event that repeats an app's
+// state and reason is left out (the daemon reports a starting app's pid
+// once it has one, and an event may repeat what watch's first status
+// said). --json prints every event as it came.
+func (c *cli) printState(seen map[string]string, st control.StateEvent) {
 	if c.json {
 		if b, err := control.EncodeEvent(control.TopicState, st); err == nil {
 			c.stdout.Write(append(b, '\n'))
 		}
 		return
 	}
+	key := st.State + "\x00" + st.Reason
+	if prev, ok := seen[st.App]; ok && prev == key {
+		return
+	}
+	seen[st.App] = key
 	c.say("%s", stateLine(st))
 }
 

@@ -31,9 +31,10 @@ func (c *cli) callCommand() *cobra.Command {
 
 octosupctl attaches as the kernel for this one call (so no other kernel may
 be attached), makes the call in one of the app's open contexts and prints
-"acknowledged" and then the outcome. With --confirm host the daemon asks
-the person first (answer with octosupctl approvals / approve). Ctrl-C
-cancels the call. Exit 0 when the tool succeeded, 1 otherwise.`,
+"acknowledged" and then the outcome: a failed one is the error, on stderr
+(--json has it on stdout too). With --confirm host the daemon asks the
+person first (answer with octosupctl approvals / approve). Ctrl-C cancels
+the call. Exit 0 when the tool succeeded, 1 otherwise.`,
 		Example: `  octosupctl call notes notes.search '{"query": "milk"}'
   octosupctl call notes notes.append '{"text": "buy milk"}' --risk write --confirm app`,
 		Args:              cobra.ExactArgs(3),
@@ -137,9 +138,17 @@ func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account
 			case control.EventToolAcknowledged:
 				c.callEvent("acknowledged", te, kc)
 			case control.EventToolFinished:
-				c.callEvent("finished", te, kc)
-				if te.Outcome != control.OutcomeOK || interrupted {
+				// A failed outcome is the error, said once, on stderr;
+				// --json has it on stdout too, as the call's record.
+				failed := te.Outcome != control.OutcomeOK
+				if !failed || c.json {
+					c.callEvent("finished", te, kc)
+				}
+				switch {
+				case failed:
 					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, outcomeText(te))}
+				case interrupted:
+					return &exitError{code: exitFailed, err: fmt.Errorf("%s: interrupted, after the tool had succeeded", what)}
 				}
 				return nil
 			}

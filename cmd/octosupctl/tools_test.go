@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,9 +94,22 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 			`^\{"step":"accepted","app":"notes","call_id":"octosupctl-\d+"\}\n\{"step":"acknowledged",[^\n]*\}\n\{"step":"finished",[^\n]*"outcome":"ok","data":\{"matches":\[\]\}\}\n$`, `^$`},
 		{"append skips confirmation", []string{"call", "notes", "notes.append", `{"text":"x"}`, "--risk", "write"}, exitOK,
 			`notes.append: ok \{"line":2\}\n$`, `^$`},
+		// A failed outcome is said once, on stderr.
 		{"app error", []string{"call", "notes", "notes.append", `{"text":""}`}, exitFailed,
-			`notes.append: error \(bad_frame: notes.append wants`, `^octosupctl: call notes notes.append: error \(bad_frame`},
-		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: tool.call: .*declined.*grants.tools`},
+			`^notes.append: accepted \(call octosupctl-\d+\)\nnotes.append: acknowledged\n$`,
+			`^octosupctl: call notes notes.append: error \(bad_frame: notes.append takes [^\n]*: "text" must be one line, not empty\)\n$`},
+		// The README's example once passed "q": the app says it takes
+		// "query".
+		{"unknown argument", []string{"call", "notes", "notes.search", `{"q":"milk"}`}, exitFailed,
+			`^notes.search: accepted \(call octosupctl-\d+\)\nnotes.search: acknowledged\n$`,
+			`^octosupctl: call notes notes.search: error \(bad_frame: notes.search takes \{"query": "milk", "delay_ms"\?: 5000\}: unknown argument "q"\)\n$`},
+		{"timeout", []string{"call", "notes", "notes.search", `{"delay_ms":60000}`, "--timeout", "500ms"}, exitFailed,
+			`^notes.search: accepted \(call octosupctl-\d+\)\nnotes.search: acknowledged\n$`,
+			`^octosupctl: call notes notes.search: error \(timeout: the app did not answer the call within its timeout\)\n$`},
+		{"timeout json", []string{"--json", "call", "notes", "notes.search", `{"delay_ms":60000}`, "--timeout", "500ms"}, exitFailed,
+			`\n\{"step":"finished",[^\n]*"outcome":"error","error":\{"code":"timeout","message":"the app did not answer the call within its timeout"\}\}\n$`,
+			`^octosupctl: call notes notes.search: error \(timeout: [^\n]*\)\n$`},
+		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: declined: notes.delete is not in the grants.tools of app notes\n$`},
 		{"bad timeout", []string{"call", "notes", "notes.search", `{}`, "--timeout", "0s"}, exitUsage, `^$`, `--timeout must be at least 1ms`},
 		{"args not an object", []string{"call", "notes", "notes.search", `[1]`}, exitUsage, `^$`, `must be one JSON object`},
 		{"no such account", []string{"call", "notes", "notes.search", `{}`, "--account", "work"}, exitFailed, `^$`, `no open context with account "work"`},
@@ -103,7 +117,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 		{"revoke none", []string{"rules", "revoke", "notes", "notes.append"}, exitFailed, `^$`, `no such standing rule`},
 		{"audit", []string{"audit", "notes"}, exitOK,
 			`(?s)^TIME\s+APP\s+TOOL\s+RISK\s+DECISION\s+OUTCOME\s+DURATION\n[^\n]*notes\s+notes.append\s+write\s+none\s+ok\s+[0-9.]+[µm]?s\n.*notes.append\s+read\s+none\s+error bad_frame`, `^$`},
-		{"audit json", []string{"--json", "audit", "-n", "1"}, exitOK, `(?s)"entries": \[\n    \{\n      "seq": 5,.*"outcome": "error"`, `^$`},
+		{"audit json", []string{"--json", "audit", "-n", "1"}, exitOK, `(?s)"entries": \[\n    \{\n      "seq": 8,.*"outcome": "error"`, `^$`},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -159,7 +173,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	}()
 	waitApprovals(t, c, 1)
 	interrupt()
-	if r := <-interrupted; r.code != exitFailed || !regexp.MustCompile(`notes.append: error \(cancelled: the caller cancelled the call\)\n$`).MatchString(r.stdout) {
+	if r := <-interrupted; r.code != exitFailed || r.stderr != "octosupctl: call notes notes.append: error (cancelled: the caller cancelled the call)\n" {
 		t.Fatalf("interrupted call: %+v", r)
 	}
 	waitApprovals(t, c, 0)
@@ -189,5 +203,45 @@ func waitApprovals(t *testing.T, c *control.Client, n int) []control.Approval {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d approvals pending, want %d", len(data.Approvals), n)
 		}
+	}
+}
+
+// TestConsentDeniedHint: after approve ... deny, the notes app says how
+// to be asked again; doing what it says, to the letter, asks again.
+func TestConsentDeniedHint(t *testing.T) {
+	notes := buildNotes(t)
+	manifest := filepath.Join(t.TempDir(), "apps.json")
+	m := fmt.Sprintf(`{"version": 1, "apps": [{
+	  "id": "notes", "exec": [%q], "autostart": true,
+	  "grants": {"services": ["agent.octos"], "methods": ["octos.session.open"]},
+	  "sandbox": {"policy": "broad", "accounts": ["personal"]},
+	  "storage": {"jail": true}
+	}]}`, notes)
+	if err := os.WriteFile(manifest, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket, _ := startDaemon(t, manifest)
+	c := &control.Client{Path: socket}
+	s := []string{"--socket", socket}
+	logs, stopLogs := streaming(t, append(s, "logs", "-f", "notes")...)
+	defer stopLogs()
+
+	consent := waitApprovals(t, c, 1)[0]
+	if r := ctl(t, append(s, "approve", consent.ApprovalID, "deny")...); r.code != exitOK {
+		t.Fatalf("approve deny: %+v", r)
+	}
+	hint := waitLine(t, logs, `^\S+ the agent service was denied`)
+	cmds := regexp.MustCompile("`(octosupctl [^`]+)`").FindAllStringSubmatch(hint, -1)
+	if len(cmds) == 0 {
+		t.Fatalf("the hint %q names no command", hint)
+	}
+	for _, cmd := range cmds {
+		if r := ctl(t, append(s, strings.Fields(cmd[1])[1:]...)...); r.code != exitOK {
+			t.Fatalf("%s: %+v", cmd[1], r)
+		}
+	}
+	again := waitApprovals(t, c, 1)[0]
+	if again.App != "notes" || again.Kind != "consent" || again.ApprovalID == consent.ApprovalID {
+		t.Fatalf("after %q: approval %+v, want a new consent question", hint, again)
 	}
 }

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 		},
 	}
 	runCmd.Flags().StringVar(&configPath, "config", "", "the manifest (default $XDG_CONFIG_HOME/octosup/native-apps.json)")
-	runCmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	runCmd.Flags().StringVar(&logLevel, "log-level", "info", "debug (every control op too), info (the apps' output too: a line each on a terminal), warn or error (problems only)")
 	runCmd.Flags().StringVar(&jailHelper, "jail-helper", "", "the jail helper apps start through with --jail-spawn helper, or where the in-process spawn cannot run (default: octosup-jail next to octosupd)")
 	runCmd.Flags().StringVar(&jailSpawn, "jail-spawn", "fork", "fork: jail each app in a child forked in-process (where the kernel allows); helper: start every app through the jail helper")
 	root.AddCommand(runCmd)
@@ -121,6 +121,10 @@ func printError(w io.Writer, err error) {
 		for _, p := range verr.Problems {
 			fmt.Fprintf(w, "  %s\n", p.String())
 		}
+		return
+	}
+	if errors.As(err, &merr) && errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(w, "octosupd: %v, or pass --config FILE\n", err)
 		return
 	}
 	fmt.Fprintf(w, "octosupd: %v\n", err)

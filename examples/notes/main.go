@@ -16,6 +16,10 @@
 //	    skip_confirmation it misbehaves on purpose and does not ask: the
 //	    daemon refuses the result, confirmation_skipped)
 //
+// Any other argument, or one of the wrong type, is refused with
+// bad_frame and says what the tool takes: a misspelled argument is never
+// ignored.
+//
 // The notes live in $OCTOSUP_JAIL/notes.txt, the app's private directory.
 //
 // Every path of a tool call can be tried from a terminal once the consent
@@ -31,6 +35,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,7 +166,10 @@ func (a *app) handle(f map[string]json.RawMessage) {
 			fmt.Println("nobody answered the consent prompt; asking again in 30s")
 			time.AfterFunc(30*time.Second, a.openSession)
 		case "consent_denied":
-			fmt.Println("the agent service was denied to this app; `octosupctl consent revoke notes` to ask again")
+			// notes asks only at start: a revoke alone would ask
+			// nothing until its next start.
+			id := cmp.Or(os.Getenv("OCTOSUP_APP_ID"), "notes")
+			fmt.Printf("the agent service was denied to this app; to be asked again: `octosupctl consent revoke %s`, then `octosupctl restart %s`\n", id, id)
 		}
 	case "tool_call":
 		a.toolCall(f)
@@ -178,16 +187,18 @@ func (a *app) toolCall(f map[string]json.RawMessage) {
 	callID := str(f, "call_id")
 	var confirm bool
 	json.Unmarshal(f["confirm_required"], &confirm)
-	var args map[string]json.RawMessage
-	json.Unmarshal(f["args"], &args)
 	fail := func(code, msg string) {
 		a.send(map[string]any{"type": "tool_result", "call_id": callID, "ok": false,
 			"error": map[string]string{"code": code, "message": msg}})
 	}
 	switch name := str(f, "name"); name {
 	case "notes.search":
+		var query string
 		var delay int64
-		json.Unmarshal(args["delay_ms"], &delay)
+		if err := toolArgs(f["args"], map[string]any{"query": &query, "delay_ms": &delay}); err != nil {
+			fail("bad_frame", searchUsage+": "+err.Error())
+			return
+		}
 		answer := func() {
 			a.mu.Lock()
 			gone := a.cancelled[callID]
@@ -195,7 +206,7 @@ func (a *app) toolCall(f map[string]json.RawMessage) {
 			if gone {
 				return // nothing is sent for a call after its tool_cancel
 			}
-			matches, err := a.search(str(args, "query"))
+			matches, err := a.search(query)
 			if err != nil {
 				fail("internal", err.Error())
 				return
@@ -208,13 +219,16 @@ func (a *app) toolCall(f map[string]json.RawMessage) {
 		}
 		answer()
 	case "notes.append":
-		text := str(args, "text")
-		if text == "" || strings.ContainsAny(text, "\r\n") {
-			fail("bad_frame", `notes.append wants {"text": "one line"}`)
+		var text string
+		var skip bool
+		err := toolArgs(f["args"], map[string]any{"text": &text, "skip_confirmation": &skip})
+		if err == nil && (text == "" || strings.ContainsAny(text, "\r\n")) {
+			err = errors.New(`"text" must be one line, not empty`)
+		}
+		if err != nil {
+			fail("bad_frame", appendUsage+": "+err.Error())
 			return
 		}
-		var skip bool
-		json.Unmarshal(args["skip_confirmation"], &skip)
 		if confirm && !skip {
 			// A real app would show its own sheet here; the demo says it
 			// is asking, then takes the answer as yes.
@@ -229,6 +243,46 @@ func (a *app) toolCall(f map[string]json.RawMessage) {
 	default:
 		fail("unknown_method", fmt.Sprintf("notes has no tool %q", name))
 	}
+}
+
+// What each tool takes, as its refusals of bad args say.
+const (
+	searchUsage = `notes.search takes {"query": "milk", "delay_ms"?: 5000}`
+	appendUsage = `notes.append takes {"text": "one line", "skip_confirmation"?: true}`
+)
+
+// toolArgs decodes a call's args, one JSON object, into fields (name to
+// *string, *int64 or *bool) and refuses a member that is not one of them,
+// by its exact name: a caller that misspelled an argument is told so,
+// instead of getting an answer for the argument's default (a search for
+// "" matches every line).
+func toolArgs(raw json.RawMessage, fields map[string]any) error {
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &args); err != nil || args == nil {
+		return errors.New("it wants a JSON object of arguments")
+	}
+	names := make([]string, 0, len(args))
+	for name := range args {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same refusal for the same args
+	for _, name := range names {
+		dst, ok := fields[name]
+		if !ok {
+			return fmt.Errorf("unknown argument %q", name)
+		}
+		if err := json.Unmarshal(args[name], dst); err != nil {
+			kind := "a number"
+			switch dst.(type) {
+			case *string:
+				kind = "a string"
+			case *bool:
+				kind = "true or false"
+			}
+			return fmt.Errorf("%q is not %s", name, kind)
+		}
+	}
+	return nil
 }
 
 type match struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,27 @@ func TestNotesApp(t *testing.T) {
 	h.send(`{"octos_peer":{"type":"tool_call","call_id":"c4","name":"notes.delete","args":{},"risk":"destructive","confirm_required":false,"timeout_ms":1000,"account":"personal","context_id":"n-1","client":"notes","caller":"assistant"}}`)
 	if f := h.next(); f["ok"] != false {
 		t.Fatalf("unknown tool: %v", f)
+	}
+	// An argument the tool does not take, or one of the wrong type, is
+	// refused: a caller that spelled one wrong learns it, instead of a
+	// search that "works" on an empty query.
+	for i, tc := range []struct{ tool, args, want string }{
+		{"notes.search", `{"q":"milk"}`, `unknown argument "q"`},
+		{"notes.search", `{"Query":"milk"}`, `unknown argument "Query"`},
+		{"notes.search", `{"query":7}`, `"query" is not a string`},
+		{"notes.search", `{"delay_ms":"soon"}`, `"delay_ms" is not a number`},
+		{"notes.append", `{"text":"x","line":3}`, `unknown argument "line"`},
+		{"notes.append", `{"text":true}`, `"text" is not a string`},
+		{"notes.search", `[1]`, `wants a JSON object`},
+	} {
+		id := fmt.Sprintf("bad%d", i)
+		h.send(fmt.Sprintf(`{"octos_peer":{"type":"tool_call","call_id":%q,"name":%q,"args":%s,"risk":"write","confirm_required":false,"timeout_ms":1000,"account":"personal","context_id":"n-1","client":"notes","caller":"assistant"}}`, id, tc.tool, tc.args))
+		f := h.next()
+		e, _ := f["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if f["call_id"] != id || f["ok"] != false || e["code"] != "bad_frame" || !strings.Contains(msg, tc.want) || !strings.HasPrefix(msg, tc.tool+" takes ") {
+			t.Errorf("%s %s: got %v, want bad_frame %q", tc.tool, tc.args, f, tc.want)
+		}
 	}
 	notes, _ := os.ReadFile(filepath.Join(jail, "notes.txt"))
 	if string(notes) != "buy milk\ncall mom\n" {
