@@ -34,6 +34,15 @@ func (c *cli) statusCommand() *cobra.Command {
 }
 
 func printStatus(c *cli, data control.StatusData, now time.Time) {
+	// The state store's health after the apps: what the daemon did with
+	// a damaged state file, what it could not write.
+	if data.Store != nil {
+		defer func() {
+			for _, n := range data.Store.Notes {
+				c.say("store: %s", n)
+			}
+		}()
+	}
 	if len(data.Apps) == 0 {
 		c.say("no apps in the manifest")
 		return
