@@ -103,9 +103,54 @@ type SubscribeArgs struct {
 
 // Data of the ops this package knows.
 
-// StatusData is status's data.
+// StatusData is status's data: the apps, and the daemon's state store.
 type StatusData struct {
-	Apps []AppStatus `json:"apps"`
+	Apps  []AppStatus  `json:"apps"`
+	Store *StoreStatus `json:"store,omitempty"`
+}
+
+// StoreStatus is the health of the daemon's state store (consent, rules,
+// sessions, the audit trail): how the daemon found it at start and what
+// it could not write since. Notes says all of it for a person, a line
+// each; a healthy store has none.
+type StoreStatus struct {
+	// Path is the file the store runs on: the state file, or a
+	// temporary one when Temporary says why.
+	Path    string   `json:"path"`
+	Healthy bool     `json:"healthy"`
+	Notes   []string `json:"notes"`
+	// Damage is what was wrong with the state file at start.
+	Damage *StoreDamage `json:"damage,omitempty"`
+	// Temporary is why this run keeps its state in a file of its own,
+	// lost when the daemon stops.
+	Temporary string `json:"temporary,omitempty"`
+	// Restored is where the store's content came from at start when it
+	// is not the state file's own.
+	Restored *StoreRestored `json:"restored,omitempty"`
+	// AuditDropped is how many audit entries could not be written since
+	// start; AuditError is the last such write's error.
+	AuditDropped int    `json:"audit_dropped,omitempty"`
+	AuditError   string `json:"audit_error,omitempty"`
+	// BackupError is why the last good copy could not be written.
+	BackupError string `json:"backup_error,omitempty"`
+}
+
+// StoreDamage is a state file found damaged at start: moved aside to
+// MovedTo and kept, or (MoveError) left in place.
+type StoreDamage struct {
+	At        time.Time `json:"at"`
+	Problem   string    `json:"problem"`
+	MovedTo   string    `json:"moved_to,omitempty"`
+	MoveError string    `json:"move_error,omitempty"`
+}
+
+// StoreRestored is what the store started from: a copy of From (the good
+// copy, written at At), or nothing (From empty: nothing is granted, and
+// Problem says why no good copy was used).
+type StoreRestored struct {
+	From    string    `json:"from,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+	Problem string    `json:"problem,omitempty"`
 }
 
 // AppStatus is one app in status.

@@ -137,6 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Apps:       apps,
 		Log:        log.Named("control"),
 		LinkStatus: links.linkStatus,
+		Store:      links.storeStatus,
 		JailSpec: func(id string) (jail.Spec, error) {
 			entry, dev, ok := apps.Entry(id)
 			if !ok {
@@ -208,13 +209,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return joinErrs(errs)
 	}
 	all, _ := apps.Status("")
-	notify(log, "READY=1\nSTATUS="+summary(all))
-	log.Info("ready", zap.String("status", summary(all)))
+	line := statusLine(all, links.storeNotes())
+	notify(log, "READY=1\nSTATUS="+line)
+	log.Info("ready", zap.String("status", line))
 	if cfg.ready != nil {
 		cfg.ready()
 	}
 
-	run("status", func(ctx context.Context) error { keepStatus(ctx, log, apps); return nil })
+	run("status", func(ctx context.Context) error { keepStatus(ctx, log, apps, links.storeNotes); return nil })
 	if wd := watchdogInterval(log); wd > 0 {
 		run("watchdog", func(ctx context.Context) error { watchdog(ctx, log, apps, wd/2); return nil })
 	}
@@ -289,15 +291,16 @@ func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 const statusDelay = 50 * time.Millisecond
 
 // keepStatus keeps systemd's STATUS= line current as apps change state:
-// at most statusDelay after a change, the line says where the apps are.
-func keepStatus(ctx context.Context, log *zap.Logger, apps Apps) {
+// at most statusDelay after a change, the line says where the apps are,
+// and what storeNotes says of the state store then.
+func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, storeNotes func() []string) {
 	last := ""
 	update := func() {
 		all, err := apps.Status("")
 		if err != nil {
 			return
 		}
-		if s := summary(all); s != last {
+		if s := statusLine(all, storeNotes()); s != last {
 			last = s
 			notify(log, "STATUS="+s)
 		}

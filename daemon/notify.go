@@ -61,4 +61,16 @@ func summary(all []supervisor.AppStatus) string {
 	return fmt.Sprintf("%d %s: %s", len(all), noun, strings.Join(parts, ", "))
 }
 
+// statusLine is STATUS=: the apps' summary, then what the state store
+// has to say when it is not healthy, e.g. "2 apps: 2 running; store:
+// state.db was damaged (invalid database): moved to ...".
+func statusLine(all []supervisor.AppStatus, storeNotes []string) string {
+	s := summary(all)
+	if len(storeNotes) > 0 {
+		s += "; store: " + strings.Join(storeNotes, "; ")
+	}
+	// One line: a newline would start another sd_notify assignment.
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
 func sdWatchdogEnabled() (time.Duration, error) { return sd.SdWatchdogEnabled(false) }

@@ -74,6 +74,9 @@ func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any,
 	for _, st := range all {
 		data.Apps = append(data.Apps, s.appStatus(st))
 	}
+	if s.cfg.Store != nil {
+		data.Store = s.cfg.Store()
+	}
 	return data, nil
 }
 

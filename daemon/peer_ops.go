@@ -30,11 +30,18 @@ type peerLink struct {
 }
 
 // openPeerLink opens the state store first of all: a second daemon on the
-// same state stops here with a clear error, before touching anything.
+// same state stops here with a clear error, before touching anything. A
+// damaged or unwritable state file does not stop it (policy.OpenStoreWith
+// moves it aside or runs on a copy in the runtime directory): what the
+// store did is logged here, and status and STATUS= say it while the
+// daemon runs.
 func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
-	st, err := policy.OpenStore(filepath.Join(dirs.State, policy.StoreFile))
+	st, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(dirs.State, policy.StoreFile), Scratch: dirs.Runtime})
 	if err != nil {
 		return nil, fmt.Errorf("open the state store: %w", err)
+	}
+	if h := st.Health(); !h.Healthy() {
+		log.Error("the state store was not usable as it was: the daemon runs on", zap.String("path", h.Path), zap.Strings("notes", h.Notes()))
 	}
 	p := &peerLink{store: st, log: log}
 	p.m = peer.New(peer.Config{Store: st, Events: p, Log: log})
@@ -62,6 +69,28 @@ func (p *peerLink) AppFrame(app string, frame json.RawMessage) {
 	if s := p.srv.Load(); s != nil {
 		s.Publish(control.TopicAppFrame, control.AppFrameEvent{App: app, Frame: frame})
 	}
+}
+
+// storeStatus is status's store member.
+func (p *peerLink) storeStatus() *control.StoreStatus {
+	return wireStoreStatus(p.store.Health())
+}
+
+// storeNotes are the store's notes for STATUS=.
+func (p *peerLink) storeNotes() []string { return p.store.Health().Notes() }
+
+func wireStoreStatus(h policy.Health) *control.StoreStatus {
+	out := &control.StoreStatus{
+		Path: h.Path, Healthy: h.Healthy(), Notes: nonNil(h.Notes()), Temporary: h.Temporary,
+		AuditDropped: h.AuditDropped, AuditError: h.AuditError, BackupError: h.BackupError,
+	}
+	if d := h.Damage; d != nil {
+		out.Damage = &control.StoreDamage{At: d.At, Problem: d.Problem, MovedTo: d.MovedTo, MoveError: d.MoveError}
+	}
+	if r := h.Restored; r != nil {
+		out.Restored = &control.StoreRestored{From: r.From, At: r.At, Problem: r.Problem}
+	}
+	return out
 }
 
 func (p *peerLink) linkStatus(id string) control.LinkStatus {

@@ -106,6 +106,12 @@ func startDaemonProcess(t *testing.T, env testEnv, cmd *exec.Cmd) (exited <-chan
 // ready (autostart apps started, READY=1 sent).
 func startDaemon(t testing.TB, env testEnv) *runningDaemon {
 	t.Helper()
+	return startDaemonLogging(t, env, testLogger(t))
+}
+
+// startDaemonLogging is startDaemon logging to log.
+func startDaemonLogging(t testing.TB, env testEnv, log *zap.Logger) *runningDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -113,7 +119,7 @@ func startDaemon(t testing.TB, env testEnv) *runningDaemon {
 		done <- Run(ctx, Config{
 			Getenv:    env.getenv,
 			Environ:   env.environ(),
-			Log:       testLogger(t),
+			Log:       log,
 			StopGrace: time.Second,
 			ready:     func() { close(ready) },
 		})

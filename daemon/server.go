@@ -57,6 +57,8 @@ type ServerConfig struct {
 	// LinkStatus fills each app's link member in status; nil reports no
 	// link.
 	LinkStatus func(appID string) control.LinkStatus
+	// Store fills status's store member; nil leaves it out.
+	Store func() *control.StoreStatus
 	// JailSpec compiles the jail the app would get if it started now, for
 	// the jail op (the daemon's launcher and environment); nil refuses
 	// the op. An unknown app wraps supervisor.ErrUnknownApp.

@@ -43,7 +43,13 @@ func newToolRig(t testing.TB) *toolRig { return newToolRigWith(t, nil) }
 // newToolRigWith is newToolRig with the Manager's Config changed by tweak.
 func newToolRigWith(t testing.TB, tweak func(*peer.Config)) *toolRig {
 	t.Helper()
-	store, err := policy.OpenStore(filepath.Join(t.TempDir(), policy.StoreFile))
+	return newToolRigIn(t, t.TempDir(), tweak)
+}
+
+// newToolRigIn is newToolRigWith with the state file in dir.
+func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
+	t.Helper()
+	store, err := policy.OpenStore(filepath.Join(dir, policy.StoreFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +59,9 @@ func newToolRigWith(t testing.TB, tweak func(*peer.Config)) *toolRig {
 		tweak(&cfg)
 	}
 	rig.m = peer.New(cfg)
-	rig.ts = startServer(t, newFakeApps("notes"), nil)
+	rig.ts = startServer(t, newFakeApps("notes"), func(c *ServerConfig) {
+		c.Store = func() *control.StoreStatus { return wireStoreStatus(store.Health()) }
+	})
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
 	// The real kernel.attach (events held until its answer, detach when

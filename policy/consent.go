@@ -66,6 +66,7 @@ func (s *Store) SetConsent(c Consent) error {
 	if err != nil {
 		return fmt.Errorf("set consent of %s: %w", c.App, err)
 	}
+	s.backupSoon()
 	return nil
 }
 
@@ -79,6 +80,9 @@ func (s *Store) RevokeConsent(app string) (found bool, err error) {
 	})
 	if err != nil {
 		return false, fmt.Errorf("revoke consent of %s: %w", app, err)
+	}
+	if found {
+		s.backupSoon()
 	}
 	return found, nil
 }

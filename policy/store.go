@@ -6,21 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
-// ErrStateInUse is returned by OpenStore when another process (normally a
+// ErrStateInUse is returned by OpenStoreWith when another process (normally a
 // second octosupd of the same user) holds the state file's lock.
 var ErrStateInUse = errors.New("state is in use by another octosupd")
 
 // StoreFile is the name of the state database under Dirs.State.
 const StoreFile = "state.db"
 
-// lockWait bounds how long OpenStore waits for another daemon to let go of
+// lockWait bounds how long OpenStoreWith waits for another daemon to let go of
 // the state file before it gives up with ErrStateInUse.
 const lockWait = 2 * time.Second
 
@@ -44,42 +43,55 @@ const schemaVersion = 1
 // their history (and, for the tool-call layer, standing rules and the
 // audit trail). It is a bbolt file whose every write transaction is
 // fsync'd before it returns, so a decision the store confirmed survives
-// the daemon being killed at any moment.
+// the daemon being killed at any moment. Next to it is the last good
+// copy (state.db.good), rewritten after each consent or rule change,
+// which OpenStoreWith restores from when the file is damaged.
 //
 // A Store is safe for concurrent use.
 type Store struct {
 	db   *bolt.DB
 	path string
+	now  func() time.Time
+
+	// good is the good copy's path; "" for a temporary store, which
+	// writes none. Its writer (store_backup.go) is guarded by bmu.
+	good     string
+	bmu      sync.Mutex
+	brunning bool // a writer goroutine is on its way
+	bpending bool // a change came while it wrote: one more copy
+	bclosed  bool
+	bwg      sync.WaitGroup
+
+	closeOnce sync.Once
+
+	hmu    sync.Mutex
+	health Health
 }
 
-// OpenStore opens (creating if needed, with its directory 0700) the state
-// file at path. A file locked by another process is ErrStateInUse after a
-// short wait.
-func OpenStore(path string) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("open state %s: %w", path, err)
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open state %s: %w (stop the other daemon, or give this one another XDG_STATE_HOME)", path, ErrStateInUse)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open state %s: %w", path, err)
-	}
-	s := &Store{db: db, path: path}
-	if err := s.init(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open state %s: %w", path, err)
-	}
-	return s, nil
-}
-
+// init makes sure every bucket and the schema mark are there, writing
+// only when one is missing: a store whose disk is full still opens.
 func (s *Store) init() error {
+	ready := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				return nil
+			}
+		}
+		v := tx.Bucket(bucketMeta).Get([]byte("schema"))
+		if v == nil {
+			return nil
+		}
+		ready = true
+		return checkSchema(v)
+	})
+	if err != nil || ready {
+		return err
+	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		indexed := tx.Bucket(bucketTitles) != nil
 		counted := tx.Bucket(bucketBytes) != nil
-		for _, b := range [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTitles, bucketTurns, bucketRules, bucketAudit,
-			bucketUntitled, bucketUntitledApp, bucketCounts, bucketBytes} {
+		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
@@ -99,20 +111,43 @@ func (s *Store) init() error {
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get([]byte("schema")); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
-				return fmt.Errorf("state schema %x is not %d: this state file was written by another octosupd version", v, schemaVersion)
-			}
-			return nil
+			return checkSchema(v)
 		}
 		return meta.Put([]byte("schema"), u64(schemaVersion))
 	})
 }
 
-// Path is the state file.
+// allBuckets are the top-level buckets every state file has after init.
+var allBuckets = [][]byte{bucketMeta, bucketConsent, bucketSessions, bucketTitles, bucketTurns, bucketRules, bucketAudit,
+	bucketUntitled, bucketUntitledApp, bucketCounts, bucketBytes}
+
+func checkSchema(v []byte) error {
+	if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
+		return fmt.Errorf("state schema %x is not %d: this state file was written by another octosupd version", v, schemaVersion)
+	}
+	return nil
+}
+
+// Path is the file the store runs on: the state file, or a temporary one
+// when Health().Temporary says why.
 func (s *Store) Path() string { return s.path }
 
-// Close releases the file and its lock.
-func (s *Store) Close() error { return s.db.Close() }
+// Close writes the good copy if a change is waiting for it, then
+// releases the file and its lock; a temporary store's file is removed.
+// A second Close does nothing.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.stopBackups()
+		err = s.db.Close()
+		if s.Health().Temporary != "" {
+			if rerr := os.Remove(s.path); err == nil && rerr != nil {
+				err = fmt.Errorf("remove the temporary state %s: %w", s.path, rerr)
+			}
+		}
+	})
+	return err
+}
 
 func u64(v uint64) []byte {
 	b := make([]byte, 8)

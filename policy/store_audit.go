@@ -89,6 +89,9 @@ func (s *Store) AppendAudit(entries []AuditEntry, keep int) error {
 		return trimAudit(b.Cursor(), last-uint64(keep))
 	})
 	if err != nil {
+		// The entries are lost (the trail must not hold the daemon
+		// back): counted for status, not only logged by the caller.
+		s.noteAuditDropped(len(entries), err)
 		return fmt.Errorf("write %d audit entries: %w", len(entries), err)
 	}
 	return nil

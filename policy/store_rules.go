@@ -61,6 +61,7 @@ func (s *Store) SetRule(r Rule) error {
 	if err != nil {
 		return fmt.Errorf("set rule for %s %s: %w", r.App, r.Tool, err)
 	}
+	s.backupSoon()
 	return nil
 }
 
@@ -103,6 +104,9 @@ func (s *Store) RevokeRules(app, tool string) ([]Rule, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke rules of %s: %w", app, err)
+	}
+	if len(out) > 0 {
+		s.backupSoon()
 	}
 	return out, nil
 }

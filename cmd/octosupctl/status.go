@@ -54,8 +54,17 @@ const minReason = 8
 
 // printStatus prints the status table. A failure's reason, when an app
 // has one, is the last column: with width > 0 it is cut so that each
-// line fits in width characters.
+// line fits in width characters. The state store's health comes after
+// the apps: what the daemon did with a damaged state file, what it could
+// not write.
 func printStatus(c *cli, data control.StatusData, now time.Time, width int) {
+	if data.Store != nil {
+		defer func() {
+			for _, n := range data.Store.Notes {
+				c.say("store: %s", n)
+			}
+		}()
+	}
 	if len(data.Apps) == 0 {
 		c.say("no apps in the manifest")
 		return
