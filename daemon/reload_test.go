@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/peer"
 )
 
 // netApp is the app of TestReloadNarrowsARunningApp (DAEMON_TEST_NETAPP):
@@ -53,7 +56,7 @@ type reloadRig struct {
 	logs  *control.Conn
 }
 
-func newReloadRig(t *testing.T, manifest string) *reloadRig {
+func newReloadRig(t *testing.T, manifest, app string) *reloadRig {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,7 +85,7 @@ func newReloadRig(t *testing.T, manifest string) *reloadRig {
 	})
 	r.write(manifest)
 	r.d = startDaemon(t, r.env)
-	r.logs = followLogs(t, r.d.client, "web")
+	r.logs = followLogs(t, r.d.client, app)
 	return r
 }
 
@@ -158,7 +161,7 @@ func changesOf(list []control.AppChange) []string {
 // same manifest reformatted restarts nothing; with keep_running the app
 // keeps its process, marked stale, until it is restarted.
 func TestReloadNarrowsARunningApp(t *testing.T) {
-	r := newReloadRig(t, "reload-tcp.json")
+	r := newReloadRig(t, "reload-tcp.json", "web")
 	first := r.web()
 	if first.State != "running" {
 		t.Fatalf("web: %+v", first)
@@ -225,5 +228,116 @@ func TestReloadNarrowsARunningApp(t *testing.T) {
 	}
 	if st := r.web(); st.Pid != narrow || st.State != "running" {
 		t.Fatalf("status after the narrowing reload: %+v, want pid %d", st, narrow)
+	}
+}
+
+// grantApp is the app of TestReloadNarrowsGrantsLive
+// (DAEMON_TEST_GRANTAPP): it prints every line its hub brings ("got
+// LINE"), sends the request a pass-through frame {"do": "request",
+// "req_id", "method", "args"} asks for, and answers each tool call ok.
+func grantApp() int {
+	hub := os.NewFile(3, "hub")
+	sc := bufio.NewScanner(hub)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fmt.Printf("got %s\n", sc.Bytes())
+		var f struct {
+			Do     string          `json:"do"`
+			ReqID  string          `json:"req_id"`
+			Method string          `json:"method"`
+			Args   json.RawMessage `json:"args"`
+			Peer   struct {
+				Type   string `json:"type"`
+				CallID string `json:"call_id"`
+			} `json:"octos_peer"`
+		}
+		if json.Unmarshal(sc.Bytes(), &f) != nil {
+			continue
+		}
+		var out any
+		switch {
+		case f.Do == "request":
+			out = map[string]any{"octos_peer": map[string]any{"type": "request", "req_id": f.ReqID, "method": f.Method, "args": f.Args}}
+		case f.Peer.Type == "tool_call":
+			out = map[string]any{"octos_peer": map[string]any{"type": "tool_result", "call_id": f.Peer.CallID, "ok": true}}
+		default:
+			continue
+		}
+		b, _ := json.Marshal(out)
+		if _, err := hub.Write(append(b, '\n')); err != nil {
+			fmt.Fprintln(os.Stderr, "hub write:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// ask has the app send a request, by a pass-through frame.
+func (r *reloadRig) ask(reqID, method string, args any) {
+	r.t.Helper()
+	frame, _ := json.Marshal(map[string]any{"do": "request", "req_id": reqID, "method": method, "args": args})
+	if err := r.d.client.Do(context.Background(), control.OpAppSend, control.AppSendArgs{App: "chat", Frame: frame}, nil); err != nil {
+		r.t.Fatalf("app.send: %v", err)
+	}
+}
+
+// TestReloadNarrowsGrantsLive: a reload that takes a method and a tool
+// away from a running app refuses its next request and the next call of
+// that tool on the link it has, without restarting it.
+func TestReloadNarrowsGrantsLive(t *testing.T) {
+	r := newReloadRig(t, "reload-grants.json", "chat")
+	ctx := context.Background()
+	sub := approvalEvents(t, r.d.client)
+	pid := status(t, r.d.client)["chat"].Pid
+
+	r.ask("o1", "octos.session.open", map[string]any{})
+	allow(t, r.d.client, pendingConsent(t, r.d.client, sub, "chat"))
+	line := appSaw(t, r.logs, `"type":"reply"`, `"req_id":"o1"`, `"ok":true`)
+	var reply struct {
+		Peer struct {
+			Data struct {
+				ContextID string `json:"context_id"`
+			} `json:"data"`
+		} `json:"octos_peer"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "got ")), &reply); err != nil || reply.Peer.Data.ContextID == "" {
+		t.Fatalf("session.open reply %q: %v", line, err)
+	}
+	contextID := reply.Peer.Data.ContextID
+
+	kernel, err := r.d.client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kernel.Close()
+	if err := kernel.Do(ctx, control.OpKernelAttach, nil, nil); err != nil {
+		t.Fatalf("kernel.attach: %v", err)
+	}
+	call := func(id, tool string) error {
+		return kernel.Do(ctx, control.OpToolCall, control.ToolCallArgs{App: "chat", Call: control.ToolCall{
+			CallID: id, Name: tool, Risk: control.RiskRead, Confirm: control.ConfirmNone, TimeoutMS: 30000, ContextID: contextID,
+		}}, nil)
+	}
+	if err := call("k1", "chat.echo"); err != nil {
+		t.Fatalf("tool.call before the reload: %v", err)
+	}
+	appSaw(t, r.logs, `"type":"tool_call"`, `"call_id":"k1"`)
+	r.ask("h1", "octos.session.history", map[string]any{"context_id": contextID})
+	appSaw(t, r.logs, `"req_id":"h1"`, `"ok":true`)
+
+	r.write("reload-grants-narrowed.json")
+	if rd := r.reload(false); len(rd.Restarted)+len(rd.Stale) != 0 {
+		t.Fatalf("a grants-only change restarted %+v", rd)
+	}
+	if err := call("k2", "chat.echo"); codeOf(err) != peer.CodeDeclined {
+		t.Fatalf("tool.call of a tool the reload took away: %v, want %s", err, peer.CodeDeclined)
+	}
+	if err := call("k3", "chat.other"); err != nil {
+		t.Fatalf("tool.call of a tool still granted: %v", err)
+	}
+	r.ask("h2", "octos.session.history", map[string]any{"context_id": contextID})
+	appSaw(t, r.logs, `"req_id":"h2"`, `"not_granted"`)
+	if st := status(t, r.d.client)["chat"]; st.Pid != pid || !st.Link.Connected || st.Link.Contexts != 1 {
+		t.Fatalf("after the reload: %+v, want the same process (pid %d) on its link, its context open", st, pid)
 	}
 }
