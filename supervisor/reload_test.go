@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"octosup/jail"
@@ -194,6 +195,8 @@ func TestReloadKeepRunning(t *testing.T) {
 func TestReloadWhileStarting(t *testing.T) {
 	exe := testExe(t)
 	gate := make(chan struct{})
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
 	deferred := make(chan struct{}, 1)
 	var gated bool
 	sup := startSupLaunch(t, nil, func(launch launchFunc) launchFunc {
@@ -206,6 +209,7 @@ func TestReloadWhileStarting(t *testing.T) {
 			return sp, err
 		}
 	})
+	t.Cleanup(open) // a failed test still lets the held start go
 	sup.deferHook = func() { deferred <- struct{}{} }
 	applyOpt(t, sup, ApplyOptions{}, false, testApp(exe, "a", "sleep", false))
 	sub := sup.Subscribe(1024, KindState)
@@ -238,7 +242,7 @@ func TestReloadWhileStarting(t *testing.T) {
 	case <-applied:
 		t.Fatal("Apply returned before the starting process ran")
 	}
-	close(gate)
+	open()
 	if err := <-started; err != nil {
 		t.Fatalf("the start under way: %v", err)
 	}
