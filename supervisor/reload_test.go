@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"octosup/jail"
 	"octosup/policy"
 )
@@ -305,4 +308,50 @@ func TestReloadEntryThatCannotStart(t *testing.T) {
 func pidAlive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d/stat", pid))
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// TestReloadNeighbourRefusesAGrant: a reload that gives another app write
+// access where a running app's grant leads through a symlink leaves that
+// app's entry, and so its process, alone (its running jail holds what it
+// opened at its start), says in the log that it cannot start again, and
+// its next start is refused.
+func TestReloadNeighbourRefusesAGrant(t *testing.T) {
+	exe := testExe(t)
+	root := t.TempDir()
+	shared, target := filepath.Join(root, "shared"), filepath.Join(root, "real")
+	for _, d := range []string{shared, target} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(shared, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	sup := startSup(t, func(c *Config) { c.Log = zap.New(core) })
+	jailed := func(id string, autostart bool, ext ...policy.External) policy.App {
+		a := testApp(exe, id, "sleep", autostart)
+		a.Sandbox = policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, External: ext}
+		return a
+	}
+	a := jailed("a", true, policy.External{Path: link, Access: policy.AccessRO})
+	applyOpt(t, sup, ApplyOptions{}, false, a, jailed("b", false))
+	pid := status(t, sup, "a").Pid
+	if pid == 0 {
+		t.Fatalf("a: %+v", status(t, sup, "a"))
+	}
+
+	done := applyOpt(t, sup, ApplyOptions{}, false, a, jailed("b", false, policy.External{Path: shared, Access: policy.AccessRW}))
+	if st := status(t, sup, "a"); len(done.Restarted) != 0 || st.Pid != pid {
+		t.Fatalf("restarted %q, a %+v (pid was %d): want it left running", changes(done.Restarted), st, pid)
+	}
+	if n := logs.FilterMessageSnippet("its jail no longer compiles").FilterField(zap.String("app", "a")).Len(); n != 1 {
+		t.Errorf("%d warnings that a cannot start again, want 1", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if st, err := sup.Restart(ctx, "a"); !errors.Is(err, ErrStartFailed) || !strings.Contains(st.Reason, "could have planted it") {
+		t.Fatalf("the next start of a: %+v, %v", st, err)
+	}
 }

@@ -476,7 +476,15 @@ func (s *Supervisor) changes(l liveEntry) []string {
 	if oerr == nil && nerr == nil {
 		return specChanges(old, nu)
 	}
-	return entryChanges(l.old, l.new, l.oldDev, l.newDev)
+	changed := entryChanges(l.old, l.new, l.oldDev, l.newDev)
+	if len(changed) == 0 && nerr != nil {
+		// Its entry is as it was, but it could not start again now (its
+		// program is gone, another app's grant makes one of its own
+		// refused): the process it runs is left alone.
+		s.log.Warn("app keeps running, but its jail no longer compiles: its next start will fail",
+			zap.String("app", l.r.id), zap.Error(nerr))
+	}
+	return changed
 }
 
 // Start starts an app and returns once it runs or has failed to start
