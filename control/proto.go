@@ -96,6 +96,14 @@ type LogsArgs struct {
 	Follow bool   `json:"follow,omitempty"`
 }
 
+// ReloadArgs are reload's args.
+type ReloadArgs struct {
+	// KeepRunning leaves each running app whose entry changed what its
+	// process runs as it is, instead of restarting it: status marks it
+	// stale (AppStatus.Stale) until it is restarted.
+	KeepRunning bool `json:"keep_running,omitempty"`
+}
+
 // SubscribeArgs are subscribe's args; no topics means TopicState.
 type SubscribeArgs struct {
 	Topics []string `json:"topics,omitempty"`
@@ -166,6 +174,11 @@ type AppStatus struct {
 	// Stopper is how the app is stopped: "cgroup" or "process-group".
 	Stopper string     `json:"stopper,omitempty"`
 	Link    LinkStatus `json:"link"`
+	// Stale names what of the app's entry changed since its process
+	// started (see AppChange.Changed), when a reload with keep_running
+	// left it running: the process runs its old entry until it is
+	// restarted. Absent otherwise.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Exit is how an app's last process ended.
@@ -234,9 +247,35 @@ type SubscribeData struct {
 	Topics []string `json:"topics"`
 }
 
-// ReloadData is reload's data.
+// ReloadData is reload's data: the new manifest's number of apps, and
+// what the reload did to them, each list in manifest order (empty, not
+// absent, when nothing is in it).
 type ReloadData struct {
 	Apps int `json:"apps"`
+	// Added and Removed are the apps the manifest added (started when
+	// autostart) and removed (stopped).
+	Added   []string `json:"added"`
+	Removed []string `json:"removed"`
+	// Restarted are the running apps whose process ran an entry that
+	// changed, restarted to run the new one.
+	Restarted []AppChange `json:"restarted"`
+	// Stale are those apps when keep_running left them running their old
+	// entry.
+	Stale []AppChange `json:"stale"`
+}
+
+// AppChange is one running app a reload found running an old entry.
+type AppChange struct {
+	App string `json:"app"`
+	// Changed names what differs, of "jail" (what the jail enforces),
+	// "exec", "argv", "environment" and "directory", in that order.
+	Changed []string `json:"changed"`
+	// State, Pid and Reason are where the restart left the app (failed
+	// with the reason when its new entry cannot start); for a stale app,
+	// its state then.
+	State  string `json:"state"`
+	Pid    int    `json:"pid,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ManifestProblems is the Data of an invalid_manifest error.

@@ -10,7 +10,7 @@ import (
 // Apps is what the daemon needs of the supervisor. *supervisor.Supervisor
 // provides it through SupervisorApps; tests use a fake.
 type Apps interface {
-	Apply(ctx context.Context, m *policy.Manifest) error
+	Apply(ctx context.Context, m *policy.Manifest, opt supervisor.ApplyOptions) (supervisor.Applied, error)
 	Start(ctx context.Context, id string) (supervisor.AppStatus, error)
 	Stop(ctx context.Context, id string) (supervisor.AppStatus, error)
 	Restart(ctx context.Context, id string) (supervisor.AppStatus, error)

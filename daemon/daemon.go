@@ -147,22 +147,25 @@ func Run(ctx context.Context, cfg Config) error {
 			// descriptors.
 			return launcher.Spec(jail.Request{App: entry, Neighbours: apps.Entries(id), DeveloperMode: dev, Dirs: dirs, BaseEnv: environ})
 		},
-		Reload: func(ctx context.Context) (int, error) {
+		Reload: func(ctx context.Context, opt supervisor.ApplyOptions) (int, supervisor.Applied, error) {
 			reloadMu.Lock()
 			defer reloadMu.Unlock()
 			m, err := loadManifest(manifestPath, dirs)
 			if err != nil {
 				log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
-				return 0, err
+				return 0, supervisor.Applied{}, err
 			}
-			// Grants change at once, for running apps too; the rest of an
-			// entry takes effect at the app's next start.
+			// Grants narrow at once, on the links of the processes that
+			// run now, before any of them is restarted (peer.SetManifest).
 			links.m.SetManifest(m)
-			if err := apps.Apply(ctx, m); err != nil {
-				return 0, fmt.Errorf("apply %s: %w", manifestPath, err)
+			done, err := apps.Apply(ctx, m, opt)
+			if err != nil {
+				return 0, done, fmt.Errorf("apply %s: %w", manifestPath, err)
 			}
-			log.Info("manifest reloaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)))
-			return len(m.Apps), nil
+			log.Info("manifest reloaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)),
+				zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
+				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)))
+			return len(m.Apps), done, nil
 		},
 	})
 	links.register(srv)
@@ -192,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	run("supervisor", runApps)
 	run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 
-	if err := apps.Apply(rctx, m); err != nil {
+	if _, err := apps.Apply(rctx, m, supervisor.ApplyOptions{}); err != nil {
 		if rctx.Err() == nil {
 			cancel()
 			wg.Wait()
@@ -228,6 +231,15 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Wait()
 	close(errs)
 	return joinErrs(errs)
+}
+
+// changeIDs are the apps of a reload's changes, for its log line.
+func changeIDs(list []supervisor.AppChange) []string {
+	out := make([]string, 0, len(list))
+	for _, c := range list {
+		out = append(out, c.ID)
+	}
+	return out
 }
 
 func joinErrs(errs <-chan error) error {

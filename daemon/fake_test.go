@@ -40,11 +40,11 @@ func newFakeApps(ids ...string) *fakeApps {
 	return f
 }
 
-func (f *fakeApps) Apply(_ context.Context, m *policy.Manifest) error {
+func (f *fakeApps) Apply(_ context.Context, m *policy.Manifest, _ supervisor.ApplyOptions) (supervisor.Applied, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied++
-	return nil
+	return supervisor.Applied{}, nil
 }
 
 func (f *fakeApps) set(id string, state supervisor.State) (supervisor.AppStatus, error) {

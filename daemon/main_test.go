@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DAEMON_TEST_PROBE") == "1" {
 		os.Exit(probeApp())
 	}
+	if os.Getenv("DAEMON_TEST_GRANTAPP") == "1" {
+		os.Exit(grantApp())
+	}
+	if os.Getenv("DAEMON_TEST_NETAPP") == "1" {
+		os.Exit(netApp())
+	}
 	if os.Getenv("DAEMON_TEST_PINGAPP") == "1" {
 		os.Exit(pingApp())
 	}

@@ -91,6 +91,7 @@ func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
 		Reason:   st.Reason,
 		Stopper:  st.Stopper,
 		Link:     s.cfg.LinkStatus(st.ID),
+		Stale:    st.Stale,
 	}
 	if st.Jail != nil {
 		out.Jail = &control.JailReport{
@@ -263,14 +264,14 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 }
 
 func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args struct{}
+	var args control.ReloadArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if s.cfg.Reload == nil {
 		return nil, control.Errorf(control.CodeInternal, "this daemon has no manifest to reload")
 	}
-	n, err := s.cfg.Reload(ctx)
+	n, done, err := s.cfg.Reload(ctx, supervisor.ApplyOptions{KeepRunning: args.KeepRunning})
 	if err != nil {
 		var verr *policy.ValidationError
 		if errors.As(err, &verr) {
@@ -278,7 +279,24 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (an
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
-	return control.ReloadData{Apps: n}, nil
+	return control.ReloadData{
+		Apps:      n,
+		Added:     nonNil(done.Added),
+		Removed:   nonNil(done.Removed),
+		Restarted: wireChanges(done.Restarted),
+		Stale:     wireChanges(done.Stale),
+	}, nil
+}
+
+func wireChanges(list []supervisor.AppChange) []control.AppChange {
+	out := make([]control.AppChange, 0, len(list))
+	for _, c := range list {
+		out = append(out, control.AppChange{
+			App: c.ID, Changed: nonNil(c.Changed),
+			State: string(c.Status.State), Pid: c.Status.Pid, Reason: c.Status.Reason,
+		})
+	}
+	return out
 }
 
 // invalidManifest lists every problem of a refused manifest, in the

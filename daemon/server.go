@@ -51,9 +51,10 @@ type ServerConfig struct {
 	Apps Apps
 	Log  *zap.Logger
 	// Reload re-reads and applies the manifest for the reload op. It
-	// returns the number of apps of the new manifest; a manifest that
-	// does not validate is a *policy.ValidationError and changes nothing.
-	Reload func(ctx context.Context) (apps int, err error)
+	// returns the number of apps of the new manifest and what applying
+	// it did; a manifest that does not validate is a
+	// *policy.ValidationError and changes nothing.
+	Reload func(ctx context.Context, opt supervisor.ApplyOptions) (apps int, done supervisor.Applied, err error)
 	// LinkStatus fills each app's link member in status; nil reports no
 	// link.
 	LinkStatus func(appID string) control.LinkStatus

@@ -15,7 +15,7 @@
 //	store, err := policy.OpenStore(filepath.Join(dirs.State, policy.StoreFile))
 //	m := peer.New(peer.Config{Store: store, Events: sink, Log: log})
 //	defer m.Close()
-//	m.SetManifest(manifest) // and after every reload
+//	m.SetManifest(manifest) // and after every reload: narrowed grants apply to the live links at once (narrow.go)
 //	sup := supervisor.New(..., m) // m satisfies the supervisor's LinkHandler
 //	ks, err := m.AttachKernel(kernelConn) // a control connection's kernel.attach
 //	defer ks.Detach()

@@ -141,9 +141,13 @@ type Manager struct {
 	// frames pushed from outside the link may fill (Config.QueueFrames).
 	pushFrames, pushBytes int
 
-	mu           sync.Mutex
-	closed       bool
-	devMode      bool
+	mu      sync.Mutex
+	closed  bool
+	devMode bool
+	// manifest is the one SetManifest applied last (nil before): an
+	// attaching process gets its entry's grants, whatever entry its start
+	// read.
+	manifest     *policy.Manifest
 	peers        map[string]*peer
 	contexts     map[string]*appContext // every open context, by id
 	approvals    map[string]*approval   // pending, by id
@@ -279,18 +283,42 @@ func (nopEvents) Approval(Approval)                {}
 func (nopEvents) AppFrame(string, json.RawMessage) {}
 
 // SetManifest applies a (re)loaded manifest: developer_mode (every app may
-// then use every service) and each attached app's grants and accounts,
-// which take effect from its next request. Call it at start and after
-// every successful reload.
+// then use every service) and each app's grants and accounts, at once,
+// on the links of the processes that run now (narrow): the next request
+// or tool call is checked against them, and what a narrowed grant no
+// longer allows ends. An app the manifest no longer has is granted
+// nothing (its process is being stopped). Call it at start and after
+// every successful reload, before the supervisor applies the manifest.
 func (m *Manager) SetManifest(man *policy.Manifest) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	oldDev := m.devMode
 	m.devMode = man.DeveloperMode
-	for id, p := range m.peers {
-		if app, ok := man.App(id); ok {
-			p.app = app
-		}
+	m.manifest = man
+	ids := make([]string, 0, len(m.peers))
+	for id := range m.peers {
+		ids = append(ids, id)
 	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := m.peers[id]
+		old := p.app
+		p.app = m.entryOf(id, old)
+		m.narrow(p, old, oldDev)
+	}
+}
+
+// entryOf is the entry whose grants app id has: the manifest's, nothing
+// when the manifest no longer has it, or fallback before any manifest.
+// m.mu is held.
+func (m *Manager) entryOf(id string, fallback policy.App) policy.App {
+	if m.manifest == nil {
+		return fallback
+	}
+	if app, ok := m.manifest.App(id); ok {
+		return app
+	}
+	return policy.App{ID: id}
 }
 
 // Attach takes over the daemon's end of a freshly started process's hub and
@@ -321,10 +349,12 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	if old != nil {
 		old.shut("replaced by a new process")
 	}
-	p.app = app
+	// The manifest's grants, not those of the entry the process's start
+	// read: a reload may have narrowed them since.
+	p.app = m.entryOf(app.ID, app)
 	l := newLink(m, p, conn, old)
 	p.link = l
-	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", m.serviceGranted(app)))
+	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", m.serviceGranted(p.app)))
 	go l.readLoop()
 	go l.writeLoop()
 }

@@ -151,8 +151,7 @@ func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
 		return true
 	}
 	if !m.serviceGranted(p.app) {
-		m.fail(l, f.ReqID, errorf(CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
-			p.app.ID, policy.ServiceAgent, policy.ServiceAgent))
+		m.fail(l, f.ReqID, noService(p.app))
 		return true
 	}
 	if !slices.Contains(policy.KnownMethods(), f.Method) {
@@ -160,7 +159,7 @@ func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
 		return true
 	}
 	if !slices.Contains(p.app.Grants.Methods, f.Method) {
-		m.fail(l, f.ReqID, errorf(CodeNotGranted, "%s is not in the grants.methods of app %s", f.Method, p.app.ID))
+		m.fail(l, f.ReqID, noMethod(p.app, f.Method))
 		return true
 	}
 	args, err := decodeArgs(f.Method, f.Args)
@@ -284,6 +283,10 @@ func (m *Manager) history(r *request) {
 	m.atStore(r, func() {
 		data, err = m.historyData(r.id, sessionID)
 	}, func() {
+		if e := m.stillGranted(r, ""); e != nil {
+			m.finish(r, e)
+			return
+		}
 		if err != nil {
 			m.log.Error("read history", zap.String("app", r.link.appID), zap.Error(err))
 			m.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
@@ -394,6 +397,12 @@ func (m *Manager) openSession(r *request) {
 func (m *Manager) opened(r *request, account string, s policy.Session, err error) {
 	l := r.link
 	l.opening--
+	if e := m.stillGranted(r, account); e != nil {
+		// A reload took the grant away while the store worked: the
+		// session stays recorded, but this process gets no context.
+		m.finish(r, e)
+		return
+	}
 	var le *policy.LimitError
 	if errors.As(err, &le) {
 		m.log.Info("session refused: the app is at a limit", zap.String("app", l.appID), zap.Error(err))

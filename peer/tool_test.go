@@ -62,6 +62,10 @@ func TestToolCallRefusals(t *testing.T) {
 	limited := toolEntry("limited")
 	limited.Grants.Tools = []string{"notes.search"}
 	lim, limCtx := h.toolApp(limited)
+	// A context of no account: the app is granted none.
+	noAccounts := toolEntry("solo")
+	noAccounts.Sandbox.Accounts = nil
+	solo, soloCtx := h.toolApp(noAccounts)
 	// A finished call and an outstanding one, for the duplicate cases.
 	h.call("notes", kc(ctx, "done", "notes.search", RiskRead, ConfirmNone))
 	a.nextToolCall("done")
@@ -111,17 +115,16 @@ func TestToolCallRefusals(t *testing.T) {
 			}
 		})
 	}
-	// An account the manifest no longer grants: declined.
-	reloaded := toolEntry("notes")
-	reloaded.Sandbox.Accounts = []string{"work"}
-	h.m.SetManifest(&policy.Manifest{Version: 1, Apps: []policy.App{reloaded}})
-	if err := h.m.ToolCall("notes", with(func(*KernelToolCall) {})); !errors.Is(err, ErrDeclined) || !strings.Contains(err.Error(), "sandbox.accounts") {
+	// A context whose account is not granted: declined. (A reload that
+	// takes an account away closes its contexts: TestReloadNarrowsLiveLink.)
+	if err := h.m.ToolCall("solo", kc(soloCtx, "new", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrDeclined) || !strings.Contains(err.Error(), "sandbox.accounts") {
 		t.Fatalf("account outside sandbox.accounts: %v", err)
 	}
 	// Nothing reached any app or the relay.
 	a.expectFrames()
 	other.expectFrames()
 	lim.expectFrames()
+	solo.expectFrames()
 	if got := relay.Events(); len(got) != before {
 		t.Fatalf("refusals reached the relay: %v", got[before:])
 	}

@@ -28,6 +28,10 @@ const (
 	cmdStart cmdKind = iota
 	cmdStop
 	cmdRestart
+	// cmdReapply restarts the app if its process is still the one of
+	// generation gen (whose entry Apply found changed), so that it runs
+	// its new entry.
+	cmdReapply
 )
 
 func (k cmdKind) String() string {
@@ -38,18 +42,24 @@ func (k cmdKind) String() string {
 		return "stop"
 	case cmdRestart:
 		return "restart"
+	case cmdReapply:
+		return "reapply"
 	}
 	return fmt.Sprintf("command(%d)", int(k))
 }
 
 type command struct {
 	kind  cmdKind
+	gen   int            // cmdReapply: the process generation it is about
 	reply chan cmdResult // buffered 1: the runner never blocks on it
 }
 
 type cmdResult struct {
 	status AppStatus
 	err    error
+	// noop: a cmdReapply found nothing to restart (the process it was
+	// about is gone or being stopped).
+	noop bool
 }
 
 // proc is one live process of an app.
@@ -77,9 +87,18 @@ type runner struct {
 	settled chan struct{}   // closed once the first autostart attempt is over
 	prev    <-chan struct{} // a previous runner of the same id still stopping
 
-	// Guarded by s.mu: Apply edits entry, Status reads status.
-	entry  policy.App
-	status AppStatus
+	// Guarded by s.mu: Apply edits entry, Status reads status. procGen
+	// counts the starts; procEntry, procDev and procNeighbours are what
+	// the latest one read, so what the jail of the process that is
+	// starting, running or stopping was compiled from. They change only on the run goroutine, with the move to
+	// starting, so that Apply sees either the old entry and the old
+	// state or the new process starting with the new entry.
+	entry          policy.App
+	status         AppStatus
+	procGen        int
+	procEntry      policy.App
+	procDev        bool
+	procNeighbours []policy.App
 
 	// Owned by the run goroutine.
 	removeC, quitC <-chan struct{} // remove and s.quit until one was received
@@ -89,9 +108,12 @@ type runner struct {
 	stopRequested  bool
 	stopWaiters    []chan cmdResult
 	startWaiters   []chan cmdResult // start once the current process is gone
-	killTimer      *time.Timer
-	backoff        *time.Timer
-	leaving        error // ErrUnknownApp (removed) or ErrShutdown once leaving
+	// deferred are the commands a start in progress leaves for after it
+	// (cmdReapply: the process it is about must be running to restart).
+	deferred  []command
+	killTimer *time.Timer
+	backoff   *time.Timer
+	leaving   error // ErrUnknownApp (removed) or ErrShutdown once leaving
 	// litter is the emptied leaf of the process collected last, which
 	// tidy removes once that process's end is published (leaves are never
 	// reused: cgroupTree.leaf).
@@ -148,6 +170,12 @@ func (r *runner) run() {
 	close(r.settled)
 
 	for r.leaving == nil || r.proc != nil {
+		if len(r.deferred) > 0 {
+			c := r.deferred[0]
+			r.deferred = r.deferred[1:]
+			r.handle(c)
+			continue
+		}
 		var exited chan struct{}
 		if r.proc != nil {
 			exited = r.proc.exited
@@ -197,6 +225,10 @@ func (r *runner) finish() {
 	}
 	r.replyAll(&r.stopWaiters, cmdResult{status: r.snapshot()})
 	r.replyAll(&r.startWaiters, cmdResult{err: fmt.Errorf("start %s: %w", r.id, why)})
+	for _, c := range r.deferred {
+		c.reply <- cmdResult{status: r.snapshot(), err: fmt.Errorf("%s %s: %w", c.kind, r.id, why)}
+	}
+	r.deferred = nil
 	r.s.mu.Lock()
 	delete(r.s.removing, r)
 	r.s.mu.Unlock()
@@ -222,7 +254,7 @@ func (r *runner) handle(c command) {
 		default: // stopped or failed
 			r.cancelBackoff("")
 			st, err := r.start(false)
-			c.reply <- cmdResult{st, err}
+			c.reply <- cmdResult{status: st, err: err}
 		}
 	case cmdStop:
 		switch state {
@@ -235,7 +267,36 @@ func (r *runner) handle(c command) {
 			r.cancelBackoff("automatic restart cancelled by stop")
 			c.reply <- cmdResult{status: r.snapshot()}
 		}
+	case cmdReapply:
+		switch {
+		case r.proc == nil || r.procGen != c.gen:
+			// Gone, or replaced by a start that read the new entry.
+			c.reply <- cmdResult{status: r.snapshot(), noop: true}
+		case state == Running:
+			r.s.log.Info("restarting app: its entry changed", zap.String("app", r.id))
+			r.beginStop()
+			r.startWaiters = append(r.startWaiters, c.reply)
+		case state == Stopping && len(r.startWaiters) > 0:
+			// A restart under way: its start reads the new entry.
+			r.startWaiters = append(r.startWaiters, c.reply)
+		default: // being stopped: its next start reads the new entry
+			c.reply <- cmdResult{status: r.snapshot(), noop: true}
+		}
 	}
+}
+
+// markStale records in the app's status what of its entry changed since
+// its process of generation gen started, unless that process is gone.
+func (r *runner) markStale(gen int, changed []string) (AppStatus, bool) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st := r.status.State; {
+	case r.procGen != gen, st != Starting && st != Running && st != Stopping:
+		return r.status, false
+	}
+	r.status.Stale = changed
+	return r.status, true
 }
 
 // confirmResult is what a process's Confirm said.
@@ -339,20 +400,26 @@ func (r *runner) discard(sp spawned) {
 // serves the app's commands, its removal and shutdown (see awaitStart).
 func (r *runner) start(auto bool) (AppStatus, error) {
 	s := r.s
-	s.mu.Lock()
-	entry, dev := r.entry, s.devMode
-	neighbours := s.entriesLocked(r.id)
-	s.mu.Unlock()
 	if !auto {
 		r.policy.Reset()
 	}
 	now := s.cfg.Now()
-	r.policy.Started(now, entry.Restart)
 	restarts := r.starts
 	r.starts++
-	r.move(Starting, func(st *AppStatus) {
-		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper = 0, restarts, "", nil, s.stopper()
+	// The entry is read in the move to starting: Apply, under the same
+	// lock, sees either this start with the entry it read, or the state
+	// before it (and the next start then reads Apply's entry).
+	s.mu.Lock()
+	entry, dev := r.entry, s.devMode
+	neighbours := s.entriesLocked(r.id)
+	r.procGen++
+	r.procEntry, r.procDev, r.procNeighbours = entry, dev, neighbours
+	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
+		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale = 0, restarts, "", nil, s.stopper(), nil
 	})
+	s.mu.Unlock()
+	r.moved(dropped, moveErr)
+	r.policy.Started(now, entry.Restart)
 
 	c, err := newCaptures(r.id)
 	if err != nil {
@@ -492,7 +559,7 @@ func (r *runner) awaitStart(entry policy.App, hub *os.File, confirmed <-chan con
 			err = &startError{id: r.id, reason: why.Error(), cause: why}
 		}
 		r.tidy()
-		r.replyAll(&joined, cmdResult{st, err})
+		r.replyAll(&joined, cmdResult{status: st, err: err})
 		return st, err
 	}
 wait:
@@ -518,6 +585,11 @@ wait:
 			switch c.kind {
 			case cmdStart, cmdRestart:
 				joined = append(joined, c.reply)
+			case cmdReapply:
+				r.deferred = append(r.deferred, c)
+				if h := s.deferHook; h != nil {
+					h()
+				}
 			case cmdStop:
 				st, err := cancel(Stopped, errors.New("stopped while starting"))
 				c.reply <- cmdResult{status: st}
@@ -540,7 +612,7 @@ wait:
 		exit := r.collect()
 		st, err := r.fail(&exit, res.err)
 		r.tidy()
-		r.replyAll(&joined, cmdResult{st, err})
+		r.replyAll(&joined, cmdResult{status: st, err: err})
 		return st, err
 	}
 	report := res.report
@@ -769,7 +841,7 @@ func (r *runner) onExit() {
 		r.replyAll(&r.stopWaiters, cmdResult{status: st})
 		if len(r.startWaiters) > 0 && r.leaving == nil {
 			st, err := r.start(false)
-			r.replyAll(&r.startWaiters, cmdResult{st, err})
+			r.replyAll(&r.startWaiters, cmdResult{status: st, err: err})
 		}
 		return
 	}
@@ -837,20 +909,37 @@ func (r *runner) snapshot() AppStatus {
 func (r *runner) move(to State, edit func(*AppStatus)) AppStatus {
 	s := r.s
 	s.mu.Lock()
+	st, dropped, err := r.moveLocked(to, edit)
+	s.mu.Unlock()
+	r.moved(dropped, err)
+	return st
+}
+
+// moveLocked is move with s.mu held. What it owes the log (a refused
+// move, the subscribers the publish dropped) goes to moved, which the
+// caller calls once it let go of the lock.
+func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, dropped int, err error) {
+	s := r.s
 	if err := checkMove(r.status.State, to); err != nil {
-		st := r.status
-		s.mu.Unlock()
-		s.log.DPanic("refused state change", zap.String("app", r.id), zap.Error(err))
-		return st
+		return r.status, 0, err
 	}
 	r.status.State = to
 	r.status.Since = s.cfg.Now()
+	if to == Stopped || to == Failed {
+		// No process: the next start runs the entry as it is.
+		r.status.Stale = nil
+	}
 	edit(&r.status)
-	st := r.status
+	st = r.status
 	// Published under s.mu so that subscribers see the states in the
-	// order Status does; the log line about a dropped subscriber waits.
-	dropped := s.subs.publish(Event{Kind: KindState, State: &st})
-	s.mu.Unlock()
-	s.logDropped(dropped)
-	return st
+	// order Status does.
+	return st, s.subs.publish(Event{Kind: KindState, State: &st}), nil
+}
+
+// moved logs what a moveLocked owes, with s.mu released.
+func (r *runner) moved(dropped int, err error) {
+	if err != nil {
+		r.s.log.DPanic("refused state change", zap.String("app", r.id), zap.Error(err))
+	}
+	r.s.logDropped(dropped)
 }

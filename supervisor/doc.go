@@ -10,14 +10,18 @@
 //		BaseEnv: os.Environ(), Log: log,
 //	})
 //	go sup.Run(ctx)                 // returns once ctx is done and every app is stopped
-//	err = sup.Apply(ctx, manifest)  // first load, and every reload
+//	done, err := sup.Apply(ctx, manifest, supervisor.ApplyOptions{}) // first load, and every reload
 //	st, err := sup.Restart(ctx, "notes")
 //	sub := sup.Subscribe(256, supervisor.KindState) // state events only; dropped if it falls behind
 //
 // Apply makes a validated manifest the set of apps: added apps start when
-// they are autostart, removed ones stop and vanish, and a changed entry
-// takes effect at its app's next start. It returns once those starts and
-// stops are done, which needs Run: start Run first. Start, Stop and
+// they are autostart, removed ones stop and vanish, and a running app
+// whose process would now run differently (its compiled jail, program,
+// arguments, environment or directory; Launcher.Spec compiles both
+// entries) is restarted, or with ApplyOptions.KeepRunning left running
+// and marked AppStatus.Stale until it is restarted. It returns once those
+// starts, stops and restarts are done, with what it did (Applied), which
+// needs Run: start Run first. Start, Stop and
 // Restart return once the app has reached its state; a start that fails
 // returns an error wrapping ErrStartFailed and its cause (jail.ErrNoProgram,
 // a *jail.LayerError, ErrStartTimeout, …) along with the failed status,

@@ -131,7 +131,7 @@ func daemon() int {
 	m := &policy.Manifest{Version: 1, Apps: []policy.App{
 		testApp(exe, "one", "sleep", true), testApp(exe, "two", "sleep", true),
 	}}
-	if err := sup.Apply(context.Background(), m); err != nil {
+	if _, err := sup.Apply(context.Background(), m, ApplyOptions{}); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}

@@ -168,7 +168,7 @@ func TestCancelStart(t *testing.T) {
 		{"remove", 10 * time.Minute, func(t *testing.T, sup *Supervisor, _ context.CancelFunc) {
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			if err := sup.Apply(ctx, &policy.Manifest{Version: 1}); err != nil {
+			if _, err := sup.Apply(ctx, &policy.Manifest{Version: 1}, ApplyOptions{}); err != nil {
 				t.Errorf("remove while starting: %v", err)
 			}
 		}, "", ErrUnknownApp, ""},

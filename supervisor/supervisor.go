@@ -47,6 +47,10 @@ const StopperProcessGroup = "process-group"
 // Launcher starts one app process; *jail.Launcher satisfies it.
 type Launcher interface {
 	Start(req jail.Request) (*jail.Process, error)
+	// Spec compiles the jail req's process would run in, starting
+	// nothing: Apply compares what a running app's process runs with
+	// what its new entry would run.
+	Spec(req jail.Request) (jail.Spec, error)
 }
 
 // LinkHandler learns of each process's hub (the peer link).
@@ -105,6 +109,11 @@ type AppStatus struct {
 	Reason   string       `json:"reason,omitempty"`
 	Jail     *jail.Report `json:"jail,omitempty"`
 	Stopper  string       `json:"stopper"` // StopperCgroup or StopperProcessGroup
+	// Stale names what of the app's entry changed (ChangedJail, …) since
+	// its process started, when an Apply with KeepRunning left it
+	// running: the process runs its old entry until it is restarted.
+	// Empty otherwise.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Supervisor runs the apps of a manifest. Create it with New, run it with
@@ -145,8 +154,13 @@ type Supervisor struct {
 	// launch starts processes on the spawner thread: cfg.Launcher, or a
 	// test's stand-in set before Run.
 	launch launchFunc
+	// spec compiles a request's jail: cfg.Launcher.Spec.
+	spec func(jail.Request) (jail.Spec, error)
 	// slowHook: a LinkHandler call that takes longer is logged.
 	slowHook time.Duration
+	// deferHook, when a test sets it before Run, runs on an app's
+	// goroutine when a start under way leaves a command for after it.
+	deferHook func()
 	// cgroups is where each process gets a leaf; nil: process groups.
 	cgroups *cgroupTree
 }
@@ -189,6 +203,7 @@ func New(cfg Config) (*Supervisor, error) {
 		pids:        make(map[int]*runner),
 	}
 	s.launch = launcherFunc(cfg.Launcher)
+	s.spec = cfg.Launcher.Spec
 	s.slowHook = slowHook
 	if !cfg.NoCgroup {
 		t, err := openCgroupTree(cfg.Log)
@@ -261,19 +276,31 @@ func (s *Supervisor) launchLocked(r *runner) {
 }
 
 // Apply makes m the set of apps, for the first load and every reload.
-// Added apps start if autostart; removed apps stop and vanish; a changed
-// entry takes effect at its app's next start. m must be validated
-// (policy.Load); Apply checks only what it relies on, before it changes
-// anything, so it never half-applies.
+// Added apps start if autostart; removed apps stop and vanish; and each
+// running (or starting) app whose process would now run differently —
+// its compiled jail, program, arguments, environment or directory — is
+// restarted so that it runs its new entry (with opt.KeepRunning it is
+// left running and marked Stale instead). The rest of a changed entry
+// (restart policy, name) takes effect at once, grants are the
+// LinkHandler's, and a stopped app starts with its new entry.
 //
-// Apply returns when the starts and stops it caused are done: added
-// autostart apps run or have failed, removed apps are gone. When ctx ends
-// first, the manifest stays applied and the rest goes on. Apply may be
-// called before Run, but then waits for Run to do that work: start Run
-// first, in its own goroutine.
-func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest) error {
+// What a process runs is compared as compiled (Launcher.Spec), for the
+// entry it started with and for the new one, so that a manifest that
+// says the same thing another way restarts nothing. An entry whose jail
+// does not compile now is compared field by field: changed, its app is
+// restarted, and fails to start with the reason, since the manifest no
+// longer describes anything it may run.
+//
+// m must be validated (policy.Load); Apply checks only what it relies
+// on, before it changes anything, so it never half-applies. It returns
+// when the starts, stops and restarts it caused are done, with what it
+// did. When ctx ends first, the manifest stays applied and the rest goes
+// on. Apply may be called before Run, but then waits for Run to do that
+// work: start Run first, in its own goroutine.
+func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOptions) (Applied, error) {
+	var done Applied
 	if m == nil {
-		return errors.New("apply manifest: nil manifest")
+		return done, errors.New("apply manifest: nil manifest")
 	}
 	seen := make(map[string]bool, len(m.Apps))
 	var problems []string
@@ -287,7 +314,7 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest) error {
 		seen[a.ID] = true
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("apply manifest: %s (validate it with policy.Load; nothing was changed)", strings.Join(problems, "; "))
+		return done, fmt.Errorf("apply manifest: %s (validate it with policy.Load; nothing was changed)", strings.Join(problems, "; "))
 	}
 
 	s.applyMu.Lock()
@@ -295,33 +322,48 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return fmt.Errorf("apply manifest: %w", ErrShutdown)
+		return done, fmt.Errorf("apply manifest: %w", ErrShutdown)
 	}
 	var wait []<-chan struct{}
-	for id, r := range s.apps {
-		if !seen[id] {
-			delete(s.apps, id)
-			s.removing[r] = struct{}{}
-			close(r.remove)
-			wait = append(wait, r.done)
-			// A runner that never ran (Run not started yet) just vanishes.
-			for i, p := range s.pending {
-				if p == r {
-					s.pending = append(s.pending[:i], s.pending[i+1:]...)
-					delete(s.removing, r)
-					close(r.done)
-					break
-				}
+	for _, id := range s.order {
+		r := s.apps[id]
+		if seen[id] {
+			continue
+		}
+		done.Removed = append(done.Removed, id)
+		delete(s.apps, id)
+		s.removing[r] = struct{}{}
+		close(r.remove)
+		wait = append(wait, r.done)
+		// A runner that never ran (Run not started yet) just vanishes.
+		for i, p := range s.pending {
+			if p == r {
+				s.pending = append(s.pending[:i], s.pending[i+1:]...)
+				delete(s.removing, r)
+				close(r.done)
+				break
 			}
 		}
 	}
 	order := make([]string, 0, len(m.Apps))
+	var live []liveEntry
 	for _, a := range m.Apps {
 		order = append(order, a.ID)
 		if r, ok := s.apps[a.ID]; ok {
+			// The process that runs (or is starting) runs the entry its
+			// start read; the next start reads this one.
+			switch r.status.State {
+			case Starting, Running, Stopping:
+				live = append(live, liveEntry{
+					r: r, gen: r.procGen,
+					old: r.procEntry, oldDev: r.procDev, oldNeighbours: r.procNeighbours,
+					new: a, newDev: m.DeveloperMode, newNeighbours: others(m.Apps, a.ID),
+				})
+			}
 			r.entry = a
 			continue
 		}
+		done.Added = append(done.Added, a.ID)
 		// An app re-added while its previous incarnation is still
 		// stopping waits for that one to be gone.
 		var prev <-chan struct{}
@@ -343,14 +385,106 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest) error {
 	s.devMode = m.DeveloperMode
 	s.mu.Unlock()
 
+	// Compiled off the lock: it reads the disk (the program's
+	// interpreter, where symlinks lead).
+	var restarts []restartWait
+	for _, l := range live {
+		changed := s.changes(l)
+		if len(changed) == 0 {
+			l.r.markStale(l.gen, nil) // a reload that undid a change
+			continue
+		}
+		if opt.KeepRunning {
+			if st, ok := l.r.markStale(l.gen, changed); ok {
+				done.Stale = append(done.Stale, AppChange{ID: l.r.id, Changed: changed, Status: st})
+			}
+			continue
+		}
+		c := command{kind: cmdReapply, gen: l.gen, reply: make(chan cmdResult, 1)}
+		select {
+		case l.r.cmds <- c:
+			restarts = append(restarts, restartWait{id: l.r.id, changed: changed, reply: c.reply})
+		case <-l.r.done: // shut down meanwhile: nothing to restart
+		case <-ctx.Done():
+			return done, fmt.Errorf("apply manifest: applied, but stopped before restarting %s: %w", l.r.id, ctx.Err())
+		}
+	}
+
 	for _, ch := range wait {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("apply manifest: applied, but stopped waiting for its apps to start and stop (is Run running?): %w", ctx.Err())
+			return done, fmt.Errorf("apply manifest: applied, but stopped waiting for its apps to start and stop (is Run running?): %w", ctx.Err())
 		}
 	}
-	return nil
+	for _, rw := range restarts {
+		select {
+		case res := <-rw.reply:
+			switch {
+			case res.noop:
+				// Its process ended meanwhile: its next start runs the
+				// new entry.
+			case res.err != nil && !errors.Is(res.err, ErrStartFailed):
+				return done, fmt.Errorf("apply manifest: applied, but the restart of %s did not happen: %w", rw.id, res.err)
+			default:
+				done.Restarted = append(done.Restarted, AppChange{ID: rw.id, Changed: rw.changed, Status: res.status})
+			}
+		case <-ctx.Done():
+			return done, fmt.Errorf("apply manifest: applied, but stopped waiting for %s to restart: %w", rw.id, ctx.Err())
+		}
+	}
+	return done, nil
+}
+
+// liveEntry is an app with a process (running, starting or stopping) as
+// Apply found it: the entry that process started with, and the new one.
+type liveEntry struct {
+	r                            *runner
+	gen                          int
+	old, new                     policy.App
+	oldDev, newDev               bool
+	oldNeighbours, newNeighbours []policy.App
+}
+
+// others are the entries of apps but id's: an app's neighbours
+// (jail.Request.Neighbours).
+func others(apps []policy.App, id string) []policy.App {
+	out := make([]policy.App, 0, len(apps))
+	for _, a := range apps {
+		if a.ID != id {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+type restartWait struct {
+	id      string
+	changed []string
+	reply   chan cmdResult
+}
+
+// changes compiles both entries of l (as the process's start would) and
+// says what differs; nothing when the process runs what its new entry
+// would.
+func (s *Supervisor) changes(l liveEntry) []string {
+	req := func(a policy.App, neighbours []policy.App, dev bool) jail.Request {
+		return jail.Request{App: a, Neighbours: neighbours, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv}
+	}
+	old, oerr := s.spec(req(l.old, l.oldNeighbours, l.oldDev))
+	nu, nerr := s.spec(req(l.new, l.newNeighbours, l.newDev))
+	if oerr == nil && nerr == nil {
+		return specChanges(old, nu)
+	}
+	changed := entryChanges(l.old, l.new, l.oldDev, l.newDev)
+	if len(changed) == 0 && nerr != nil {
+		// Its entry is as it was, but it could not start again now (its
+		// program is gone, another app's grant makes one of its own
+		// refused): the process it runs is left alone.
+		s.log.Warn("app keeps running, but its jail no longer compiles: its next start will fail",
+			zap.String("app", l.r.id), zap.Error(nerr))
+	}
+	return changed
 }
 
 // Start starts an app and returns once it runs or has failed to start

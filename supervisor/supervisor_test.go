@@ -76,7 +76,7 @@ func apply(t testing.TB, sup *Supervisor, apps ...policy.App) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := sup.Apply(ctx, &policy.Manifest{Version: 1, Apps: apps}); err != nil {
+	if _, err := sup.Apply(ctx, &policy.Manifest{Version: 1, Apps: apps}, ApplyOptions{}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 }
@@ -456,8 +456,8 @@ func TestApplyReload(t *testing.T) {
 	afd := pidfd(t, a.Pid)
 
 	// A bad manifest changes nothing.
-	err := sup.Apply(context.Background(), &policy.Manifest{Version: 1, Apps: []policy.App{
-		testApp(exe, "c", "sleep", true), testApp(exe, "c", "sleep", true)}})
+	_, err := sup.Apply(context.Background(), &policy.Manifest{Version: 1, Apps: []policy.App{
+		testApp(exe, "c", "sleep", true), testApp(exe, "c", "sleep", true)}}, ApplyOptions{})
 	if err == nil || !strings.Contains(err.Error(), `duplicate id "c"`) {
 		t.Fatalf("duplicate ids: %v", err)
 	}
@@ -467,7 +467,10 @@ func TestApplyReload(t *testing.T) {
 
 	changed := testApp(exe, "b", "sleep", true)
 	changed.Env["EXTRA"] = "1"
-	apply(t, sup, changed, testApp(exe, "c", "sleep", true), testApp(exe, "d", "sleep", false))
+	done := applyOpt(t, sup, ApplyOptions{}, false, changed, testApp(exe, "c", "sleep", true), testApp(exe, "d", "sleep", false))
+	if !slices.Equal(done.Added, []string{"c", "d"}) || !slices.Equal(done.Removed, []string{"a"}) || !slices.Equal(changes(done.Restarted), []string{"b: environment"}) {
+		t.Errorf("Apply did %+v", done)
+	}
 	awaitGone(t, afd, "removed app a")
 	if _, err := sup.Status("a"); !errors.Is(err, ErrUnknownApp) {
 		t.Errorf("removed app: %v", err)
@@ -483,8 +486,8 @@ func TestApplyReload(t *testing.T) {
 	if want := []string{"b:running", "c:running", "d:stopped"}; !slices.Equal(got, want) {
 		t.Fatalf("after reload: %q, want %q", got, want)
 	}
-	if all[0].Pid != b.Pid {
-		t.Errorf("kept app b was restarted: pid %d → %d", b.Pid, all[0].Pid)
+	if all[0].Pid == b.Pid || all[0].Pid != done.Restarted[0].Status.Pid {
+		t.Errorf("changed app b: pid %d → %d, want the restart's new process", b.Pid, all[0].Pid)
 	}
 
 	// An app removed and added back starts again.
@@ -634,8 +637,9 @@ func TestShutdownStopsApps(t *testing.T) {
 	// Apply before Run is taken, and waits for Run to do the autostart.
 	applied := make(chan error, 1)
 	go func() {
-		applied <- sup.Apply(context.Background(), &policy.Manifest{Apps: []policy.App{
-			testApp(exe, "a", "sleep", true), testApp(exe, "b", "ignoreterm", true)}})
+		_, err := sup.Apply(context.Background(), &policy.Manifest{Apps: []policy.App{
+			testApp(exe, "a", "sleep", true), testApp(exe, "b", "ignoreterm", true)}}, ApplyOptions{})
+		applied <- err
 	}()
 	// Nothing announces that Apply has taken the manifest: poll, bounded,
 	// until both apps are listed, so Run surely starts after it.
@@ -687,7 +691,7 @@ func TestShutdownStopsApps(t *testing.T) {
 	if _, err := sup.Start(context.Background(), "a"); !errors.Is(err, ErrShutdown) {
 		t.Errorf("start after shutdown: %v", err)
 	}
-	if err := sup.Apply(context.Background(), &policy.Manifest{}); !errors.Is(err, ErrShutdown) {
+	if _, err := sup.Apply(context.Background(), &policy.Manifest{}, ApplyOptions{}); !errors.Is(err, ErrShutdown) {
 		t.Errorf("apply after shutdown: %v", err)
 	}
 }
@@ -737,7 +741,7 @@ func TestReaddWhileStopping(t *testing.T) {
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := sup.Apply(short, &policy.Manifest{}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := sup.Apply(short, &policy.Manifest{}, ApplyOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("removal within 50ms of an app with a 500ms grace: %v", err)
 	}
 	if _, err := sup.Status("phoenix"); !errors.Is(err, ErrUnknownApp) {

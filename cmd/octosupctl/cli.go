@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -242,21 +243,62 @@ func (c *cli) completeApps(cmd *cobra.Command, args []string, _ string) ([]strin
 }
 
 func (c *cli) reloadCommand() *cobra.Command {
-	return &cobra.Command{
+	var keep bool
+	cmd := &cobra.Command{
 		Use:   "reload",
-		Short: "Re-read the manifest; a bad one is refused and the running apps stay",
-		Args:  cobra.NoArgs,
+		Short: "Re-read the manifest and apply it; a bad one is refused and the running apps stay",
+		Long: `Re-read the manifest and apply it. Added apps start (when autostart),
+removed ones stop, and each running app whose process would now run
+differently (its jail, program, arguments, environment or directory) is
+restarted; what was restarted, and why, is printed. Changed grants apply
+to the running apps at once, without a restart. A manifest with any
+problem is refused whole and the running apps stay as they are.
+
+With --keep-running the changed apps keep running their old entry, and
+status marks them "stale: restart to apply" until they are restarted.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var data control.ReloadData
-			if err := c.client().Do(cmd.Context(), control.OpReload, struct{}{}, &data); err != nil {
+			if err := c.client().Do(cmd.Context(), control.OpReload, control.ReloadArgs{KeepRunning: keep}, &data); err != nil {
 				return opError("reload", err)
 			}
 			if c.json {
 				return c.printJSON(data)
 			}
 			c.say("reloaded: %d apps", data.Apps)
+			for _, id := range data.Added {
+				c.say("added: %s", id)
+			}
+			for _, id := range data.Removed {
+				c.say("removed: %s", id)
+			}
+			for _, ch := range data.Restarted {
+				line := fmt.Sprintf("restarted: %s (%s changed)", ch.App, conjoin(ch.Changed))
+				if ch.State == "failed" {
+					line += ": failed: " + ch.Reason
+				}
+				c.say("%s", line)
+			}
+			for _, ch := range data.Stale {
+				c.say("stale: %s (%s changed): restart to apply", ch.App, conjoin(ch.Changed))
+			}
 			return nil
 		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep-running", false, "leave the running apps whose entry changed running their old entry (status marks them stale)")
+	return cmd
+}
+
+// conjoin lists words for a person: "jail", "exec and argv", "jail, exec
+// and argv".
+func conjoin(words []string) string {
+	switch n := len(words); n {
+	case 0:
+		return "entry"
+	case 1:
+		return words[0]
+	default:
+		return strings.Join(words[:n-1], ", ") + " and " + words[n-1]
 	}
 }
 

@@ -81,6 +81,11 @@ func printStatus(c *cli, data control.StatusData, now time.Time, width int) {
 		if a.State == "running" && !a.Since.IsZero() {
 			uptime = duration(now.Sub(a.Since))
 		}
+		state := a.State
+		if len(a.Stale) > 0 {
+			// A reload --keep-running left it running its old entry.
+			state += " " + staleMark
+		}
 		last := "-"
 		if a.LastExit != nil {
 			last = a.LastExit.String()
@@ -88,7 +93,7 @@ func printStatus(c *cli, data control.StatusData, now time.Time, width int) {
 				last += ", " + duration(now.Sub(a.LastExit.At)) + " ago"
 			}
 		}
-		rows = append(rows, shown(a.ID, a.State, pid, uptime, fmt.Sprint(a.Restarts), last, jailSummary(a.Jail)))
+		rows = append(rows, shown(a.ID, state, pid, uptime, fmt.Sprint(a.Restarts), last, jailSummary(a.Jail)))
 		reasons = append(reasons, control.Visible(a.Reason))
 		anyReason = anyReason || a.Reason != ""
 	}
@@ -168,6 +173,10 @@ func terminalWidth(getenv func(string) string, f any) int {
 	}
 	return 0
 }
+
+// staleMark follows the state of an app that runs an entry the manifest
+// no longer has.
+const staleMark = "(stale: restart to apply)"
 
 // duration is a short human duration: 45s, 3m12s, 5h04m, 2d03h.
 func duration(d time.Duration) string {
