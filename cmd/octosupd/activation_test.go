@@ -157,8 +157,8 @@ func newActivation(t *testing.T, bin string) *activation {
 }
 
 // round runs one activation: systemd-socket-activate listens, the first
-// connection (a subscription) makes it exec octosupd, every app must
-// reach running and ping its FIFO, and SIGTERM stops the daemon cleanly.
+// connection (a status) makes it exec octosupd, every app must reach
+// running and ping its FIFO, and SIGTERM stops the daemon cleanly.
 func (a *activation) round(activate, spawn string) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
