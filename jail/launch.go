@@ -463,31 +463,18 @@ func systemLinks(dir string) map[string]string {
 // refused, and a directory seen there and a link by the open is ELOOP.
 func resolveGrants(app policy.App, neighbours []policy.App, d policy.Dirs) (resolved, planted map[string]string) {
 	resolved, planted = map[string]string{}, map[string]string{}
-	var writable []string
-	for _, a := range append([]policy.App{app}, neighbours...) {
-		if a.Sandbox.Policy != policy.PolicyJail {
-			continue
-		}
-		for _, e := range a.Sandbox.External {
-			p, err := expandHome(e.Path, d.Home)
-			if err != nil || e.Access != policy.AccessRW {
-				continue
-			}
-			p = filepath.Clean(p)
-			writable = append(writable, p)
-			if real, _ := walkGrant(p, nil); real != "" && real != p {
-				writable = append(writable, real)
-			}
-		}
+	// The writable places are worked out only when a walk meets a link:
+	// most grants have none, and walking every neighbour's rw externals
+	// at each start would make starting N apps cost N² lookups.
+	writable := func() []string { return nil }
+	if app.Sandbox.Policy == policy.PolicyJail {
+		writable = sync.OnceValue(func() []string { return writablePlaces(append([]policy.App{app}, neighbours...), d) })
 	}
 	paths := slices.Clone(app.Resources)
 	for _, e := range app.Sandbox.External {
 		if p, err := expandHome(e.Path, d.Home); err == nil {
 			paths = append(paths, p)
 		}
-	}
-	if app.Sandbox.Policy != policy.PolicyJail {
-		writable = nil
 	}
 	for _, p := range paths {
 		p = filepath.Clean(p)
@@ -502,11 +489,34 @@ func resolveGrants(app policy.App, neighbours []policy.App, d policy.Dirs) (reso
 	return resolved, planted
 }
 
+// writablePlaces are the rw externals of the jail apps among apps, as
+// written and where they lead.
+func writablePlaces(apps []policy.App, d policy.Dirs) []string {
+	var out []string
+	for _, a := range apps {
+		if a.Sandbox.Policy != policy.PolicyJail {
+			continue
+		}
+		for _, e := range a.Sandbox.External {
+			p, err := expandHome(e.Path, d.Home)
+			if err != nil || e.Access != policy.AccessRW {
+				continue
+			}
+			p = filepath.Clean(p)
+			out = append(out, p)
+			if real, _ := walkGrant(p, func() []string { return nil }); real != "" && real != p {
+				out = append(out, real)
+			}
+		}
+	}
+	return out
+}
+
 // walkGrant walks p as the kernel resolves it. It returns the real path
 // it reached (every component seen as no link), "" when p does not
 // resolve, and the first symlink it met that lies in a directory under
-// one of writable (real paths), which stops the walk.
-func walkGrant(p string, writable []string) (real, planted string) {
+// one of writable's places (real paths), which stops the walk.
+func walkGrant(p string, writable func() []string) (real, planted string) {
 	dir := "/"
 	rest := strings.Split(p, "/")
 	for hops := 0; len(rest) > 0; {
@@ -528,7 +538,7 @@ func walkGrant(p string, writable []string) (real, planted string) {
 			dir = next
 			continue
 		}
-		if underAny(dir, writable) {
+		if underAny(dir, writable()) {
 			return "", next
 		}
 		target, err := os.Readlink(next)
