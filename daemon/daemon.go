@@ -109,6 +109,8 @@ func Run(ctx context.Context, cfg Config) error {
 		StopGrace: cfg.StopGrace,
 		LogLines:  cfg.LogLines,
 		Now:       time.Now,
+		// The limits follow the jail's strictness (docs/limits.md).
+		Strictness: jcfg.Strictness,
 	})
 	if err != nil {
 		return fmt.Errorf("create the supervisor: %w", err)
