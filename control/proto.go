@@ -296,6 +296,9 @@ type ReloadData struct {
 	// Stale are those apps when keep_running left them running their old
 	// entry.
 	Stale []AppChange `json:"stale"`
+	// Limits are the running apps whose changed limits took in place,
+	// with no restart (docs/limits.md).
+	Limits []string `json:"limits"`
 }
 
 // AppChange is one running app a reload found running an old entry.

@@ -292,6 +292,7 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (an
 		Removed:   nonNil(done.Removed),
 		Restarted: wireChanges(done.Restarted),
 		Stale:     wireChanges(done.Stale),
+		Limits:    nonNil(done.Limits),
 	}, nil
 }
 

@@ -366,3 +366,55 @@ func orNone(s []string) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// liveLimits is a running process whose entry's limits a reload changed.
+type liveLimits struct {
+	r    *runner
+	leaf string // "" without a leaf
+	pid  int
+	lim  policy.ResourceLimits
+}
+
+// applyLimitsLive writes changed limits into a running process's leaf
+// (cgroup files take effect at once: no restart), or its RLIMIT_NPROC
+// where that stands in, and puts the new report in its status. A process
+// that ended meanwhile is left alone: its next start reads the entry.
+// It reports whether the limits took (some may still be missing).
+func (s *Supervisor) applyLimitsLive(l liveLimits) bool {
+	var rep LimitsReport
+	if l.leaf != "" {
+		fd, err := unix.Open(l.leaf, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false // gone with its process
+		}
+		rep, err = writeLimits(fd, l.lim, s.cgroups.controllers, true)
+		unix.Close(fd)
+		if err != nil {
+			s.log.Warn("app's cgroup refused changed limits", zap.String("app", l.r.id), zap.Error(err))
+		}
+	} else {
+		rep = noCgroupLimits(l.lim)
+	}
+	if !rep.heldByPids() {
+		// Raising a hard rlimit takes CAP_SYS_RESOURCE: a higher
+		// tasks_max then waits for the app's next start.
+		applied, err := limitNproc(l.pid, tasksMax(l.lim))
+		if err != nil {
+			s.log.Warn("app's RLIMIT_NPROC stays as it was until it restarts", zap.String("app", l.r.id), zap.Error(err))
+		} else {
+			rep.Applied = append(rep.Applied, applied)
+			rep.Limiter = strings.TrimPrefix(rep.Limiter+"+"+LimiterPrlimit, LimiterNone+"+")
+		}
+	}
+	s.mu.Lock()
+	applied := l.r.status.Pid == l.pid
+	if applied {
+		l.r.status.Limits = &rep
+	}
+	s.mu.Unlock()
+	if applied {
+		s.log.Info("changed limits applied in place, without a restart", zap.String("app", l.r.id), zap.Int("pid", l.pid),
+			zap.Strings("applied", rep.Applied), zap.Strings("missing", rep.Missing))
+	}
+	return applied
+}

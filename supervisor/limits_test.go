@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -460,3 +461,61 @@ func TestNprocHoldsForkBomb(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReloadLimitsInPlace: a reload that changes only an app's limits
+// applies them to its running process, the same pid, without a restart:
+// the cgroup's files where the leaf has the controller, RLIMIT_NPROC
+// where it stands in.
+func TestReloadLimitsInPlace(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		noCgroup bool
+	}{{"rlimit", true}, {"cgroup", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			if !c.noCgroup {
+				cgroupOrSkip(t)
+			}
+			exe := testExe(t)
+			sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = c.noCgroup })
+			if !c.noCgroup {
+				limitsOrSkip(t, sup, "memory", "pids")
+			}
+			app := testApp(exe, "one", "sleep", true)
+			app.Limits = policy.ResourceLimits{TasksMax: 64, MemoryMax: 256 << 20}
+			apply(t, sup, app)
+			before := status(t, sup, "one")
+			app.Limits = policy.ResourceLimits{TasksMax: 32, MemoryMax: 128 << 20}
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			done, err := sup.Apply(ctx, &policy.Manifest{Version: 1, Apps: []policy.App{app}}, ApplyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(done.Limits, []string{"one"}) || len(done.Restarted) > 0 {
+				t.Fatalf("the reload says limits %v, restarted %+v; want one's limits applied in place, no restart", done.Limits, done.Restarted)
+			}
+			after := status(t, sup, "one")
+			if after.Pid != before.Pid || after.Restarts != 0 || after.State != Running {
+				t.Fatalf("after the reload: pid %d (was %d), %d restarts, %s; want the same process running", after.Pid, before.Pid, after.Restarts, after.State)
+			}
+			if c.noCgroup {
+				var lim unix.Rlimit
+				if err := unix.Prlimit(after.Pid, unix.RLIMIT_NPROC, nil, &lim); err != nil {
+					t.Fatal(err)
+				}
+				total, _ := systemTasks("/proc/loadavg")
+				if lim.Max > uint64(total+32+50) || !slices.Contains(after.Limits.Applied, "tasks_max=32 (RLIMIT_NPROC)") {
+					t.Fatalf("RLIMIT_NPROC %d (the system runs %d), limits %+v; want tasks_max 32 in place", lim.Max, total, after.Limits)
+				}
+				return
+			}
+			leaf := sup.apps["one"].leafPath
+			for file, want := range map[string]string{"memory.max": "134217728", "pids.max": "32"} {
+				if b, _ := os.ReadFile(filepath.Join(leaf, file)); strings.TrimSpace(string(b)) != want {
+					t.Errorf("%s holds %q, want %s", file, b, want)
+				}
+			}
+		})
+	}
+}
+

@@ -399,9 +399,13 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	}
 	order := make([]string, 0, len(m.Apps))
 	var live []liveEntry
+	var lims []liveLimits
 	for _, a := range m.Apps {
 		order = append(order, a.ID)
 		if r, ok := s.apps[a.ID]; ok {
+			if r.entry.Limits != a.Limits && r.status.Pid != 0 {
+				lims = append(lims, liveLimits{r: r, leaf: r.leafPath, pid: r.status.Pid, lim: a.Limits})
+			}
 			// The process that runs (or is starting) runs the entry its
 			// start read; the next start reads this one.
 			switch r.status.State {
@@ -436,6 +440,12 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	s.order = order
 	s.devMode = m.DeveloperMode
 	s.mu.Unlock()
+	// cgroup files are live: changed limits need no restart.
+	for _, l := range lims {
+		if s.applyLimitsLive(l) {
+			done.Limits = append(done.Limits, l.r.id)
+		}
+	}
 
 	// Compiled off the lock: it reads the disk (the program's
 	// interpreter, where symlinks lead).
