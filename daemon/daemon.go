@@ -166,7 +166,8 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			log.Info("manifest reloaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)),
 				zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
-				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)))
+				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
+				zap.Strings("limits_in_place", done.Limits))
 			return len(m.Apps), done, nil
 		},
 	})

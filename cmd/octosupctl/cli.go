@@ -182,6 +182,7 @@ Exit codes: 0 done; 1 the daemon refused or failed the operation;
 		c.reloadCommand(),
 		c.validateCommand(),
 		c.jailCommand(),
+		c.topCommand(),
 		c.approvalsCommand(),
 		c.approveCommand(),
 		c.consentCommand(),
