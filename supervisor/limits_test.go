@@ -72,7 +72,7 @@ func memoryHog() int {
 			}
 		}
 		keep = append(keep, b)
-		fmt.Println("hog", mb)
+		fmt.Println("hog", mb, len(keep))
 	}
 }
 
@@ -519,3 +519,58 @@ func TestReloadLimitsInPlace(t *testing.T) {
 	}
 }
 
+// BenchmarkLeafLimits is what the limits add to a start: a leaf made and
+// removed alone, the same leaf with every limit written into it (where
+// the leaves have the controllers: elsewhere nothing is written), and
+// the RLIMIT_NPROC fallback on a child.
+func BenchmarkLeafLimits(b *testing.B) {
+	own, err := ownCgroup("/proc/self/mountinfo", "/proc/self/cgroup")
+	if err == nil {
+		err = unix.Access(own, unix.W_OK)
+	}
+	if err != nil {
+		b.Skipf("no writable cgroup v2: %v", err)
+	}
+	sup := startSup(b, nil)
+	if sup.cgroups == nil {
+		b.Skip(sup.noCgroup)
+	}
+	every := policy.ResourceLimits{MemoryMax: 512 << 20, MemoryHigh: 400 << 20, TasksMax: 64, CPUWeight: 50, CPUMax: "10%", IOWeight: 300}
+	for _, c := range []struct {
+		name string
+		lim  *policy.ResourceLimits
+	}{{"leaf", nil}, {"leaf+default", &policy.ResourceLimits{TasksMax: policy.DefaultTasksMax}}, {"leaf+every", &every}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				path, dir, err := sup.cgroups.leaf("bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if c.lim != nil {
+					if _, err := writeLimits(int(dir.Fd()), *c.lim, sup.cgroups.controllers, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				dir.Close()
+				if err := unix.Rmdir(path); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("rlimit", func(b *testing.B) {
+		cmd := exec.Command("/bin/sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		for b.Loop() {
+			// EPERM: the system runs more tasks than at the last call, and
+			// raising a hard limit takes CAP_SYS_RESOURCE; the call cost
+			// the same.
+			if _, err := limitNproc(cmd.Process.Pid, 64); err != nil && !errors.Is(err, unix.EPERM) {
+				b.Fatal(err)
+			}
+		}
+	})
+}

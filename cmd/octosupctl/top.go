@@ -198,7 +198,11 @@ func renderTop(rows []topRow, sortBy string, width int, help string) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "octosup top: %d apps, by %s\n", len(rows), sortBy)
+	apps := "apps"
+	if len(rows) == 1 {
+		apps = "app"
+	}
+	fmt.Fprintf(&b, "octosup top: %d %s, by %s\n", len(rows), apps, sortBy)
 	if help != "" {
 		b.WriteString(help + "\n")
 	}
