@@ -72,12 +72,7 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
-	// A daemon that moved itself into its own leaf (enableControllers),
-	// as a second supervisor of the same process finds it, still divides
-	// the cgroup it came from.
-	if filepath.Base(ownRel) == daemonLeaf && filepath.Base(filepath.Dir(ownRel)) == name {
-		ownRel = filepath.Dir(filepath.Dir(ownRel))
-	}
+	ownRel = outOfDaemonLeaf(ownRel, name)
 	own := filepath.Join(mnt, ownRel)
 	if err := unix.Access(own, unix.W_OK); err != nil {
 		return nil, fmt.Errorf("%w: cannot write %s (run under systemd with Delegate=yes, or as root): %v", ErrNoCgroup, own, err)
@@ -97,6 +92,17 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 	t := &cgroupTree{mnt: mnt, dir: dir, own: ownRel, name: name, log: log}
 	t.controllers, t.lacking = t.enableControllers()
 	return t, nil
+}
+
+// outOfDaemonLeaf is the cgroup a daemon divides, given the cgroup it is
+// in, cg, and the name of its subtree: a daemon that moved itself into its
+// own leaf (enableControllers), as a second supervisor of the same process
+// finds it, still divides the cgroup it came from.
+func outOfDaemonLeaf(cg, subtree string) string {
+	if filepath.Base(cg) == daemonLeaf && filepath.Base(filepath.Dir(cg)) == subtree {
+		return filepath.Dir(filepath.Dir(cg))
+	}
+	return cg
 }
 
 // ownCgroup is the directory of this process's cgroup v2: its "0::" line

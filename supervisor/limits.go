@@ -141,6 +141,9 @@ func writeLimits(dir int, lim policy.ResourceLimits, have map[string]bool, reset
 			continue
 		}
 		if err := writeAt(dir, w.file, w.value); err != nil {
+			if !w.asked && errors.Is(err, unix.ENOENT) {
+				continue // a default the kernel has no file for (io.weight without blk-iocost)
+			}
 			if w.asked {
 				rep.addMissing(ctl)
 			}
@@ -257,9 +260,15 @@ func writeAt(dir int, name, value string) error {
 
 // enableControllers turns on, for the leaves, the limit controllers the
 // daemon's cgroup has, and returns those it could: in own's
-// cgroup.subtree_control first (moving the daemon into a leaf of its own
-// when own holds it), then in the subtree's. why says what kept the
+// cgroup.subtree_control, then in the subtree's. why says what kept the
 // others off.
+//
+// Outside the root the daemon first moves out of own into a leaf of its
+// own: the kernel refuses a cgroup that holds processes the domain
+// controllers (memory, io) for its children, and takes the threaded ones
+// (pids, cpu), but they would make it a thread root, in whose domain
+// children (the leaves) no process could then run. For the same reason
+// nothing is enabled while own holds a process that is not the daemon's.
 func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 	own := filepath.Join(t.mnt, t.own)
 	avail := readWords(filepath.Join(own, "cgroup.controllers"))
@@ -277,18 +286,19 @@ func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 	if len(want) == 0 {
 		return have, strings.Join(whys, "; ")
 	}
-	on := enable(own, want)
-	if len(on) < len(want) && t.own != "/" {
-		// own holds the daemon: the kernel refuses it controllers for
-		// its children until it holds no process itself.
-		if err := t.moveSelf(); err != nil {
-			whys = append(whys, err.Error())
-		} else {
-			on = enable(own, want)
+	if t.own != "/" {
+		if procs := strings.Fields(readFile(filepath.Join(own, "cgroup.procs"))); len(procs) > 0 {
+			if err := t.moveSelf(); err != nil {
+				return have, strings.Join(append(whys, err.Error()), "; ")
+			}
+		}
+		if procs := strings.Fields(readFile(filepath.Join(own, "cgroup.procs"))); len(procs) > 0 {
+			return have, strings.Join(append(whys, fmt.Sprintf("%s holds processes other than the daemon (%s): the kernel gives it no controllers for its children then", own, strings.Join(procs, " "))), "; ")
 		}
 	}
+	on := enable(own, want)
 	if len(on) < len(want) {
-		whys = append(whys, fmt.Sprintf("%s would not enable %s for its children (does it hold processes other than the daemon's?)", own, strings.Join(without(want, on), ", ")))
+		whys = append(whys, fmt.Sprintf("%s would not enable %s for its children", own, strings.Join(without(want, on), ", ")))
 	}
 	for _, c := range enable(t.dir, on) {
 		have[c] = true
@@ -297,6 +307,11 @@ func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 		whys = append(whys, fmt.Sprintf("%s would not enable %s", t.dir, strings.Join(without(on, keys(have)), ", ")))
 	}
 	return have, strings.Join(whys, "; ")
+}
+
+func readFile(file string) string {
+	b, _ := os.ReadFile(file)
+	return string(b)
 }
 
 // moveSelf moves the daemon (every thread of it) into the leaf
