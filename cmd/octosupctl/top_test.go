@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -169,5 +170,20 @@ func TestTopInteractive(t *testing.T) {
 			t.Fatalf("top did not quit on q:\n%s", out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWarningLine: watch prints a limit warning as what it is, not as a
+// move of the app's state.
+func TestWarningLine(t *testing.T) {
+	st := control.StateEvent{App: "bomb", State: "running", Pid: 7, Since: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC),
+		Warning: "tasks_max reached (512): the app's forks and new threads fail"}
+	got := stateLine(st)
+	if !regexp.MustCompile(`^\d\d:\d\d:\d\d bomb warning: tasks_max reached \(512\): the app's forks and new threads fail$`).MatchString(got) {
+		t.Errorf("warning line %q", got)
+	}
+	st.Warning = ""
+	if got := stateLine(st); !strings.HasSuffix(got, " bomb running (pid 7)") {
+		t.Errorf("state line %q", got)
 	}
 }
