@@ -557,7 +557,9 @@ func BenchmarkLeafLimits(b *testing.B) {
 					b.Fatal(err)
 				}
 				if c.lim != nil {
-					if _, err := writeLimits(int(dir.Fd()), *c.lim, sup.cgroups.controllers, false); err != nil {
+					// ENOENT: a controller without the file (io.weight
+					// without blk-iocost), which the start reports missing.
+					if _, err := writeLimits(int(dir.Fd()), *c.lim, sup.cgroups.controllers, false); err != nil && !errors.Is(err, unix.ENOENT) {
 						b.Fatal(err)
 					}
 				}
