@@ -179,16 +179,47 @@ type AppStatus struct {
 	// left it running: the process runs its old entry until it is
 	// restarted. Absent otherwise.
 	Stale []string `json:"stale,omitempty"`
+	// Limits says which of the entry's limits hold its process (since it
+	// last started); Usage is what its cgroup counts now, read for this
+	// answer (docs/limits.md).
+	Limits *LimitsReport `json:"limits,omitempty"`
+	Usage  *Usage        `json:"usage,omitempty"`
 }
 
-// Exit is how an app's last process ended.
+// LimitsReport says which of an app's limits took: limiter "cgroup",
+// "prlimit", "cgroup+prlimit" or "none"; applied as name=value; missing
+// the controllers of asked-for limits nothing enforces ("limits.memory").
+type LimitsReport struct {
+	Limiter string   `json:"limiter"`
+	Applied []string `json:"applied"`
+	Missing []string `json:"missing"`
+}
+
+// Usage is what an app's cgroup counts. The memory figures are those of
+// the memory controller where the daemon has it, else memory_rss, the
+// resident sets of the app's processes added up.
+type Usage struct {
+	CPUUsec       uint64    `json:"cpu_usec"`
+	MemoryCurrent uint64    `json:"memory_current,omitempty"`
+	MemoryPeak    uint64    `json:"memory_peak,omitempty"`
+	MemoryRSS     uint64    `json:"memory_rss,omitempty"`
+	Tasks         int       `json:"tasks"`
+	At            time.Time `json:"at"`
+}
+
+// Exit is how an app's last process ended. OOM is set when the kernel
+// OOM-killed a process of the app, and says what for: "memory_max 512M".
 type Exit struct {
 	Code   int       `json:"code"`
 	Signal string    `json:"signal,omitempty"`
 	At     time.Time `json:"at"`
+	OOM    string    `json:"oom,omitempty"`
 }
 
 func (e Exit) String() string {
+	if e.OOM != "" {
+		return "oom-killed (" + e.OOM + ")"
+	}
 	if e.Signal != "" {
 		return "signal " + e.Signal
 	}
@@ -240,6 +271,9 @@ type StateEvent struct {
 	Since    time.Time `json:"since"`
 	LastExit *Exit     `json:"last_exit,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Warning is set on an event that is not a change of state: the app
+	// ran into a limit ("tasks_max reached (512): …"), once per episode.
+	Warning string `json:"warning,omitempty"`
 }
 
 // SubscribeData is subscribe's data: the topics now delivered.
@@ -262,6 +296,9 @@ type ReloadData struct {
 	// Stale are those apps when keep_running left them running their old
 	// entry.
 	Stale []AppChange `json:"stale"`
+	// Limits are the running apps whose changed limits took in place,
+	// with no restart (docs/limits.md).
+	Limits []string `json:"limits"`
 }
 
 // AppChange is one running app a reload found running an old entry.

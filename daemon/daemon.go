@@ -109,6 +109,8 @@ func Run(ctx context.Context, cfg Config) error {
 		StopGrace: cfg.StopGrace,
 		LogLines:  cfg.LogLines,
 		Now:       time.Now,
+		// The limits follow the jail's strictness (docs/limits.md).
+		Strictness: jcfg.Strictness,
 	})
 	if err != nil {
 		return fmt.Errorf("create the supervisor: %w", err)
@@ -164,7 +166,8 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			log.Info("manifest reloaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)),
 				zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
-				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)))
+				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
+				zap.Strings("limits_in_place", done.Limits))
 			return len(m.Apps), done, nil
 		},
 	})

@@ -125,6 +125,15 @@ func (f *fakeApps) write(id, text string) {
 	f.publishLocked(supervisor.Event{Kind: supervisor.KindLog, Log: &l})
 }
 
+// warn is the app id running into a limit, as the supervisor's
+// taskWatch says it.
+func (f *fakeApps) warn(id, text string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := *f.apps[id]
+	f.publishLocked(supervisor.Event{Kind: supervisor.KindWarning, State: &st, Warning: text})
+}
+
 // CheckPeer places the processes of owners in their apps, and every
 // other outside.
 func (f *fakeApps) CheckPeer(p supervisor.Peer) error {

@@ -93,6 +93,13 @@ func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
 		Link:     s.cfg.LinkStatus(st.ID),
 		Stale:    st.Stale,
 	}
+	if st.Limits != nil {
+		out.Limits = &control.LimitsReport{Limiter: st.Limits.Limiter, Applied: nonNil(st.Limits.Applied), Missing: nonNil(st.Limits.Missing)}
+	}
+	if u := st.Usage; u != nil {
+		out.Usage = &control.Usage{CPUUsec: u.CPUUsec, MemoryCurrent: u.MemoryCurrent, MemoryPeak: u.MemoryPeak,
+			MemoryRSS: u.MemoryRSS, Tasks: u.Tasks, At: u.At}
+	}
 	if st.Jail != nil {
 		out.Jail = &control.JailReport{
 			LandlockABI: st.Jail.LandlockABI,
@@ -114,7 +121,7 @@ func wireExit(e *supervisor.Exit) *control.Exit {
 	if e == nil {
 		return nil
 	}
-	return &control.Exit{Code: e.Code, Signal: e.Signal, At: e.At}
+	return &control.Exit{Code: e.Code, Signal: e.Signal, At: e.At, OOM: e.OOM}
 }
 
 func stateEvent(st supervisor.AppStatus) control.StateEvent {
@@ -285,6 +292,7 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (an
 		Removed:   nonNil(done.Removed),
 		Restarted: wireChanges(done.Restarted),
 		Stale:     wireChanges(done.Stale),
+		Limits:    nonNil(done.Limits),
 	}, nil
 }
 

@@ -280,6 +280,12 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 				s.Publish(control.TopicState, stateEvent(*ev.State))
 			case ev.Kind == supervisor.KindLog && ev.Log != nil:
 				s.Publish(control.TopicLog, logLine(*ev.Log))
+			case ev.Kind == supervisor.KindWarning && ev.State != nil:
+				// On the state topic, which the shell and watch follow:
+				// the app's state, with what it ran into.
+				se := stateEvent(*ev.State)
+				se.Warning = ev.Warning
+				s.Publish(control.TopicState, se)
 			}
 		}
 	}

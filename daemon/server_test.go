@@ -309,6 +309,29 @@ func TestSubscribe(t *testing.T) {
 	}
 }
 
+// TestWarningReachesStateSubscribers: a supervisor's limit warning goes
+// out on the state topic, with the app's state unchanged and the warning
+// set, so that watch and the shell see it.
+func TestWarningReachesStateSubscribers(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	ctx := context.Background()
+	states, err := ts.client.Subscribe(ctx, control.TopicState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer states.Close()
+	if err := ts.client.Do(ctx, control.OpStart, control.AppArgs{App: "a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, states) // running
+	ts.apps.warn("a", "tasks_max reached (512): the app's forks and new threads fail")
+	var st control.StateEvent
+	if ev := nextEvent(t, states); ev.Name != control.TopicState || ev.Decode(&st) != nil ||
+		st.App != "a" || st.State != "running" || st.Warning != "tasks_max reached (512): the app's forks and new threads fail" {
+		t.Fatalf("warning event = %s", ev.Raw)
+	}
+}
+
 func nextEvent(t *testing.T, c *control.Conn) control.Event {
 	t.Helper()
 	select {

@@ -28,6 +28,8 @@ type App struct {
 	// cloud token) stays out. A broad app gets the daemon's whole
 	// environment, minus the reserved names, and needs none.
 	PassEnv []string `json:"pass_env,omitempty"`
+	// Limits bound what the app's processes use together (limits.go).
+	Limits ResourceLimits `json:"limits"`
 }
 
 // RestartPolicy says what the supervisor does when an app's process ends

@@ -275,6 +275,7 @@ func rules(m *Manifest, earlier []finding) []finding {
 		}
 
 		out = append(out, sandboxRules(p.child("sandbox"), &a.Sandbox, flagged)...)
+		out = append(out, limitsRules(p.child("limits"), &a.Limits, flagged)...)
 
 		g := p.child("grants")
 		linked := devMode || containsString(a.Grants.Services, ServiceAgent)
@@ -482,6 +483,9 @@ func (m *Manifest) normalize() {
 			if a.Sandbox.Policy == PolicyBroad {
 				a.Sandbox.Network = NetworkFull
 			}
+		}
+		if a.Limits.TasksMax == 0 {
+			a.Limits.TasksMax = DefaultTasksMax
 		}
 		a.Resources = nilIfEmpty(a.Resources)
 		a.PassEnv = nilIfEmpty(a.PassEnv)

@@ -69,7 +69,7 @@ var badCases = []badCase{
 	{name: "unknown top-level field, close to a known one", input: `{"version": 1, "apps": [], "developer-mode": true}`,
 		want: []string{`developer-mode: is not a field octosup knows (fix: rename it to "developer_mode")`}},
 	{name: "unknown field, nothing close", input: app(`"colour": "blue"`),
-		want: []string{`app "notes": colour: is not a field octosup knows (fix: remove it; the fields here are autostart, env, exec, grants, id, name, pass_env, resources, restart, sandbox, storage)`}},
+		want: []string{`app "notes": colour: is not a field octosup knows (fix: remove it; the fields here are autostart, env, exec, grants, id, limits, name, pass_env, resources, restart, sandbox, storage)`}},
 	{name: "case-variant field", input: app(`"Resources": ["/x"]`),
 		want: []string{`app "notes": Resources: is not a field octosup knows (fix: rename it to "resources")`}},
 	{name: "case-variant field does not stand in for the real one", input: sandbox(`"network": "tcp", "tcp_connect": [443], "Network": "none"`),
@@ -229,6 +229,31 @@ var badCases = []badCase{
 			`app "a": name: "" must be 1 to 64 characters without control characters (fix: use a short name for people, e.g. "Notes", or leave "name" out)`,
 			`app "b": name: "tab\there" must be 1 to 64 characters without control characters (fix: use a short name for people, e.g. "Notes", or leave "name" out)`,
 		}},
+	{name: "limits of the wrong kinds", input: app(`"limits": {"memory_max": 512, "memory_high": "1.5G", "tasks_max": 0, "cpu_weight": 20000, "cpu_max": "half", "io_weight": "100", "swap_max": "1G"}`),
+		want: []string{
+			`app "notes": limits.memory_max: 512 is not a size from 1M to 1P: bytes, or digits with K, M, G or T (powers of 1024) (fix: write a size like "512M" or "2G")`,
+			`app "notes": limits.memory_high: "1.5G" is not a size from 1M to 1P: bytes, or digits with K, M, G or T (powers of 1024) (fix: write a size like "512M" or "2G")`,
+			`app "notes": limits.tasks_max: 0 must be a number of tasks from 1 to 4194304 (fix: write a whole number, e.g. "tasks_max": 256)`,
+			`app "notes": limits.cpu_weight: 20000 must be a weight from 1 to 10000 (100 is the default) (fix: write a whole number from 1 to 10000, e.g. 200 for twice the default share)`,
+			`app "notes": limits.cpu_max: "half" is not a CPU cap: "N%" of one CPU, or "quota/period" in microseconds (fix: write e.g. "cpu_max": "50%", or "50000/100000")`,
+			`app "notes": limits.io_weight: must be a whole number, not a string (fix: write a whole number from 1 to 10000, e.g. 200 for twice the default share)`,
+			`app "notes": limits.swap_max: is not a field octosup knows (fix: remove it; the fields here are cpu_max, cpu_weight, io_weight, memory_high, memory_max, tasks_max)`,
+		}},
+	{name: "limits the schema lets through", input: app(`"limits": {"memory_max": "512K", "cpu_max": "500/100000"}`),
+		want: []string{
+			`app "notes": limits.memory_max: 512K is less than 1M, too little to load a program (fix: write the unit: "512M", not "512")`,
+			`app "notes": limits.cpu_max: "500/100000": the quota must be at least 1000 microseconds (1% of the default period) (fix: write a share of one CPU like "50%" (or "200%" for two), or "quota/period" in microseconds like "50000/100000")`,
+		}},
+	{name: "memory_high above memory_max, a period out of range", input: app(`"limits": {"memory_max": "1G", "memory_high": "2G", "cpu_max": "5000/10"}`),
+		want: []string{
+			`app "notes": limits.memory_high: 2G is above memory_max 1G: the app would be killed before it is ever throttled (fix: set memory_high below memory_max (e.g. 80% of it), or leave it out)`,
+			`app "notes": limits.cpu_max: "5000/10": the period must be from 1000 to 1000000 microseconds (fix: write a share of one CPU like "50%" (or "200%" for two), or "quota/period" in microseconds like "50000/100000")`,
+		}},
+	{name: "limits not an object, a size too large", input: `{"version": 1, "apps": [{"id": "a", "exec": ["/x"], "limits": []}, {"id": "b", "exec": ["/x"], "limits": {"memory_max": "99999T"}}]}`,
+		want: []string{
+			`app "a": limits: must be an object, not a list (fix: write limits as an object, e.g. "limits": {"memory_max": "512M", "tasks_max": 256})`,
+			`app "b": limits.memory_max: "99999T" is not a size from 1M to 1P: bytes, or digits with K, M, G or T (powers of 1024) (fix: write a size like "512M" or "2G")`,
+		}},
 	{name: "several apps, several problems each", file: "many.json",
 		want: []string{
 			`app #0: exec[0]: "notes" must be an absolute path (fix: write the full path, starting with /)`,
@@ -238,7 +263,7 @@ var badCases = []badCase{
 			`app #0: env.OCTOSUP_HUB_FD: is reserved: OCTOSUP_* variables are the daemon's own (it sets OCTOSUP_APP_ID, OCTOSUP_HUB_FD, OCTOSUP_JAIL and OCTOSUP_SECRETS itself) (fix: remove it, or give the variable a name outside these prefixes)`,
 			`app #1: id: "notes" is already the id of apps[0] (fix: give every app its own id)`,
 			`app #1: grants.methods[1]: "octos.turn.start" is already listed at [0] (fix: remove the duplicate)`,
-			`app #1: colour: is not a field octosup knows (fix: remove it; the fields here are autostart, env, exec, grants, id, name, pass_env, resources, restart, sandbox, storage)`,
+			`app #1: colour: is not a field octosup knows (fix: remove it; the fields here are autostart, env, exec, grants, id, limits, name, pass_env, resources, restart, sandbox, storage)`,
 			`app #2: id: "Clock" must be 1 to 32 characters: a lowercase letter, then lowercase letters, digits or '-' (fix: use an id like "notes" or "photo-sync")`,
 			`app #2: storage.jail: must be true or false, not a string (fix: write true or false, without quotes)`,
 		}},
@@ -373,6 +398,7 @@ func TestParseSpecExample(t *testing.T) {
 		},
 		Storage: Storage{Jail: true, Secrets: true},
 		Env:     map[string]string{"LANG": "C.UTF-8"},
+		Limits:  ResourceLimits{TasksMax: DefaultTasksMax},
 	}}}
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("got  %+v\nwant %+v", m, want)
@@ -574,6 +600,7 @@ func TestSchemaMatchesTypes(t *testing.T) {
 		{reflect.TypeFor[Sandbox](), defs["sandbox"].(map[string]any)},
 		{reflect.TypeFor[Storage](), defs["storage"].(map[string]any)},
 		{reflect.TypeFor[External](), defs["external"].(map[string]any)},
+		{reflect.TypeFor[ResourceLimits](), defs["limits"].(map[string]any)},
 	} {
 		var fields []string
 		for f := range c.typ.Fields() {

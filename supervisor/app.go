@@ -72,6 +72,9 @@ type proc struct {
 	started  time.Time
 	attached bool         // the hub went to Links
 	leaf     *processLeaf // the process's cgroup leaf; nil: its process group
+	// limits are the entry's limits it started with, for the reason of an
+	// OOM kill.
+	limits policy.ResourceLimits
 }
 
 // runner is one app's lifecycle. Its goroutine (run) is the only place
@@ -99,6 +102,9 @@ type runner struct {
 	procEntry      policy.App
 	procDev        bool
 	procNeighbours []policy.App
+	// leafPath is the running process's leaf, where Status reads its
+	// usage ("" without one).
+	leafPath string
 
 	// Owned by the run goroutine.
 	removeC, quitC <-chan struct{} // remove and s.quit until one was received
@@ -415,7 +421,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	r.procGen++
 	r.procEntry, r.procDev, r.procNeighbours = entry, dev, neighbours
 	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
-		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale = 0, restarts, "", nil, s.stopper(), nil
+		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale, st.Limits = 0, restarts, "", nil, s.stopper(), nil, nil
 	})
 	s.mu.Unlock()
 	r.moved(dropped, moveErr)
@@ -425,7 +431,16 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	if err != nil {
 		return r.fail(nil, err)
 	}
-	leaf, leafDir := r.newLeaf()
+	leaf, leafDir, limits := r.newLeaf(entry.Limits)
+	if len(limits.Missing) > 0 && strictLimits(entry, s.cfg.Strictness) {
+		c.closeChild()
+		c.closeDaemon()
+		if leafDir != nil {
+			leafDir.Close()
+		}
+		r.removeLeaf(leaf)
+		return r.fail(nil, fmt.Errorf("limits: %s missing and the app is strict: %s", strings.Join(limits.Missing, ", "), s.limitsLack()))
+	}
 	cgroupFD := -1
 	if leafDir != nil {
 		cgroupFD = int(leafDir.Fd())
@@ -474,6 +489,9 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	if err := unix.SetNonblock(sp.pidfd, true); err != nil {
 		return fail(fmt.Errorf("pidfd: %w", err))
 	}
+	if !limits.heldByPids() {
+		r.fallbackNproc(sp.pid, entry.Limits, &limits)
+	}
 	p := &proc{
 		pid:     sp.pid,
 		pidfd:   os.NewFile(uintptr(sp.pidfd), "pidfd:"+r.id),
@@ -482,6 +500,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		ioDone:  make(chan struct{}),
 		started: now,
 		leaf:    leaf,
+		limits:  entry.Limits,
 	}
 	r.proc = p
 	s.mu.Lock()
@@ -522,10 +541,16 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	}
 	r.move(Starting, func(st *AppStatus) {
 		st.Pid = p.pid
+		st.Limits = &limits
 		if p.leaf == nil {
 			st.Stopper = StopperProcessGroup
+		} else {
+			r.leafPath = p.leaf.path
 		}
 	})
+	if p.leaf != nil && s.tasks != nil && limits.heldByPids() {
+		s.tasks.add(r, p.leaf.path, tasksMax(entry.Limits))
+	}
 	return r.awaitStart(entry, c.hub, confirmed, restarts)
 }
 
@@ -711,15 +736,16 @@ func (r *runner) signal(sig unix.Signal) {
 	}
 }
 
-// newLeaf makes the cgroup leaf of the next process and opens it for the
-// fork (the caller closes dir once the fork is done); nil and nil where
-// the process group is the stopper, or where the leaf could not be made
-// (that process then falls back to its group, logged, and its status
-// says so).
-func (r *runner) newLeaf() (leaf *processLeaf, dir *os.File) {
+// newLeaf makes the cgroup leaf of the next process, writes the entry's
+// limits into it and opens it for the fork (the caller closes dir once
+// the fork is done); nil and nil where the process group is the stopper,
+// or where the leaf could not be made (that process then falls back to
+// its group, logged, and its status says so). The report says which
+// limits took.
+func (r *runner) newLeaf(lim policy.ResourceLimits) (leaf *processLeaf, dir *os.File, rep LimitsReport) {
 	s := r.s
 	if s.cgroups == nil {
-		return nil, nil
+		return nil, nil, noCgroupLimits(lim)
 	}
 	path, dir, err := s.cgroups.leaf(r.id)
 	if err == nil {
@@ -730,9 +756,37 @@ func (r *runner) newLeaf() (leaf *processLeaf, dir *os.File) {
 	}
 	if err != nil {
 		s.log.Warn("app process falls back to its process group", zap.String("app", r.id), zap.Error(err))
-		return nil, nil
+		return nil, nil, noCgroupLimits(lim)
 	}
-	return leaf, dir
+	rep, err = writeLimits(int(dir.Fd()), lim, s.cgroups.controllers, false)
+	if err != nil {
+		s.log.Warn("app's cgroup refused limits", zap.String("app", r.id), zap.Error(err))
+	}
+	return leaf, dir, rep
+}
+
+// fallbackNproc holds the process pid to its tasks_max with RLIMIT_NPROC
+// (limitNproc) where the pids controller does not, and notes it in rep.
+func (r *runner) fallbackNproc(pid int, lim policy.ResourceLimits, rep *LimitsReport) {
+	applied, err := limitNproc(pid, tasksMax(lim))
+	if err != nil {
+		r.s.log.Warn("app runs without a task limit", zap.String("app", r.id), zap.Error(err))
+		return
+	}
+	rep.Applied = append(rep.Applied, applied)
+	if rep.Limiter == LimiterCgroup {
+		rep.Limiter = LimiterCgroup + "+" + LimiterPrlimit
+	} else {
+		rep.Limiter = LimiterPrlimit
+	}
+}
+
+// oomCause is what an OOM kill of an app with lim is put down to.
+func oomCause(lim policy.ResourceLimits) string {
+	if lim.MemoryMax != 0 {
+		return "memory_max " + lim.MemoryMax.String()
+	}
+	return "the system ran out of memory"
 }
 
 // removeLeaf kills what is left in a process's leaf, waits for it to
@@ -791,6 +845,7 @@ func (r *runner) collect() Exit {
 	r.signal(unix.SIGKILL)
 	s.mu.Lock()
 	delete(s.pids, p.pid)
+	r.leafPath = ""
 	s.mu.Unlock()
 	exit, err := reap(p.pidfd, s.cfg.Now())
 	if err != nil {
@@ -801,7 +856,15 @@ func (r *runner) collect() Exit {
 	// app is left, wherever its descendants went. The leader's exit left
 	// it so unless a descendant is still dying: one read, as a rule.
 	if p.leaf != nil {
+		if s.tasks != nil {
+			s.tasks.remove(p.leaf.path)
+		}
 		r.emptied(p.leaf)
+		// Final now that nothing of the app is left: a kill that reached
+		// a child the app outlived counts too.
+		if s.cgroups.controllers["memory"] && oomKills(p.leaf.path) > 0 {
+			exit.OOM = oomCause(p.limits)
+		}
 	}
 	if r.killTimer != nil {
 		r.killTimer.Stop()
@@ -857,7 +920,11 @@ func (r *runner) onExit() {
 		r.afterPublish()
 		s.log.Warn("app exited", zap.String("app", r.id), zap.Stringer("exit", exit), zap.Duration("restart_in", d.delay))
 	default:
-		r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, "" })
+		reason := ""
+		if exit.OOM != "" {
+			reason = exit.String() // what a person must know of this exit
+		}
+		r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, reason })
 		r.afterPublish()
 		lvl := zap.InfoLevel
 		if !exit.Clean() {

@@ -50,6 +50,10 @@ type cgroupTree struct {
 	// is mnt/own/name (own as /proc/PID/cgroup names it).
 	own, name string
 	log       *zap.Logger
+	// controllers are the limit controllers the leaves have
+	// (enableControllers); lacking says why the others are not there.
+	controllers map[string]bool
+	lacking     string
 }
 
 // openCgroupTree finds the daemon's cgroup v2 directory, checks it can
@@ -64,19 +68,19 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
-	own := filepath.Join(mnt, ownRel)
-	if err := unix.Access(own, unix.W_OK); err != nil {
-		return nil, fmt.Errorf("%w: cannot write %s (run under systemd with Delegate=yes, or as root): %v", ErrNoCgroup, own, err)
-	}
-	// Leaves need no controllers, so the no-internal-processes rule does
-	// not stand between the daemon and its children here. A cgroup with
-	// controllers on for its children must not hold processes itself, so
-	// one that does and holds the daemon is the root, which is exempt.
-	clearLeftovers(own, log)
 	name, err := subtreeName(os.Getpid())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
+	ownRel = outOfDaemonLeaf(ownRel, name)
+	own := filepath.Join(mnt, ownRel)
+	if err := unix.Access(own, unix.W_OK); err != nil {
+		return nil, fmt.Errorf("%w: cannot write %s (run under systemd with Delegate=yes, or as root): %v", ErrNoCgroup, own, err)
+	}
+	// The leaves' limits need controllers, which the no-internal-process
+	// rule gives them only once the daemon is out of own: see
+	// enableControllers (limits.go).
+	clearLeftovers(own, log)
 	dir := filepath.Join(own, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroup, err)
@@ -85,7 +89,20 @@ func openCgroupTree(log *zap.Logger) (*cgroupTree, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("%w: no cgroup.kill in %s (needs Linux 5.14)", ErrNoCgroup, dir)
 	}
-	return &cgroupTree{mnt: mnt, dir: dir, own: ownRel, name: name, log: log}, nil
+	t := &cgroupTree{mnt: mnt, dir: dir, own: ownRel, name: name, log: log}
+	t.controllers, t.lacking = t.enableControllers()
+	return t, nil
+}
+
+// outOfDaemonLeaf is the cgroup a daemon divides, given the cgroup it is
+// in, cg, and the name of its subtree: a daemon that moved itself into its
+// own leaf (enableControllers), as a second supervisor of the same process
+// finds it, still divides the cgroup it came from.
+func outOfDaemonLeaf(cg, subtree string) string {
+	if filepath.Base(cg) == daemonLeaf && filepath.Base(filepath.Dir(cg)) == subtree {
+		return filepath.Dir(filepath.Dir(cg))
+	}
+	return cg
 }
 
 // ownCgroup is the directory of this process's cgroup v2: its "0::" line

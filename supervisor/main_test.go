@@ -109,6 +109,12 @@ func child(mode string) int {
 		return 3
 	case "daemon":
 		return daemon()
+	case "forkbomb":
+		return forkBomb()
+	case "spin":
+		return spin()
+	case "hog":
+		return memoryHog()
 	}
 	fmt.Fprintln(os.Stderr, "unknown mode", mode)
 	return 2

@@ -300,6 +300,11 @@ func (pl placer) inApps(cg string) (in, ours bool, leaf string) {
 	if !strings.HasPrefix(top, subtreePrefix) {
 		return false, false, ""
 	}
+	if below == daemonLeaf {
+		// A daemon's own leaf (enableControllers): what runs there is
+		// the daemon's, no app's; the walk goes on to its ancestors.
+		return false, false, ""
+	}
 	leaf, _, _ = strings.Cut(below, "/")
 	return true, top == pl.subtree, leaf
 }

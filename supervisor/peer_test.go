@@ -356,7 +356,13 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 		wantInside(t, sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd}), "", "in no known app's leaf")
 	})
 	t.Run("moved out of its app's leaf", func(t *testing.T) {
-		own := cgroupOrSkip(t)
+		cgroupOrSkip(t)
+		// The daemon's cgroup: where it started, or the leaf of its own it
+		// moved into to enable the limits' controllers.
+		own, err := ownCgroup("/proc/self/mountinfo", "/proc/self/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
 		sub := sup.Subscribe(1024)
 		defer sub.Close()
 		apply(t, sup, testApp(exe, "tree", "setsid-grandchild", true))

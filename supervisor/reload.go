@@ -46,6 +46,9 @@ type Applied struct {
 	// Stale are those apps when KeepRunning left them running as they
 	// were; Status is their status then.
 	Stale []AppChange
+	// Limits are the running apps whose changed limits were written into
+	// their cgroups in place, with no restart (applyLimitsLive).
+	Limits []string
 }
 
 // AppChange is one running app whose process a reload found out of date.

@@ -50,9 +50,16 @@ type Exit struct {
 	SignalNumber int       `json:"signal_number,omitempty"`
 	CoreDumped   bool      `json:"core_dumped,omitempty"`
 	At           time.Time `json:"at"`
+	// OOM is set when the kernel OOM-killed a process of the app (its
+	// leaf's memory.events), even one the app outlived: what it is put
+	// down to, "memory_max 512M". Such an exit is never clean.
+	OOM string `json:"oom,omitempty"`
 }
 
 func (e Exit) String() string {
+	if e.OOM != "" {
+		return "oom-killed (" + e.OOM + ")"
+	}
 	switch e.Kind {
 	case ExitStatus:
 		return fmt.Sprintf("exit %d", e.Code)
@@ -66,7 +73,7 @@ func (e Exit) String() string {
 }
 
 // Clean reports whether the process exited with status 0.
-func (e Exit) Clean() bool { return e.Kind == ExitStatus && e.Code == 0 }
+func (e Exit) Clean() bool { return e.Kind == ExitStatus && e.Code == 0 && e.OOM == "" }
 
 // checkMove reports whether from → to is a legal move; anything else is
 // a bug in the supervisor. A crashed app goes from running to stopped (or

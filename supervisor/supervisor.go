@@ -94,6 +94,10 @@ type Config struct {
 	// NoCgroup stops apps through their process groups even where the
 	// daemon could give each process a cgroup leaf (cgroup.go).
 	NoCgroup bool
+	// Strictness is the daemon's jail strictness (jail.Config's), which
+	// an entry's sandbox.strictness overrides: a strict app does not start
+	// without every limit its entry asks for (limits.go).
+	Strictness jail.Strictness
 }
 
 // AppStatus is an app's state as status reports it.
@@ -114,6 +118,11 @@ type AppStatus struct {
 	// running: the process runs its old entry until it is restarted.
 	// Empty otherwise.
 	Stale []string `json:"stale,omitempty"`
+	// Limits says which of the entry's limits hold the running process.
+	Limits *LimitsReport `json:"limits,omitempty"`
+	// Usage is what the app's leaf counts now; only Status reads it, and
+	// only for a process in a leaf.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Supervisor runs the apps of a manifest. Create it with New, run it with
@@ -161,8 +170,13 @@ type Supervisor struct {
 	// deferHook, when a test sets it before Run, runs on an app's
 	// goroutine when a start under way leaves a command for after it.
 	deferHook func()
-	// cgroups is where each process gets a leaf; nil: process groups.
-	cgroups *cgroupTree
+	// cgroups is where each process gets a leaf; nil: process groups,
+	// and noCgroup says why.
+	cgroups  *cgroupTree
+	noCgroup string
+	// tasks warns of apps at their tasks_max; nil without the pids
+	// controller.
+	tasks *taskWatch
 }
 
 // New checks cfg and returns a Supervisor with no apps.
@@ -205,16 +219,44 @@ func New(cfg Config) (*Supervisor, error) {
 	s.launch = launcherFunc(cfg.Launcher)
 	s.spec = cfg.Launcher.Spec
 	s.slowHook = slowHook
+	s.noCgroup = "the daemon was told not to use cgroups"
 	if !cfg.NoCgroup {
 		t, err := openCgroupTree(cfg.Log)
 		if err != nil {
+			s.noCgroup = err.Error()
 			cfg.Log.Info("apps are stopped through their process groups", zap.Error(err))
 		} else {
 			s.cgroups = t
-			cfg.Log.Info("each app process runs in a cgroup of its own", zap.String("cgroup", t.dir))
+			cfg.Log.Info("each app process runs in a cgroup of its own", zap.String("cgroup", t.dir),
+				zap.Strings("controllers", keys(t.controllers)), zap.String("lacking", t.lacking))
+			if t.controllers["pids"] {
+				if s.tasks, err = newTaskWatch(cfg.Log, s.warnTasks); err != nil {
+					cfg.Log.Warn("apps at their tasks_max go unreported", zap.Error(err))
+				}
+			}
 		}
 	}
 	return s, nil
+}
+
+// warnTasks tells of an app whose forks are refused at its tasks_max:
+// a log line and a warning event, once per episode (taskWatch).
+func (s *Supervisor) warnTasks(r *runner, limit int) {
+	text := fmt.Sprintf("tasks_max reached (%d): the app's forks and new threads fail", limit)
+	s.log.Warn("app reached its tasks_max", zap.String("app", r.id), zap.Int("tasks_max", limit))
+	s.mu.Lock()
+	st := r.status
+	dropped := s.subs.publish(Event{Kind: KindWarning, State: &st, Warning: text})
+	s.mu.Unlock()
+	s.logDropped(dropped)
+}
+
+// limitsLack says why some limits have no controller, for an error.
+func (s *Supervisor) limitsLack() string {
+	if s.cgroups != nil {
+		return s.cgroups.lacking
+	}
+	return s.noCgroup
 }
 
 // stopper is what stops this supervisor's apps.
@@ -243,6 +285,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.started = true
 	go spawner(s.launch, s.spawnReqs, s.spawnStop, s.spawnerDone)
+	if s.tasks != nil {
+		s.io.Add(1)
+		go func() {
+			defer s.io.Done()
+			s.tasks.run()
+		}()
+	}
 	for _, r := range s.pending {
 		s.launchLocked(r)
 	}
@@ -256,6 +305,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.runners.Wait()
+	if s.tasks != nil {
+		s.tasks.close()
+	}
 	s.stopGuards()
 	close(s.spawnStop)
 	<-s.spawnerDone
@@ -347,9 +399,13 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	}
 	order := make([]string, 0, len(m.Apps))
 	var live []liveEntry
+	var lims []liveLimits
 	for _, a := range m.Apps {
 		order = append(order, a.ID)
 		if r, ok := s.apps[a.ID]; ok {
+			if r.entry.Limits != a.Limits && r.status.Pid != 0 {
+				lims = append(lims, liveLimits{r: r, leaf: r.leafPath, pid: r.status.Pid, lim: a.Limits})
+			}
 			// The process that runs (or is starting) runs the entry its
 			// start read; the next start reads this one.
 			switch r.status.State {
@@ -384,6 +440,12 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	s.order = order
 	s.devMode = m.DeveloperMode
 	s.mu.Unlock()
+	// cgroup files are live: changed limits need no restart.
+	for _, l := range lims {
+		if s.applyLimitsLive(l) {
+			done.Limits = append(done.Limits, l.r.id)
+		}
+	}
 
 	// Compiled off the lock: it reads the disk (the program's
 	// interpreter, where symlinks lead).
@@ -542,20 +604,33 @@ func (s *Supervisor) goneErr() error {
 }
 
 // Status returns the state of the app id, or of every app in manifest
-// order when id is "". It only copies what the runners keep up to date.
+// order when id is "". It copies what the runners keep up to date, then,
+// with no lock held, reads each running process's usage from its leaf:
+// the counters are read only when someone asks.
 func (s *Supervisor) Status(id string) ([]AppStatus, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var out []AppStatus
+	var leaves []string
 	if id != "" {
 		r, ok := s.apps[id]
 		if !ok {
+			s.mu.Unlock()
 			return nil, fmt.Errorf("status %s: %w", id, ErrUnknownApp)
 		}
-		return []AppStatus{r.status}, nil
+		out, leaves = []AppStatus{r.status}, []string{r.leafPath}
+	} else {
+		out = make([]AppStatus, 0, len(s.order))
+		leaves = make([]string, 0, len(s.order))
+		for _, id := range s.order {
+			out = append(out, s.apps[id].status)
+			leaves = append(leaves, s.apps[id].leafPath)
+		}
 	}
-	out := make([]AppStatus, 0, len(s.order))
-	for _, id := range s.order {
-		out = append(out, s.apps[id].status)
+	s.mu.Unlock()
+	for i, leaf := range leaves {
+		if leaf != "" {
+			out[i].Usage = readUsage(leaf, s.cfg.Now())
+		}
 	}
 	return out, nil
 }

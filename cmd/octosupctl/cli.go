@@ -182,6 +182,7 @@ Exit codes: 0 done; 1 the daemon refused or failed the operation;
 		c.reloadCommand(),
 		c.validateCommand(),
 		c.jailCommand(),
+		c.topCommand(),
 		c.approvalsCommand(),
 		c.approveCommand(),
 		c.consentCommand(),
@@ -281,6 +282,9 @@ status marks them "stale: restart to apply" until they are restarted.`,
 			}
 			for _, ch := range data.Stale {
 				c.say("stale: %s (%s changed): restart to apply", ch.App, conjoin(ch.Changed))
+			}
+			for _, id := range data.Limits {
+				c.say("limits applied in place: %s", id)
 			}
 			return nil
 		},

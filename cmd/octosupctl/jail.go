@@ -32,6 +32,15 @@ What took at the last start is in "octosupctl status".`,
 			// values with control.Visible, and rendering its lines again
 			// here would double the backslashes of those escapes.
 			fmt.Fprint(c.stdout, data.Text)
+			var st control.StatusData
+			if err := c.client().Do(cmd.Context(), control.OpStatus, control.StatusArgs{App: args[0]}, &st); err != nil {
+				return opError("jail "+args[0], err)
+			}
+			if len(st.Apps) == 1 {
+				for _, line := range limitsLines(st.Apps[0].Limits) {
+					c.say("%s", line)
+				}
+			}
 			return nil
 		},
 	}
@@ -71,4 +80,22 @@ func jailSummary(j *control.JailReport) string {
 		s += " (missing " + strings.Join(j.Missing, ", ") + ")"
 	}
 	return s
+}
+
+// limitsLines say which of the app's limits took at its last start, and
+// through what (docs/limits.md).
+func limitsLines(l *control.LimitsReport) []string {
+	if l == nil {
+		return []string{"limits: not started yet (the manifest's limits apply at its start)"}
+	}
+	lines := []string{"limits (at the last start): limiter " + l.Limiter}
+	applied := "none"
+	if len(l.Applied) > 0 {
+		applied = strings.Join(l.Applied, ", ")
+	}
+	lines = append(lines, "  applied: "+applied)
+	if len(l.Missing) > 0 {
+		lines = append(lines, "  missing: "+strings.Join(l.Missing, ", ")+" (no controller for them here: docs/limits.md)")
+	}
+	return lines
 }

@@ -23,11 +23,18 @@ import (
 	"octosup/policy"
 )
 
+// asMainEnv makes the test binary octosupctl itself, for the tests that
+// run it in a terminal (top_test.go).
+const asMainEnv = "OCTOSUPCTL_TEST_MAIN"
+
 func TestMain(m *testing.M) {
 	// The daemon these tests run re-executes the test binary as the jail
 	// helper.
 	if jail.IsHelper(os.Args) {
 		os.Exit(jail.RunHelper())
+	}
+	if os.Getenv(asMainEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// A table's width is the test's to set (TestFailedAppReason), not the
 	// shell's that runs go test.
@@ -192,7 +199,9 @@ func TestWithDaemon(t *testing.T) {
 		{"start", []string{"start", "talker"}, nil, exitOK, `^talker: running \(pid \d+\)\n$`, `^$`},
 		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+(landlock \d+, )?seccomp( \(missing [a-z., ]+\))?\n$`, `^$`},
 		{"jail", []string{"jail", "talker"}, nil, exitOK,
-			`(?s)^app talker\n  program  /bin/sh\n.*  files    read anywhere; write, create and remove only beneath these \(policy broad\):\n.*  syscalls refused[^\n]*:\n    ptrace `, `^$`},
+			`(?s)^app talker\n  program  /bin/sh\n.*  files    read anywhere; write, create and remove only beneath these \(policy broad\):\n.*  syscalls refused[^\n]*:\n    ptrace .*\nlimits \(at the last start\): limiter [a-z+]+\n  applied: [^\n]*tasks_max=512[^\n]*\n$`, `^$`},
+		{"status json running", []string{"--json", "status", "talker"}, nil, exitOK,
+			`(?s)"limits": \{\n\s+"limiter": "[a-z+]+",\n\s+"applied": \[\n\s+"tasks_max=512[^"]*"\n\s+\],.*"usage": \{\n\s+"cpu_usec": \d+,`, `^$`},
 		{"jail json", []string{"--json", "jail", "idle"}, nil, exitOK, `(?s)^\{\n  "version": 1,\n  "app": "idle",\n  "program": "/bin/sleep",.*"seccomp": \[`, `^$`},
 		{"jail unknown", []string{"jail", "nope"}, nil, exitFailed, `^$`, `^octosupctl: jail nope: no app "nope" in the manifest\n$`},
 		// Every command words an unknown app the same, once.

@@ -32,7 +32,11 @@ func TestReload(t *testing.T) {
 			`^reloaded: 2 apps\nremoved: extra\nrestarted: talker \(argv changed\)\n$`},
 		{"reload unchanged", []string{"reload"}, nil, `^reloaded: 2 apps\n$`},
 		{"reload json", []string{"--json", "reload"}, nil,
-			`^\{\n  "apps": 2,\n  "added": \[\],\n  "removed": \[\],\n  "restarted": \[\],\n  "stale": \[\]\n\}\n$`},
+			`^\{\n  "apps": 2,\n  "added": \[\],\n  "removed": \[\],\n  "restarted": \[\],\n  "stale": \[\],\n  "limits": \[\]\n\}\n$`},
+		// cgroup files (or the RLIMIT_NPROC standing in) are live: a change
+		// of limits alone restarts nothing.
+		{"reload limits", []string{"reload"}, func() { copyFile(t, "testdata/apps-limits.json", manifest) },
+			`^reloaded: 2 apps\nlimits applied in place: talker\n$`},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -154,6 +155,11 @@ func (c *cli) printState(seen map[string]string, st control.StateEvent) {
 
 // stateLine is one state event for a person: "12:00:01 notes stopped (signal SIGKILL)".
 func stateLine(st control.StateEvent) string {
+	if st.Warning != "" {
+		// Not a move: the app ran into a limit, now, in the state it
+		// has been in since st.Since.
+		return fmt.Sprintf("%s %s warning: %s", time.Now().Format("15:04:05"), st.App, st.Warning)
+	}
 	s := fmt.Sprintf("%s %s %s", st.Since.Local().Format("15:04:05"), st.App, st.State)
 	switch {
 	case st.State == "running" && st.Pid != 0:
