@@ -169,8 +169,15 @@ func (e *ExecArgs) placeVector(ss []string) (uintptr, error) {
 // it when offset says so, and fills them with fill (given the address of
 // its first byte).
 func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int, offset bool) (uintptr, error) {
+	return e.placeBelow(fill, size, offset, userHigh)
+}
+
+// placeBelow is place with pages drawn below high. A page past the end of
+// the address space (ENOMEM: arm64 kernels with 39-bit addresses, UML)
+// becomes the new bound, so the draws shrink to the space there is.
+func (e *ExecArgs) placeBelow(fill func(base uintptr, b []byte), size int, offset bool, high uintptr) (uintptr, error) {
 	var rnd [8]byte
-	for try := 0; try < 16; try++ {
+	for try := 0; try < 64; try++ {
 		if _, err := unix.Getrandom(rnd[:], 0); err != nil {
 			return 0, fmt.Errorf("exec gate: getrandom: %w", err)
 		}
@@ -179,12 +186,16 @@ func (e *ExecArgs) place(fill func(base uintptr, b []byte), size int, offset boo
 		if !offset {
 			off = 0
 		}
-		page := uintptr(userLow + (r>>9)%((userHigh-userLow)/pageSize)*pageSize)
+		page := uintptr(userLow + (uint64(r>>9)%uint64((high-userLow)/pageSize))*pageSize)
 		length := (int(off) + size + pageSize - 1) &^ (pageSize - 1)
 		// The hint is an address, not Go memory: unsafe.Add from nil says so.
 		p, err := unix.MmapPtr(-1, 0, unsafe.Add(unsafe.Pointer(nil), page), uintptr(length), unix.PROT_READ|unix.PROT_WRITE,
 			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
 		if err == unix.EEXIST {
+			continue
+		}
+		if err == unix.ENOMEM && page > userLow+16*pageSize {
+			high = page
 			continue
 		}
 		if err != nil {
