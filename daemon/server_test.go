@@ -225,9 +225,20 @@ func TestMalformedLines(t *testing.T) {
 	}
 	for i, tt := range tests {
 		c.send(tt.line)
-		resp := c.response()
+		raw := c.line()
+		var resp control.Response
+		mustUnmarshal(t, raw, &resp)
 		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeBadRequest || resp.ID != tt.wantID {
 			t.Fatalf("%q: answer %+v, want bad_request with id %d", tt.line, resp, tt.wantID)
+		}
+		// A line without a usable id is answered "id": null, never an id
+		// a client could take for one of its own.
+		wantID := `{"id":null,`
+		if tt.wantID != 0 {
+			wantID = fmt.Sprintf(`{"id":%d,`, tt.wantID)
+		}
+		if !bytes.HasPrefix(raw, []byte(wantID)) {
+			t.Fatalf("%q: answered %s, want it to start %s", tt.line, raw, wantID)
 		}
 		// The connection survives: the next request is served.
 		id := int64(100 + i)
@@ -266,8 +277,8 @@ func TestOversizedLine(t *testing.T) {
 		t.Fatalf("a line of exactly MaxLine bytes: %.200v", resp)
 	}
 	c.send(`{"id":4,"op":"status"` + strings.Repeat(" ", pad+1) + `}`)
-	if resp := c.response(); resp.ID != 0 || resp.Error == nil || resp.Error.Code != control.CodeBadRequest {
-		t.Fatalf("a line of MaxLine+1 bytes: %.200v", resp)
+	if raw := c.line(); !bytes.HasPrefix(raw, []byte(`{"id":null,"ok":false,"error":{"code":"bad_request"`)) {
+		t.Fatalf("a line of MaxLine+1 bytes: %.200s", raw)
 	}
 }
 
@@ -593,7 +604,8 @@ func TestRefusedPeers(t *testing.T) {
 		if err := json.Unmarshal(out, &resp); err != nil {
 			t.Fatalf("client as nobody read %q: %v", out, err)
 		}
-		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeNotPermitted || !strings.Contains(resp.Error.Message, "uid 65534") {
+		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeNotPermitted || !strings.Contains(resp.Error.Message, "uid 65534") ||
+			!bytes.HasPrefix(out, []byte(`{"id":null,`)) {
 			t.Fatalf("uid 65534 was answered %s, want not_permitted", out)
 		}
 	})
