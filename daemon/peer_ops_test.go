@@ -207,7 +207,7 @@ func TestPeerLinkThroughTheDaemon(t *testing.T) {
 	if err := kernel.Do(ctx, control.OpRequestReply, reply, nil); err != nil {
 		t.Fatalf("request.reply: %v", err)
 	}
-	for _, e := range []string{`{"type":"delta","text":"hello"}`, `{"type":"turn.end","turn_id":"t1"}`} {
+	for _, e := range []string{`{"type":"delta","text":"hello"}`, `{"type":"turn.end","turn_id":"t1","reason":"completed"}`} {
 		if err := kernel.Do(ctx, control.OpRequestEvent, peer.KernelEvent{App: "chat", ReqID: "turn-1", Event: json.RawMessage(e)}, nil); err != nil {
 			t.Fatalf("request.event %s: %v", e, err)
 		}
