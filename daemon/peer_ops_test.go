@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -271,5 +272,31 @@ func TestPeerOpsRefuseBadArgs(t *testing.T) {
 		if codeOf(err) != tc.code {
 			t.Errorf("%s %+v: %v, want code %s", tc.op, tc.args, err, tc.code)
 		}
+	}
+}
+
+// TestApproveRememberIsForTools: a consent answer is always kept, so
+// remember is refused for one, naming why, and the question stays
+// pending for a proper answer.
+func TestApproveRememberIsForTools(t *testing.T) {
+	_, d, sub := hubDaemon(t, hubAppManifest)
+	ctx := context.Background()
+	a := pendingConsent(t, d.client, sub, "chat")
+	err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow", Remember: true}, nil)
+	var cerr *control.Error
+	if !errors.As(err, &cerr) || cerr.Code != control.CodeBadRequest || !strings.Contains(cerr.Message, "a consent answer is always kept, until consent revoke") {
+		t.Fatalf("approve a consent with remember: %v, want bad_request saying consent is always kept", err)
+	}
+	var list control.ApprovalsData
+	if err := d.client.Do(ctx, control.OpApprovals, nil, &list); err != nil || len(list.Approvals) != 1 || list.Approvals[0].ApprovalID != a.ApprovalID {
+		t.Fatalf("approvals after the refusal: %v %+v, want %s still pending", err, list, a.ApprovalID)
+	}
+	var cons control.ConsentData
+	if err := d.client.Do(ctx, control.OpConsent, control.ConsentArgs{Action: "list"}, &cons); err != nil || len(cons.Consents) != 0 {
+		t.Fatalf("consent list after the refusal: %v %+v, want nothing kept", err, cons)
+	}
+	allow(t, d.client, a)
+	if err := d.client.Do(ctx, control.OpConsent, control.ConsentArgs{Action: "list"}, &cons); err != nil || len(cons.Consents) != 1 {
+		t.Fatalf("consent list after allow: %v %+v, want it kept", err, cons)
 	}
 }
