@@ -266,11 +266,17 @@ func TestPeerOpsRefuseBadArgs(t *testing.T) {
 		{control.OpConsent, control.ConsentArgs{Action: "revoke"}, control.CodeBadRequest},
 		{control.OpAppSend, control.AppSendArgs{App: "talker"}, control.CodeBadRequest},
 		{control.OpAppSend, control.AppSendArgs{App: "idle", Frame: json.RawMessage(`{"x":1}`)}, "not_connected"},
+		{control.OpAppSend, control.AppSendArgs{App: "idle", Frame: json.RawMessage(`{"octos_peer":{}}`)}, control.CodeBadRequest},
 		{control.OpRequestEvent, peer.KernelEvent{App: "talker", ReqID: "r", Event: json.RawMessage(`{}`)}, control.CodeNotAttached},
 	} {
 		err := d.client.Do(ctx, tc.op, tc.args, nil)
 		if codeOf(err) != tc.code {
 			t.Errorf("%s %+v: %v, want code %s", tc.op, tc.args, err, tc.code)
+		}
+		// Said once, and about this repository only: the client adds
+		// its own prefix.
+		if msg := err.Error(); strings.Count(msg, tc.op) > 1 || strings.Contains(msg, "§") || strings.Contains(msg, "SPEC") {
+			t.Errorf("%s: the message stutters or points outside: %q", tc.op, msg)
 		}
 	}
 }

@@ -713,3 +713,42 @@ func FuzzReadRequestLine(f *testing.F) {
 		}
 	})
 }
+
+// TestStateEventBeforeItsAnswer: on a connection subscribed to state,
+// the event of the state a start, stop or restart answers comes before
+// that answer, every time.
+func TestStateEventBeforeItsAnswer(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	c := dialRaw(t, ts.path)
+	c.send(`{"id":1,"op":"subscribe","args":{"topics":["state"]}}`)
+	if resp := c.response(); !resp.OK {
+		t.Fatalf("subscribe: %+v", resp.Error)
+	}
+	ops := []struct{ op, state string }{{"start", "running"}, {"stop", "stopped"}, {"restart", "running"}, {"stop", "stopped"}}
+	for i := range 400 {
+		o := ops[i%len(ops)]
+		id := int64(i + 2)
+		c.send(fmt.Sprintf(`{"id":%d,"op":%q,"args":{"app":"a"}}`, id, o.op))
+		sawEvent := false
+		for {
+			line := c.line()
+			var probe struct {
+				Event *string `json:"event"`
+				State string  `json:"state"`
+				ID    int64   `json:"id"`
+			}
+			mustUnmarshal(t, line, &probe)
+			if probe.Event != nil {
+				sawEvent = sawEvent || probe.State == o.state
+				continue
+			}
+			if probe.ID != id {
+				t.Fatalf("%s: answer %s, want id %d", o.op, line, id)
+			}
+			if !sawEvent {
+				t.Fatalf("round %d: the answer to %s came before the %s event: %s", i, o.op, o.state, line)
+			}
+			break
+		}
+	}
+}
