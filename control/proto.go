@@ -79,7 +79,26 @@ const (
 	OpLogs      = "logs"
 	OpSubscribe = "subscribe"
 	OpReload    = "reload"
+	OpHello     = "hello"
 )
+
+// The protocol hello names. Version moves only when a change could break
+// a client written for the one before (docs/control.md, "Versions"); what
+// is added meanwhile is found in hello's ops and topics.
+const (
+	ProtocolName    = "octosup-control"
+	ProtocolVersion = 1
+)
+
+// HelloData is hello's data: the protocol, its version, and the ops and
+// topics this daemon serves, sorted.
+type HelloData struct {
+	Protocol string   `json:"protocol"`
+	Version  int      `json:"version"`
+	Ops      []string `json:"ops"`
+	Topics   []string `json:"topics"`
+	MaxLine  int      `json:"max_line"`
+}
 
 // Event topics a subscriber may ask for. TopicLog is not subscribed to
 // directly: logs with follow delivers it.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,6 +140,15 @@ func TestOps(t *testing.T) {
 			}
 			if !strings.Contains(string(raw), `"link":{"connected":true,"contexts":1,"outstanding_calls":0}`) {
 				t.Fatalf("link member not on the wire as docs/control.md says: %s", raw)
+			}
+		}},
+		{name: "hello", op: control.OpHello, check: func(t *testing.T, raw json.RawMessage) {
+			var d control.HelloData
+			mustUnmarshal(t, raw, &d)
+			if d.Protocol != "octosup-control" || d.Version != 1 || d.MaxLine != control.MaxLine ||
+				!slices.Contains(d.Ops, "status") || !slices.Contains(d.Ops, "hello") || !slices.IsSorted(d.Ops) ||
+				!slices.Equal(d.Topics, []string{"app.frame", "approval", "log", "state"}) {
+				t.Fatalf("hello = %s", raw)
 			}
 		}},
 		{name: "start", op: control.OpStart, args: control.AppArgs{App: "a"}, check: func(t *testing.T, raw json.RawMessage) {
