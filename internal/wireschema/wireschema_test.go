@@ -230,3 +230,45 @@ func TestSchemasRefuseWhatTheDaemonRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestControlDocQuotesTheGoldenFiles: every example line of
+// docs/control.md (a jsonl block) is a line of a golden file, so the page
+// shows what the daemon sends; and every golden file is shown.
+func TestControlDocQuotesTheGoldenFiles(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/control.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := controlGolden(t)
+	lines := map[string]string{}
+	for name, ls := range golden {
+		for _, l := range ls {
+			dir := "< "
+			if l.sent {
+				dir = "> "
+			}
+			lines[dir+string(l.text)] = name
+		}
+	}
+	shown := map[string]bool{}
+	in := false
+	for i, l := range strings.Split(string(doc), "\n") {
+		switch {
+		case l == "```jsonl":
+			in = true
+		case l == "```":
+			in = false
+		case in:
+			name, ok := lines[l]
+			if !ok {
+				t.Errorf("docs/control.md:%d quotes a line no golden file has: %s", i+1, l)
+			}
+			shown[name] = true
+		}
+	}
+	for name := range golden {
+		if !shown[name] {
+			t.Errorf("docs/control.md shows nothing of control/testdata/golden/%s.jsonl", name)
+		}
+	}
+}
