@@ -8,7 +8,7 @@ PKGS      := ./...
 EXAMPLES  := $(notdir $(wildcard examples/*))
 export CGO_ENABLED := 1
 
-.PHONY: all deps build examples run test lint fuzz bench chaos install uninstall clean
+.PHONY: all deps build examples run test pyclient lint fuzz bench chaos install uninstall clean
 
 all: build
 
@@ -45,8 +45,15 @@ $(RUNDIR)/native-apps.json: configs/native-apps.example.json
 run: build $(RUNDIR)/native-apps.json
 	$(BIN)/octosupd run --config $(RUNDIR)/native-apps.json
 
+# make test includes tools/pyclient's test, which runs the Python control
+# client's walkthrough (tools/pyclient/walkthrough.py) against a real
+# daemon; it is skipped, saying so, where python3 is missing.
 test: build
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+# make pyclient: that walkthrough alone, with its output.
+pyclient: deps
+	$(GO) test -count=1 -v -run TestPythonWalkthrough ./tools/pyclient
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
