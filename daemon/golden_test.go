@@ -573,7 +573,8 @@ var nonceRE = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
 // goldenNormalizer returns what makes a session's line the same on every
 // run and machine: each time member is one instant, each pid one number,
 // the daemon's nonce the one the docs use, the test's paths a user's
-// usual ones, the jail layers those of a kernel with Landlock ABI 7, and
+// usual ones, the jail layers those of a kernel with Landlock ABI 7, the
+// limits and usage those of a daemon with a delegated cgroup, and
 // the jail op's long spec and text cut to their first members and line.
 func goldenNormalizer(env testEnv) func([]byte) []byte {
 	var pairs []string
@@ -611,6 +612,12 @@ func goldenNormalizer(env testEnv) func([]byte) []byte {
 			if bytes.Contains(v, []byte(`"landlock_abi"`)) {
 				return []byte(`{"landlock_abi":7,"layers":["landlock","seccomp"],"missing":[]}`)
 			}
+		case "limits":
+			if bytes.Contains(v, []byte(`"limiter"`)) {
+				return []byte(`{"limiter":"cgroup","applied":["tasks_max=512"],"missing":[]}`)
+			}
+		case "usage":
+			return []byte(`{"cpu_usec":11531,"memory_current":16977920,"memory_peak":17039360,"tasks":5,"at":"2026-12-01T20:00:00Z"}`)
 		case "spec":
 			return []byte(`{"app":"clock","…":"the whole spec: docs/jail.md"}`)
 		case "text":
