@@ -8,7 +8,7 @@ PKGS      := ./...
 EXAMPLES  := $(notdir $(wildcard examples/*))
 export CGO_ENABLED := 1
 
-.PHONY: all deps build examples run test lint fuzz bench chaos install uninstall clean
+.PHONY: all deps build examples run test pyclient lint fuzz bench chaos install uninstall clean
 
 all: build
 
@@ -45,8 +45,15 @@ $(RUNDIR)/native-apps.json: configs/native-apps.example.json
 run: build $(RUNDIR)/native-apps.json
 	$(BIN)/octosupd run --config $(RUNDIR)/native-apps.json
 
+# make test includes tools/pyclient's test, which runs the Python control
+# client's walkthrough (tools/pyclient/walkthrough.py) against a real
+# daemon; it is skipped, saying so, where python3 is missing.
 test: build
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+# make pyclient: that walkthrough alone, with its output.
+pyclient: deps
+	$(GO) test -count=1 -v -run TestPythonWalkthrough ./tools/pyclient
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
@@ -95,10 +102,11 @@ PKGLIBDIR   := $(LIBDIR)/octosup
 PROGRAMS    := octosupd octosup-jail octosupctl
 UNITS       := octosupd.service octosupd.socket
 DOCS        := $(wildcard docs/*.md)
+WIRESCHEMAS := $(wildcard configs/schema/*.schema.json)
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGLIBDIR)/examples $(DESTDIR)$(USERUNITDIR) \
-		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs
+		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs $(DESTDIR)$(DOCDIR)/configs/schema
 	install -m 0755 $(addprefix $(BIN)/,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(addprefix $(BIN)/examples/,$(EXAMPLES)) $(DESTDIR)$(PKGLIBDIR)/examples/
 	for u in $(UNITS); do \
@@ -108,6 +116,7 @@ install: build
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/docs/
 	install -m 0644 configs/native-apps.schema.json $(DESTDIR)$(DOCDIR)/configs/
+	install -m 0644 $(WIRESCHEMAS) $(DESTDIR)$(DOCDIR)/configs/schema/
 	sed 's#/usr/lib/octosup/examples#$(PKGLIBDIR)/examples#g' configs/native-apps.example.json \
 		> $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
 	chmod 0644 $(DESTDIR)$(DOCDIR)/configs/native-apps.example.json
@@ -124,9 +133,10 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS)) $(addprefix $(DESTDIR)$(USERUNITDIR)/,$(UNITS))
 	rm -f $(addprefix $(DESTDIR)$(PKGLIBDIR)/examples/,$(EXAMPLES))
 	rm -f $(DESTDIR)$(DOCDIR)/README.md $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOCS)) \
-		$(addprefix $(DESTDIR)$(DOCDIR)/configs/,native-apps.schema.json native-apps.example.json)
+		$(addprefix $(DESTDIR)$(DOCDIR)/configs/,native-apps.schema.json native-apps.example.json) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(WIRESCHEMAS))
 	rmdir $(DESTDIR)$(PKGLIBDIR)/examples $(DESTDIR)$(PKGLIBDIR) \
-		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+		$(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/configs/schema $(DESTDIR)$(DOCDIR)/configs $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 clean:
 	rm -rf $(BIN) $(RUNDIR)

@@ -111,7 +111,7 @@ func toolCallLine(buf []byte, n int, contextID string) []byte {
 	buf = strconv.AppendInt(buf, int64(n)+1000, 10)
 	buf = append(buf, `,"op":"tool.call","args":{"app":"`+toolAppID+`","call":{"call_id":"b`...)
 	buf = strconv.AppendInt(buf, int64(n), 10)
-	buf = append(buf, `","name":"`+toolName+`","args":{"query":"milk"},"risk":"read","timeout_ms":60000,"context_id":`...)
+	buf = append(buf, `","name":"`+toolName+`","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":60000,"context_id":`...)
 	buf = strconv.AppendQuote(buf, contextID) // an id: printable ASCII, so JSON as quoted
 	return append(buf, `,"caller":"bench"}}}`+"\n"...)
 }

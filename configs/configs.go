@@ -7,13 +7,35 @@
 // change what another one sees.
 package configs
 
-import _ "embed"
+import (
+	"embed"
+	"io/fs"
+)
 
 //go:embed native-apps.schema.json
 var schema string
 
 //go:embed native-apps.example.json
 var example string
+
+// The wire formats' schemas (docs/control.md, docs/protocol.md): the
+// control socket's request, answer and event, the hub's up and down
+// frames.
+//
+//go:embed schema/*.schema.json
+var wire embed.FS
+
+// WireSchemas lists the files of configs/schema, by name.
+func WireSchemas() []string {
+	names, _ := fs.Glob(wire, "schema/*.schema.json")
+	for i, n := range names {
+		names[i] = n[len("schema/"):]
+	}
+	return names
+}
+
+// WireSchema returns configs/schema/name, e.g. "control-request.schema.json".
+func WireSchema(name string) ([]byte, error) { return wire.ReadFile("schema/" + name) }
 
 // Schema returns native-apps.schema.json, a JSON Schema (draft 2020-12).
 func Schema() []byte { return []byte(schema) }

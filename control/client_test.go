@@ -102,7 +102,7 @@ func TestClientDo(t *testing.T) {
 			id, _ := json.Marshal(req.ID)
 			return []string{`{"id":` + string(id) + `,"ok":false,"error":{"code":"unknown_app","message":"no app \"x\""}}`}
 		case "refuse":
-			return []string{`{"id":0,"ok":false,"error":{"code":"not_permitted","message":"go away"}}`}
+			return []string{`{"id":null,"ok":false,"error":{"code":"not_permitted","message":"go away"}}`}
 		}
 		return nil
 	})

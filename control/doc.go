@@ -7,8 +7,10 @@
 // {"id": N, "op": ..., "args": {...}} gets exactly one Response with the
 // same id; events {"event": topic, ...} may come in between on a
 // connection that asked for them (subscribe, logs with follow, an
-// attached kernel). An answer with id 0 is about the connection itself
-// (e.g. not_permitted) or a line that could not be attributed.
+// attached kernel). An answer with id null (Response.ID 0) is about the
+// connection itself (e.g. not_permitted) or a line that could not be
+// attributed. The hello op says which protocol version the daemon speaks
+// and which ops and topics it serves.
 //
 // An error's message says what went wrong and what to do, without the op
 // or app the client asked about: the client knows them and says them

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strings"
 	"time"
 )
 
@@ -20,12 +20,25 @@ type Request struct {
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
-// Response answers exactly one Request.
+// Response answers exactly one Request. An ID of 0 (the answer is about
+// the connection, or about a line without a usable id) is written and
+// read as "id": null.
 type Response struct {
 	ID    int64           `json:"id"`
 	OK    bool            `json:"ok"`
 	Data  json.RawMessage `json:"data,omitempty"`
 	Error *Error          `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the response, its ID 0 as null: no request has id
+// 0, and a client must not take the answer for one that does.
+func (r Response) MarshalJSON() ([]byte, error) {
+	type plain Response
+	b, err := json.Marshal(plain(r))
+	if err != nil || r.ID != 0 {
+		return b, err
+	}
+	return append([]byte(`{"id":null`), b[len(`{"id":0`):]...), nil
 }
 
 // Error is the error member of a failed Response. It is also a Go error,
@@ -66,7 +79,26 @@ const (
 	OpLogs      = "logs"
 	OpSubscribe = "subscribe"
 	OpReload    = "reload"
+	OpHello     = "hello"
 )
+
+// The protocol hello names. Version moves only when a change could break
+// a client written for the one before (docs/control.md, "Versions"); what
+// is added meanwhile is found in hello's ops and topics.
+const (
+	ProtocolName    = "octosup-control"
+	ProtocolVersion = 1
+)
+
+// HelloData is hello's data: the protocol, its version, and the ops and
+// topics this daemon serves, sorted.
+type HelloData struct {
+	Protocol string   `json:"protocol"`
+	Version  int      `json:"version"`
+	Ops      []string `json:"ops"`
+	Topics   []string `json:"topics"`
+	MaxLine  int      `json:"max_line"`
+}
 
 // Event topics a subscriber may ask for. TopicLog is not subscribed to
 // directly: logs with follow delivers it.
@@ -320,14 +352,30 @@ type ManifestProblems struct {
 	Problems []string `json:"problems"`
 }
 
-// ErrBadRequest is wrapped by every error DecodeRequest returns.
+// ErrBadRequest is matched (errors.Is) by every error DecodeRequest
+// returns. Their messages do not repeat it: the answer's code already says
+// bad_request.
 var ErrBadRequest = errors.New("bad request")
+
+// requestError is a refused request line.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string        { return e.msg }
+func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// requestShape is what every refusal of a line's form ends with.
+const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
 // DecodeRequest decodes one request line (without its newline) strictly:
 // one JSON object with a positive integer id, a non-empty op, args an
 // object when present, no other member, nothing after it. On error it
-// still returns the request's id when the line names one, so that the
-// answer can be attributed. The request's Args alias line.
+// still returns the request's id when the line names a usable one, so
+// that the answer can be attributed; otherwise the ID is 0, which an
+// answer carries as "id": null. The request's Args alias line.
 func DecodeRequest(line []byte) (Request, error) {
 	// The usual line is decoded in one pass; any other (a bad request, or
 	// an unusual spelling of a good one) goes through encoding/json,
@@ -340,40 +388,86 @@ func DecodeRequest(line []byte) (Request, error) {
 
 // decodeRequestSlow is DecodeRequest by encoding/json.
 func decodeRequestSlow(line []byte) (Request, error) {
-	var raw struct {
-		ID   json.RawMessage `json:"id"`
-		Op   json.RawMessage `json:"op"`
-		Args json.RawMessage `json:"args"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	err := dec.Decode(&raw)
-	if err != nil {
-		// An unknown member still leaves an attributable id.
-		var req Request
-		req.ID = recoverID(line)
-		return req, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
 	var req Request
-	if id, ok := parseID(raw.ID); ok {
-		req.ID = id
-	} else {
-		return req, fmt.Errorf("%w: id must be a positive integer", ErrBadRequest)
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return req, badRequest("the line is not a JSON object: %s", requestShape)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, fmt.Errorf("%w: more than one JSON value on the line", ErrBadRequest)
+	keys, values, end, err := objectMembers(trimmed)
+	if err != nil {
+		return req, badRequest("the line is not valid JSON (%v): %s", jsonErrorText(err), requestShape)
 	}
-	if err := json.Unmarshal(raw.Op, &req.Op); err != nil || req.Op == "" {
-		return req, fmt.Errorf("%w: op must be a non-empty string", ErrBadRequest)
-	}
-	if len(raw.Args) > 0 && !bytes.Equal(raw.Args, []byte("null")) {
-		if raw.Args[0] != '{' {
-			return req, fmt.Errorf("%w: args must be an object", ErrBadRequest)
+	var rawID, rawOp, rawArgs json.RawMessage
+	seen := map[string]bool{}
+	for i, k := range keys {
+		if seen[k] {
+			return req, badRequest("the request has %q twice: send each member once", k)
 		}
-		req.Args = raw.Args
+		seen[k] = true
+		switch k {
+		case "id":
+			rawID = values[i]
+		case "op":
+			rawOp = values[i]
+		case "args":
+			rawArgs = values[i]
+		}
+	}
+	// The id first: every later refusal can then be attributed.
+	id, idOK := parseID(rawID)
+	if idOK {
+		req.ID = id
+	}
+	for _, k := range keys {
+		if k != "id" && k != "op" && k != "args" {
+			near := ""
+			if n := nearestName(k, []string{"id", "op", "args"}); n != "" {
+				near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
+			}
+			return req, badRequest("the request has no member %q%s: a request has only id, op and args", k, near)
+		}
+	}
+	if !idOK {
+		got := "none"
+		if len(rawID) > 0 {
+			got = string(rawID)
+			if len(got) > 40 {
+				got = got[:40] + "…"
+			}
+		}
+		return req, badRequest("id must be a positive integer (up to 2^63-1), got %s: this answer's id is null because the line has no id an answer could carry", got)
+	}
+	if end != len(trimmed) {
+		return req, badRequest("more than one JSON value on the line: send one request a line")
+	}
+	if err := json.Unmarshal(rawOp, &req.Op); err != nil || req.Op == "" {
+		return req, badRequest("op must be a non-empty string, the name of an op (the hello op lists them)")
+	}
+	if len(rawArgs) > 0 && !bytes.Equal(rawArgs, []byte("null")) {
+		if rawArgs[0] != '{' {
+			return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindOf(rawArgs))
+		}
+		req.Args = rawArgs
 	}
 	return req, nil
+}
+
+// jsonErrorText is a decoder error without its "json: " prefix.
+func jsonErrorText(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
+
+// kindOf names the kind of a JSON value.
+func kindOf(v json.RawMessage) string {
+	switch v[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 func parseID(raw json.RawMessage) (int64, bool) {
@@ -389,33 +483,6 @@ func parseID(raw json.RawMessage) (int64, bool) {
 		return 0, false
 	}
 	return id, true
-}
-
-// recoverID finds the id of a line that is a JSON object but not a valid
-// request; 0 when there is none.
-func recoverID(line []byte) int64 {
-	var probe struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(line, &probe) != nil {
-		return 0
-	}
-	id, _ := parseID(probe.ID)
-	return id
-}
-
-// DecodeArgs decodes a request's args into v strictly: unknown members
-// are a bad_request naming them. Absent args decode as {}.
-func DecodeArgs(args json.RawMessage, v any) error {
-	if len(args) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return Errorf(CodeBadRequest, "args: %v", err)
-	}
-	return nil
 }
 
 // EncodeEvent returns the line {"event": topic, ...body's members} for a

@@ -23,10 +23,10 @@ func TestDecodeToolCallArgs(t *testing.T) {
 		{name: "null args", args: `{"app":"a","call":{"args":null}}`,
 			want: ToolCallArgs{App: "a", Call: ToolCall{Args: json.RawMessage(`null`)}}},
 		{name: "empty", args: ``},
-		{name: "unknown member", args: `{"app":"a","cal":{}}`, wantErr: `unknown field "cal"`},
-		{name: "unknown call member", args: `{"app":"a","call":{"id":"x"}}`, wantErr: `unknown field "id"`},
-		{name: "wrong type", args: `{"app":1}`, wantErr: "cannot unmarshal number"},
-		{name: "fraction timeout", args: `{"call":{"timeout_ms":1.5}}`, wantErr: "cannot unmarshal number 1.5"},
+		{name: "unknown member", args: `{"app":"a","cal":{}}`, wantErr: `args has no member "cal": rename it to "call"`},
+		{name: "unknown call member", args: `{"app":"a","call":{"id":"x"}}`, wantErr: `args.call has no member "id": remove it`},
+		{name: "wrong type", args: `{"app":1}`, wantErr: "args.app must be a string, not number"},
+		{name: "fraction timeout", args: `{"call":{"timeout_ms":1.5}}`, wantErr: "args.call.timeout_ms must be an integer, not number 1.5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

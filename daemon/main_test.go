@@ -50,6 +50,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DAEMON_TEST_HUBAPP") == "1" {
 		os.Exit(hubApp())
 	}
+	if os.Getenv("DAEMON_TEST_HUBAPP") == "golden" {
+		os.Exit(goldenNotesApp())
+	}
+	if os.Getenv("DAEMON_TEST_CLOCK") == "1" {
+		os.Exit(goldenClockApp())
+	}
 	if os.Getenv("DAEMON_TEST_HUBAPP") == "flood" {
 		os.Exit(floodApp())
 	}

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"octosup/control"
 	"octosup/jail"
@@ -26,6 +30,7 @@ func builtinOps(s *Server) map[string]Handler {
 		control.OpSubscribe: s.opSubscribe,
 		control.OpReload:    s.opReload,
 		control.OpJail:      s.opJail,
+		control.OpHello:     s.opHello,
 		OpDebug:             s.opDebug,
 	}
 }
@@ -56,6 +61,20 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
 	return JailData{Spec: spec, Text: jail.Describe(spec)}, nil
+}
+
+// opHello tells a client which protocol it speaks and what this daemon
+// serves, so that it can use what is there rather than guess.
+func (s *Server) opHello(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
+	var args struct{}
+	if err := control.DecodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	data := control.HelloData{Protocol: control.ProtocolName, Version: control.ProtocolVersion,
+		Ops: slices.Sorted(maps.Keys(s.ops)), Topics: slices.Sorted(maps.Keys(s.topics)), MaxLine: control.MaxLine}
+	return data, nil
 }
 
 func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -152,6 +171,9 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			return nil, err
 		}
 		st, err := do(s.cfg.Apps, ctx, args.App)
+		if st.ID != "" && !s.published.wait(ctx, st.ID, st.Since) && ctx.Err() == nil {
+			s.log.Warn("answering before the state event it answers was published", zap.String("op", op), zap.String("app", st.ID))
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, supervisor.ErrUnknownApp):
@@ -255,7 +277,10 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: topics are state, approval, app.frame", strings.Join(unknown, ", "))
+		s.mu.RLock()
+		known := slices.Sorted(maps.Keys(s.topics))
+		s.mu.RUnlock()
+		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: the topics are %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	c.subMu.Lock()
 	defer c.subMu.Unlock()

@@ -146,10 +146,24 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "%v", err)
 	}
+	if args.Remember && p.isConsent(args.ApprovalID) {
+		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
+	}
 	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
 		return nil, peerError(err)
 	}
 	return control.ApproveData{Decision: string(d)}, nil
+}
+
+// isConsent reports whether id is a pending consent approval (an
+// approval's kind never changes; one that is gone is Approve's to refuse).
+func (p *peerLink) isConsent(id string) bool {
+	for _, a := range p.m.Approvals() {
+		if a.ID == id {
+			return a.Kind == peer.KindConsent
+		}
+	}
+	return false
 }
 
 func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -207,7 +208,7 @@ func TestPeerLinkThroughTheDaemon(t *testing.T) {
 	if err := kernel.Do(ctx, control.OpRequestReply, reply, nil); err != nil {
 		t.Fatalf("request.reply: %v", err)
 	}
-	for _, e := range []string{`{"type":"delta","text":"hello"}`, `{"type":"turn.end","turn_id":"t1"}`} {
+	for _, e := range []string{`{"type":"delta","text":"hello"}`, `{"type":"turn.end","turn_id":"t1","reason":"completed"}`} {
 		if err := kernel.Do(ctx, control.OpRequestEvent, peer.KernelEvent{App: "chat", ReqID: "turn-1", Event: json.RawMessage(e)}, nil); err != nil {
 			t.Fatalf("request.event %s: %v", e, err)
 		}
@@ -265,11 +266,43 @@ func TestPeerOpsRefuseBadArgs(t *testing.T) {
 		{control.OpConsent, control.ConsentArgs{Action: "revoke"}, control.CodeBadRequest},
 		{control.OpAppSend, control.AppSendArgs{App: "talker"}, control.CodeBadRequest},
 		{control.OpAppSend, control.AppSendArgs{App: "idle", Frame: json.RawMessage(`{"x":1}`)}, "not_connected"},
+		{control.OpAppSend, control.AppSendArgs{App: "idle", Frame: json.RawMessage(`{"octos_peer":{}}`)}, control.CodeBadRequest},
 		{control.OpRequestEvent, peer.KernelEvent{App: "talker", ReqID: "r", Event: json.RawMessage(`{}`)}, control.CodeNotAttached},
 	} {
 		err := d.client.Do(ctx, tc.op, tc.args, nil)
 		if codeOf(err) != tc.code {
 			t.Errorf("%s %+v: %v, want code %s", tc.op, tc.args, err, tc.code)
 		}
+		// Said once, and about this repository only: the client adds
+		// its own prefix.
+		if msg := err.Error(); strings.Count(msg, tc.op) > 1 || strings.Contains(msg, "§") || strings.Contains(msg, "SP"+"EC") {
+			t.Errorf("%s: the message stutters or points outside: %q", tc.op, msg)
+		}
+	}
+}
+
+// TestApproveRememberIsForTools: a consent answer is always kept, so
+// remember is refused for one, naming why, and the question stays
+// pending for a proper answer.
+func TestApproveRememberIsForTools(t *testing.T) {
+	_, d, sub := hubDaemon(t, hubAppManifest)
+	ctx := context.Background()
+	a := pendingConsent(t, d.client, sub, "chat")
+	err := d.client.Do(ctx, control.OpApprove, control.ApproveArgs{ApprovalID: a.ApprovalID, Decision: "allow", Remember: true}, nil)
+	var cerr *control.Error
+	if !errors.As(err, &cerr) || cerr.Code != control.CodeBadRequest || !strings.Contains(cerr.Message, "a consent answer is always kept, until consent revoke") {
+		t.Fatalf("approve a consent with remember: %v, want bad_request saying consent is always kept", err)
+	}
+	var list control.ApprovalsData
+	if err := d.client.Do(ctx, control.OpApprovals, nil, &list); err != nil || len(list.Approvals) != 1 || list.Approvals[0].ApprovalID != a.ApprovalID {
+		t.Fatalf("approvals after the refusal: %v %+v, want %s still pending", err, list, a.ApprovalID)
+	}
+	var cons control.ConsentData
+	if err := d.client.Do(ctx, control.OpConsent, control.ConsentArgs{Action: "list"}, &cons); err != nil || len(cons.Consents) != 0 {
+		t.Fatalf("consent list after the refusal: %v %+v, want nothing kept", err, cons)
+	}
+	allow(t, d.client, a)
+	if err := d.client.Do(ctx, control.OpConsent, control.ConsentArgs{Action: "list"}, &cons); err != nil || len(cons.Consents) != 1 {
+		t.Fatalf("consent list after allow: %v %+v, want it kept", err, cons)
 	}
 }

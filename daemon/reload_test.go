@@ -315,7 +315,7 @@ func TestReloadNarrowsGrantsLive(t *testing.T) {
 	}
 	call := func(id, tool string) error {
 		return kernel.Do(ctx, control.OpToolCall, control.ToolCallArgs{App: "chat", Call: control.ToolCall{
-			CallID: id, Name: tool, Risk: control.RiskRead, Confirm: control.ConfirmNone, TimeoutMS: 30000, ContextID: contextID,
+			CallID: id, Name: tool, Risk: control.RiskRead, Confirm: control.ConfirmNone, TimeoutMS: 30000, ContextID: contextID, Caller: "kernel",
 		}}, nil)
 	}
 	if err := call("k1", "chat.echo"); err != nil {

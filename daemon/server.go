@@ -82,6 +82,10 @@ type Server struct {
 	peerPidfd    func(sock int) (int, error)
 	fallbackOnce sync.Once
 
+	// published is how far the state events went out, which a lifecycle
+	// op's answer waits for.
+	published published
+
 	mu      sync.RWMutex
 	ops     map[string]Handler
 	ordered map[string]bool // ops run in arrival order on the reader
@@ -261,6 +265,7 @@ func (s *Server) forward(ctx context.Context, sub Subscription) {
 		if all, err := s.cfg.Apps.Status(""); err == nil {
 			for _, st := range all {
 				s.Publish(control.TopicState, stateEvent(st))
+				s.published.note(st.ID, st.Since)
 			}
 		}
 	}
@@ -278,6 +283,7 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 			switch {
 			case ev.Kind == supervisor.KindState && ev.State != nil:
 				s.Publish(control.TopicState, stateEvent(*ev.State))
+				s.published.note(ev.State.ID, ev.State.Since)
 			case ev.Kind == supervisor.KindLog && ev.Log != nil:
 				s.Publish(control.TopicLog, logLine(*ev.Log))
 			case ev.Kind == supervisor.KindWarning && ev.State != nil:

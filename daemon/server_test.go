@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,6 +142,15 @@ func TestOps(t *testing.T) {
 				t.Fatalf("link member not on the wire as docs/control.md says: %s", raw)
 			}
 		}},
+		{name: "hello", op: control.OpHello, check: func(t *testing.T, raw json.RawMessage) {
+			var d control.HelloData
+			mustUnmarshal(t, raw, &d)
+			if d.Protocol != "octosup-control" || d.Version != 1 || d.MaxLine != control.MaxLine ||
+				!slices.Contains(d.Ops, "status") || !slices.Contains(d.Ops, "hello") || !slices.IsSorted(d.Ops) ||
+				!slices.Equal(d.Topics, []string{"app.frame", "approval", "log", "state"}) {
+				t.Fatalf("hello = %s", raw)
+			}
+		}},
 		{name: "start", op: control.OpStart, args: control.AppArgs{App: "a"}, check: func(t *testing.T, raw json.RawMessage) {
 			var d control.StateData
 			mustUnmarshal(t, raw, &d)
@@ -225,9 +235,20 @@ func TestMalformedLines(t *testing.T) {
 	}
 	for i, tt := range tests {
 		c.send(tt.line)
-		resp := c.response()
+		raw := c.line()
+		var resp control.Response
+		mustUnmarshal(t, raw, &resp)
 		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeBadRequest || resp.ID != tt.wantID {
 			t.Fatalf("%q: answer %+v, want bad_request with id %d", tt.line, resp, tt.wantID)
+		}
+		// A line without a usable id is answered "id": null, never an id
+		// a client could take for one of its own.
+		wantID := `{"id":null,`
+		if tt.wantID != 0 {
+			wantID = fmt.Sprintf(`{"id":%d,`, tt.wantID)
+		}
+		if !bytes.HasPrefix(raw, []byte(wantID)) {
+			t.Fatalf("%q: answered %s, want it to start %s", tt.line, raw, wantID)
 		}
 		// The connection survives: the next request is served.
 		id := int64(100 + i)
@@ -266,8 +287,8 @@ func TestOversizedLine(t *testing.T) {
 		t.Fatalf("a line of exactly MaxLine bytes: %.200v", resp)
 	}
 	c.send(`{"id":4,"op":"status"` + strings.Repeat(" ", pad+1) + `}`)
-	if resp := c.response(); resp.ID != 0 || resp.Error == nil || resp.Error.Code != control.CodeBadRequest {
-		t.Fatalf("a line of MaxLine+1 bytes: %.200v", resp)
+	if raw := c.line(); !bytes.HasPrefix(raw, []byte(`{"id":null,"ok":false,"error":{"code":"bad_request"`)) {
+		t.Fatalf("a line of MaxLine+1 bytes: %.200s", raw)
 	}
 }
 
@@ -593,7 +614,8 @@ func TestRefusedPeers(t *testing.T) {
 		if err := json.Unmarshal(out, &resp); err != nil {
 			t.Fatalf("client as nobody read %q: %v", out, err)
 		}
-		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeNotPermitted || !strings.Contains(resp.Error.Message, "uid 65534") {
+		if resp.OK || resp.Error == nil || resp.Error.Code != control.CodeNotPermitted || !strings.Contains(resp.Error.Message, "uid 65534") ||
+			!bytes.HasPrefix(out, []byte(`{"id":null,`)) {
 			t.Fatalf("uid 65534 was answered %s, want not_permitted", out)
 		}
 	})
@@ -700,4 +722,43 @@ func FuzzReadRequestLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStateEventBeforeItsAnswer: on a connection subscribed to state,
+// the event of the state a start, stop or restart answers comes before
+// that answer, every time.
+func TestStateEventBeforeItsAnswer(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	c := dialRaw(t, ts.path)
+	c.send(`{"id":1,"op":"subscribe","args":{"topics":["state"]}}`)
+	if resp := c.response(); !resp.OK {
+		t.Fatalf("subscribe: %+v", resp.Error)
+	}
+	ops := []struct{ op, state string }{{"start", "running"}, {"stop", "stopped"}, {"restart", "running"}, {"stop", "stopped"}}
+	for i := range 400 {
+		o := ops[i%len(ops)]
+		id := int64(i + 2)
+		c.send(fmt.Sprintf(`{"id":%d,"op":%q,"args":{"app":"a"}}`, id, o.op))
+		sawEvent := false
+		for {
+			line := c.line()
+			var probe struct {
+				Event *string `json:"event"`
+				State string  `json:"state"`
+				ID    int64   `json:"id"`
+			}
+			mustUnmarshal(t, line, &probe)
+			if probe.Event != nil {
+				sawEvent = sawEvent || probe.State == o.state
+				continue
+			}
+			if probe.ID != id {
+				t.Fatalf("%s: answer %s, want id %d", o.op, line, id)
+			}
+			if !sawEvent {
+				t.Fatalf("round %d: the answer to %s came before the %s event: %s", i, o.op, o.state, line)
+			}
+			break
+		}
+	}
 }

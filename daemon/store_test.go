@@ -179,7 +179,7 @@ func TestFullDiskDropsAuditNotCalls(t *testing.T) {
 
 	const calls = 87
 	for i := range calls {
-		k.send(fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c%d","name":"notes.search","args":{},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q}}}`, 10+i, i, rig.ctx))
+		k.send(fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c%d","name":"notes.search","args":{},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"assistant"}}}`, 10+i, i, rig.ctx))
 		k.expectLine(fmt.Sprintf(`{"id":%d,"ok":true,"data":{"call_id":"c%d","accepted":true}}`, 10+i, i))
 		k.expectLine(fmt.Sprintf(`{"event":"tool.acknowledged","app":"notes","call_id":"c%d"}`, i))
 		rig.appNext()

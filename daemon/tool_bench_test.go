@@ -28,7 +28,7 @@ func BenchmarkToolCallControl(b *testing.B) {
 			n := 0
 			send := func() {
 				n++
-				line := fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":"b%d","name":"notes.search","args":{"query":"milk"},"risk":"read","timeout_ms":60000,"context_id":%q,"caller":"bench"}}}`+"\n", n+1, n, rig.ctx)
+				line := fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":"b%d","name":"notes.search","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":60000,"context_id":%q,"caller":"bench"}}}`+"\n", n+1, n, rig.ctx)
 				if _, err := k.nc.Write([]byte(line)); err != nil {
 					b.Fatal(err)
 				}
@@ -56,7 +56,7 @@ func BenchmarkToolCallControl(b *testing.B) {
 			r1 := bufio.NewReader(conns[1])
 			done := roundtrip.EchoJSON(conns[1], func() ([]byte, error) { return r1.ReadSlice('\n') })
 			defer func() { conns[0].Close(); <-done; conns[1].Close() }()
-			line := []byte(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"b1","name":"notes.search","args":{"query":"milk"},"risk":"read","timeout_ms":60000,"context_id":"n-1","caller":"bench"}}}` + "\n")
+			line := []byte(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"b1","name":"notes.search","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":60000,"context_id":"n-1","caller":"bench"}}}` + "\n")
 			r := bufio.NewReader(conns[0])
 			send := func() {
 				if _, err := conns[0].Write(line); err != nil {

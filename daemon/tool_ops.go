@@ -149,6 +149,15 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err := needApp(control.OpToolCall, args.App); err != nil {
 		return nil, err
 	}
+	// Both are the kernel's to say: a missing confirm must never mean
+	// less confirmation than host, and the app must not be told of a
+	// caller that is nobody.
+	if args.Call.Confirm == "" {
+		return nil, control.Errorf(control.CodeBadRequest, `args.call.confirm is missing: send "none" (the app runs it at once), "host" (the person approves first) or "app" (the app asks its person)`)
+	}
+	if args.Call.Caller == "" {
+		return nil, control.Errorf(control.CodeBadRequest, "args.call.caller is missing: name who is calling (1 to 256 bytes), which the app is told")
+	}
 	ks, err := t.kernel(control.OpToolCall, c)
 	if err != nil {
 		return nil, err

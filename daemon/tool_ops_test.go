@@ -163,7 +163,7 @@ func TestToolOpsRoundTrip(t *testing.T) {
 
 	// tool.cancel of a delivered write: the app is told, the kernel gets
 	// outcome_unknown.
-	k.send(fmt.Sprintf(`{"id":3,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c2","name":"notes.append","args":{},"risk":"write","timeout_ms":5000,"context_id":%q}}}`, rig.ctx))
+	k.send(fmt.Sprintf(`{"id":3,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c2","name":"notes.append","args":{},"risk":"write","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"assistant"}}}`, rig.ctx))
 	k.expectLine(`{"id":3,"ok":true,"data":{"call_id":"c2","accepted":true}}`)
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c2"}`)
 	rig.appNext()
@@ -187,13 +187,13 @@ func TestToolOpsRoundTrip(t *testing.T) {
 func TestToolOpsRefusals(t *testing.T) {
 	rig := newToolRig(t)
 	k := rig.kernel()
-	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"dup","name":"notes.search","timeout_ms":5000,"context_id":%q}}}`, rig.ctx))
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"dup","name":"notes.search","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"assistant"}}}`, rig.ctx))
 	if resp := k.response(); !resp.OK {
 		t.Fatalf("%+v", resp.Error)
 	}
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"dup"}`)
 	call := func(app, id, name, ctx string, timeout int) string {
-		return fmt.Sprintf(`{"app":%q,"call":{"call_id":%q,"name":%q,"timeout_ms":%d,"context_id":%q}}`, app, id, name, timeout, ctx)
+		return fmt.Sprintf(`{"app":%q,"call":{"call_id":%q,"name":%q,"confirm":"none","timeout_ms":%d,"context_id":%q,"caller":"assistant"}}`, app, id, name, timeout, ctx)
 	}
 	tests := []struct {
 		name, op, args, code string
@@ -207,6 +207,8 @@ func TestToolOpsRefusals(t *testing.T) {
 		{"timeout 0", control.OpToolCall, call("notes", "x", "notes.search", rig.ctx, 0), control.CodeBadRequest, true},
 		{"unknown member", control.OpToolCall, `{"app":"notes","call":{"call_id":"x","account":"bank"}}`, control.CodeBadRequest, true},
 		{"no app", control.OpToolCall, `{"call":{}}`, control.CodeBadRequest, true},
+		{"no confirm", control.OpToolCall, `{"app":"notes","call":{"call_id":"x","name":"notes.search","timeout_ms":5000,"context_id":"` + rig.ctx + `","caller":"k"}}`, control.CodeBadRequest, true},
+		{"no caller", control.OpToolCall, `{"app":"notes","call":{"call_id":"x","name":"notes.search","confirm":"host","timeout_ms":5000,"context_id":"` + rig.ctx + `"}}`, control.CodeBadRequest, true},
 		{"cancel unknown", control.OpToolCancel, `{"app":"notes","call_id":"nope"}`, "unknown_call", true},
 		{"cancel not attached", control.OpToolCancel, `{"app":"notes","call_id":"dup"}`, control.CodeNotAttached, false},
 		{"owner of another's", control.OpContextOwner, `{"app":"ghost","context_id":"` + rig.ctx + `"}`, "unknown_context", false},
@@ -239,7 +241,7 @@ func TestToolOpsCallsCap(t *testing.T) {
 	rig := newToolRigWith(t, func(c *peer.Config) { c.MaxCalls = 1 })
 	k := rig.kernel()
 	call := func(id int, callID string) string {
-		return fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":%q,"name":"notes.search","risk":"read","timeout_ms":5000,"context_id":%q}}}`, id, callID, rig.ctx)
+		return fmt.Sprintf(`{"id":%d,"op":"tool.call","args":{"app":"notes","call":{"call_id":%q,"name":"notes.search","risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"assistant"}}}`, id, callID, rig.ctx)
 	}
 	k.send(call(2, "c1"))
 	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
@@ -303,7 +305,7 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 func TestQueuedOutcomesFollowTheAttachAnswer(t *testing.T) {
 	rig := newToolRig(t)
 	k := rig.kernel()
-	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{},"risk":"read","timeout_ms":300,"context_id":%q}}}`, rig.ctx))
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{},"risk":"read","confirm":"none","timeout_ms":300,"context_id":%q,"caller":"assistant"}}}`, rig.ctx))
 	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
 	rig.appNext() // the call

@@ -39,7 +39,9 @@ func parseLineStrict(line []byte) (up Up, passthrough bool, err error) {
 		// of its request vanishing into the shell.
 		for k := range top {
 			if strings.EqualFold(k, Envelope) {
-				return nil, false, &FrameError{Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+				// Still attributed: the app meant a peer-link frame, and
+				// the rule for req_id is the same as for a correct key.
+				return nil, false, &FrameError{ReqID: attributableReqID(top[k]), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
 			}
 		}
 		return nil, true, nil

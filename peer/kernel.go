@@ -215,11 +215,15 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 			return err
 		}
 		if r.ctx.turns[turnID] != nil {
-			return fmt.Errorf("%w: turn_id %q is already streaming in context %s", ErrInvalid, turnID, r.ctx.id)
+			return fmt.Errorf("%w: turn_id %q is already streaming in context %s: give each turn its own", ErrInvalid, turnID, r.ctx.id)
+		}
+		if r.ctx.usedTurn(turnID) {
+			return fmt.Errorf("%w: turn_id %q was used already in context %s: turn ids are unique within a context", ErrInvalid, turnID, r.ctx.id)
 		}
 		r.move(reqStreaming)
 		r.turn.TurnID = turnID
 		r.ctx.turns[turnID] = r
+		r.ctx.useTurn(turnID, m.cfg.MaxTurns)
 		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
 	case policy.MethodTurnInterrupt:
 		if t := r.ctx.turns[r.args.TurnID]; t != nil {
@@ -252,7 +256,10 @@ func (s *KernelSession) Event(ev KernelEvent) error {
 		return err
 	}
 	if data == nil {
-		return fmt.Errorf("%w: missing event", ErrInvalid)
+		return fmt.Errorf("%w: missing event: send an object {\"type\": \"...\", ...}", ErrInvalid)
+	}
+	if err := checkTurnEvent(data, r); err != nil {
+		return err
 	}
 	line, err := EncodeDown(&Event{ReqID: r.id, Event: data})
 	if err != nil {
@@ -415,6 +422,68 @@ func eventType(data json.RawMessage) (typ, reason string) {
 		json.Unmarshal(v, &reason)
 	}
 	return typ, reason
+}
+
+// checkTurnEvent refuses a kernel event that is not well-formed, or not
+// of r's turn: it must be an object with a string type; a turn_id or
+// context_id in it must be the turn's; a turn.end must name the turn and
+// a reason, as the daemon's own turn.end does, so that an app reads every
+// end of a turn the same way.
+func checkTurnEvent(data json.RawMessage, r *request) error {
+	if data[0] != '{' {
+		return fmt.Errorf("%w: event must be a JSON object {\"type\": \"...\", ...}, not %s", ErrInvalid, valueKind(data))
+	}
+	m, err := members(data)
+	if err != nil {
+		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
+	}
+	str := func(name string) (string, bool) {
+		v, ok := m[name]
+		var s string
+		if !ok || len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+			return "", false
+		}
+		return s, true
+	}
+	typ, ok := str("type")
+	if !ok || typ == "" || len(typ) > 128 {
+		return fmt.Errorf("%w: event needs \"type\", a string of 1 to 128 bytes (e.g. \"text\", or %q to end the turn)", ErrInvalid, TurnEnd)
+	}
+	turnID := r.turn.TurnID
+	if v, present := m["turn_id"]; present {
+		if id, ok := str("turn_id"); !ok || id != turnID {
+			return fmt.Errorf("%w: event's turn_id is %s, but request %s of %s streams turn %q", ErrInvalid, v, r.id, r.link.appID, turnID)
+		}
+	}
+	if v, present := m["context_id"]; present {
+		if id, ok := str("context_id"); !ok || id != r.ctx.id {
+			return fmt.Errorf("%w: event's context_id is %s, but turn %q is of context %s", ErrInvalid, v, turnID, r.ctx.id)
+		}
+	}
+	if typ == TurnEnd {
+		if _, present := m["turn_id"]; !present {
+			return fmt.Errorf("%w: a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", ErrInvalid, TurnEnd, turnID)
+		}
+		if reason, ok := str("reason"); !ok || !ValidID(reason) {
+			return fmt.Errorf("%w: a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", ErrInvalid, TurnEnd)
+		}
+	}
+	return nil
+}
+
+// valueKind names the kind of a JSON value, for refusals.
+func valueKind(v json.RawMessage) string {
+	switch v[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 func isTurnEnd(data json.RawMessage) bool {

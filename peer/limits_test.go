@@ -25,7 +25,8 @@ func startTurn(t *testing.T, a *testApp, k *fakeKernel, ks *KernelSession, ctx, 
 
 func endTurnOK(t *testing.T, a *testApp, ks *KernelSession, id string) {
 	t.Helper()
-	if err := ks.Event(KernelEvent{App: a.id, ReqID: id, Event: json.RawMessage(`{"type":"turn.end"}`)}); err != nil {
+	end := `{"type":"turn.end","turn_id":"` + streamingTurn(ks, a.id, id) + `","reason":"completed"}`
+	if err := ks.Event(KernelEvent{App: a.id, ReqID: id, Event: json.RawMessage(end)}); err != nil {
 		t.Fatal(err)
 	}
 	a.event(id)
@@ -151,7 +152,7 @@ func TestOversizedKernelFrames(t *testing.T) {
 		t.Fatalf("the request stayed open for a proper reply: %v", err)
 	}
 	a.okReply(id)
-	if err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(`{"t":` + huge + `}`)}); !errors.Is(err, ErrInvalid) {
+	if err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(`{"type":"text","t":` + huge + `}`)}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("oversized event: %v", err)
 	}
 	if typ, reason := eventType(a.event(id)); typ != TurnEnd || reason != "event_too_large" {

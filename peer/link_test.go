@@ -503,7 +503,7 @@ func TestTurnStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(`{"type":"turn.end"}`)}); err != nil {
+	if err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(`{"type":"turn.end","turn_id":"T1","reason":"completed"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {

@@ -117,6 +117,29 @@ type appContext struct {
 	requests map[string]*request // open requests naming it, by req_id
 	turns    map[string]*request // streaming turns, by turn_id
 	calls    map[string]*call    // outstanding tool calls in it, by call_id
+	// usedTurns are the turn_ids its turns had (at most the last
+	// MaxTurns, the most a session's history keeps), oldest first in
+	// turnOrder: a turn_id is unique within its context.
+	usedTurns map[string]struct{}
+	turnOrder []string
+}
+
+func (c *appContext) usedTurn(id string) bool {
+	_, ok := c.usedTurns[id]
+	return ok
+}
+
+// useTurn records a turn_id, forgetting the oldest past max.
+func (c *appContext) useTurn(id string, max int) {
+	if c.usedTurns == nil {
+		c.usedTurns = map[string]struct{}{}
+	}
+	c.usedTurns[id] = struct{}{}
+	c.turnOrder = append(c.turnOrder, id)
+	if len(c.turnOrder) > max {
+		delete(c.usedTurns, c.turnOrder[0])
+		c.turnOrder = slices.Delete(c.turnOrder, 0, 1)
+	}
 }
 
 func (m *Manager) reply(l *link, reqID string, data any) {

@@ -74,7 +74,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 					s.Event(KernelEvent{App: r.App, ReqID: r.ReqID, Event: json.RawMessage(fmt.Sprintf(`{"type":"text","n":%d}`, i))})
 				}
 				if rng.IntN(4) > 0 {
-					s.Event(KernelEvent{App: r.App, ReqID: r.ReqID, Event: json.RawMessage(`{"type":"turn.end"}`)})
+					s.Event(KernelEvent{App: r.App, ReqID: r.ReqID, Event: json.RawMessage(`{"type":"turn.end","turn_id":"` + r.ReqID + `","reason":"completed"}`)})
 				}
 			}
 		}

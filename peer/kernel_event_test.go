@@ -1,0 +1,99 @@
+package peer
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"octosup/policy"
+)
+
+// streamingTurn is the turn_id of app's streaming request reqID.
+func streamingTurn(ks *KernelSession, app, reqID string) string {
+	ks.m.mu.Lock()
+	defer ks.m.mu.Unlock()
+	return ks.m.peers[app].link.requests[reqID].turn.TurnID
+}
+
+// TestKernelEventsMustFitTheirTurn: request.event forwards only a
+// well-formed event of the turn it names; a refused one reaches neither
+// the app nor the history, and the turn goes on.
+func TestKernelEventsMustFitTheirTurn(t *testing.T) {
+	h := newHarness(t, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	id := startTurn(t, a, k, ks, ctx, "T1", "x")
+	for _, tc := range []struct {
+		name, event, want string
+	}{
+		{"a bare string", `"hello"`, `event must be a JSON object {"type": "...", ...}, not a string`},
+		{"an array", `[1]`, `not an array`},
+		{"no type", `{"text":"hi"}`, `event needs "type", a string of 1 to 128 bytes`},
+		{"a type that is not a string", `{"type":3}`, `event needs "type"`},
+		{"an empty type", `{"type":""}`, `event needs "type"`},
+		{"another turn's id", `{"type":"text","turn_id":"T9"}`, `event's turn_id is "T9", but request ` + id + ` of notes streams turn "T1"`},
+		{"another context", `{"type":"text","context_id":"elsewhere"}`, `event's context_id is "elsewhere", but turn "T1" is of context ` + ctx},
+		{"turn.end without turn_id", `{"type":"turn.end","reason":"completed"}`, `a turn.end event needs "turn_id": "T1" (the turn it ends) and a "reason"`},
+		{"turn.end without reason", `{"type":"turn.end","turn_id":"T1"}`, `a turn.end event needs "reason"`},
+		{"turn.end with a bad reason", `{"type":"turn.end","turn_id":"T1","reason":""}`, `a turn.end event needs "reason"`},
+		{"turn.end of another turn", `{"type":"turn.end","turn_id":"T0","reason":"completed"}`, `event's turn_id is "T0"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(tc.event)})
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("event %s: %v, want ErrInvalid saying %q", tc.event, err, tc.want)
+			}
+		})
+	}
+	// The turn is still open: a good event and a proper end go through,
+	// and only they reach the app and the history.
+	for _, ev := range []string{`{"type":"text","turn_id":"T1","text":"hi"}`, `{"type":"turn.end","turn_id":"T1","reason":"completed","context_id":"` + ctx + `"}`} {
+		if err := ks.Event(KernelEvent{App: "notes", ReqID: id, Event: json.RawMessage(ev)}); err != nil {
+			t.Fatalf("event %s: %v", ev, err)
+		}
+		if got := string(a.event(id)); got != ev {
+			t.Fatalf("app got %s, want %s", got, ev)
+		}
+	}
+	turns, _ := history(t, a, ctx)
+	if len(turns) != 1 || len(turns[0].Events) != 2 || turns[0].End != "completed" {
+		t.Fatalf("history %+v", turns)
+	}
+}
+
+// TestTurnIDsUniquePerContext: a turn.start reply that names a turn_id
+// the context used before, streaming or ended, is refused; the request
+// stays open for a reply with a fresh one, and another context may use
+// the same id.
+func TestTurnIDsUniquePerContext(t *testing.T) {
+	h := newHarness(t, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(map[string]any{"title": "t"})
+	first := startTurn(t, a, k, ks, ctx, "T1", "x")
+	second := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "y"})
+	k.nextRequest(t)
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: second, OK: true, Data: json.RawMessage(`{"turn_id":"T1"}`)}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "already streaming") {
+		t.Fatalf("a second T1 while T1 streams: %v", err)
+	}
+	endTurnOK(t, a, ks, first)
+	err := ks.Reply(KernelReply{App: "notes", ReqID: second, OK: true, Data: json.RawMessage(`{"turn_id":"T1"}`)})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `turn_id "T1" was used already in context `+ctx+": turn ids are unique within a context") {
+		t.Fatalf("T1 again once it ended: %v", err)
+	}
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: second, OK: true, Data: json.RawMessage(`{"turn_id":"T2"}`)}); err != nil {
+		t.Fatalf("a fresh turn_id: %v", err)
+	}
+	a.okReply(second)
+	endTurnOK(t, a, ks, second)
+	turns, _ := history(t, a, ctx)
+	if len(turns) != 2 || turns[0].TurnID != "T1" || turns[1].TurnID != "T2" {
+		t.Fatalf("history %+v, want T1 then T2", turns)
+	}
+	other := a.open(nil)
+	endTurnOK(t, a, ks, startTurn(t, a, k, ks, other, "T1", "z"))
+}
