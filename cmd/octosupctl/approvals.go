@@ -69,7 +69,8 @@ func (c *cli) approveCommand() *cobra.Command {
 		Long: `Answer a pending approval (see octosupctl approvals).
 
 A consent decision is always kept: the app is not asked again until
-octosupctl consent revoke APP. For a tool confirmation, --remember keeps
+octosupctl consent revoke APP (so --remember is refused there, as saying
+nothing). For a tool confirmation, --remember keeps
 the decision as a standing rule for that app and tool (octosupctl rules).`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: c.completeApprove,
