@@ -57,6 +57,8 @@ pyclient: deps
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	@# go.mod says which modules octosup uses itself: tidy would change nothing.
+	$(GO) mod tidy -diff
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	@# verify wants a user manager's runtime dir and the ExecStart binaries
