@@ -184,7 +184,7 @@ func (m *Manager) Approvals() []Approval {
 // Its errors do not repeat the id: the caller knows which it answered.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	m.mu.Lock()
 	a := m.approvals[id]

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -76,7 +77,7 @@ func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
 			closing = append(closing, c)
 		}
 	}
-	slices.SortFunc(closing, func(a, b *appContext) int { return compareStrings(a.id, b.id) })
+	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
 	for _, c := range closing {
 		m.closeContext(c, ReasonGrantRevoked, true)
 	}
@@ -88,7 +89,7 @@ func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
 			ending = append(ending, c)
 		}
 	}
-	slices.SortFunc(ending, func(a, b *call) int { return compareStrings(a.id, b.id) })
+	slices.SortFunc(ending, func(a, b *call) int { return strings.Compare(a.id, b.id) })
 	for _, c := range ending {
 		m.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+l.appID+" (the manifest was reloaded)"), ReasonGrantRevoked)
 	}

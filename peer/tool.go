@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,7 +263,7 @@ func (m *Manager) Contexts(app string) []ContextInfo {
 			out = append(out, ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
 		}
 	}
-	slices.SortFunc(out, func(a, b ContextInfo) int { return compareStrings(a.ContextID, b.ContextID) })
+	slices.SortFunc(out, func(a, b ContextInfo) int { return strings.Compare(a.ContextID, b.ContextID) })
 	return out
 }
 
@@ -292,21 +293,11 @@ func (m *Manager) CloseAccount(app, account string) int {
 			closing = append(closing, c)
 		}
 	}
-	slices.SortFunc(closing, func(a, b *appContext) int { return compareStrings(a.id, b.id) })
+	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
 	for _, c := range closing {
 		m.closeContext(c, "account_closed", true)
 	}
 	return len(closing)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Rules lists the standing tool rules of app ("" for all).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -450,7 +451,7 @@ func (m *Manager) endContextCalls(ctx *appContext, reason string, tell bool) {
 	for _, c := range ctx.calls {
 		calls = append(calls, c)
 	}
-	slices.SortFunc(calls, func(a, b *call) int { return compareStrings(a.id, b.id) })
+	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.id, b.id) })
 	cancel := ""
 	if tell {
 		cancel = reason
@@ -518,7 +519,7 @@ func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) {
 				others = append(others, o)
 			}
 		}
-		slices.SortFunc(others, func(x, y *approval) int { return compareStrings(x.CallID, y.CallID) })
+		slices.SortFunc(others, func(x, y *approval) int { return strings.Compare(x.CallID, y.CallID) })
 		for _, o := range others {
 			m.settleTool(o, d, policy.AuditDecisionRule)
 		}

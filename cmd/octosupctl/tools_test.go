@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,7 +28,7 @@ func buildNotes(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "notes")
 	out, err := exec.Command(gobin, "build", "-o", bin, "octosup/examples/notes").CombinedOutput()
 	if err != nil {
-		t.Skipf("cannot build examples/notes here (%v): %s", err, out)
+		t.Fatalf("build examples/notes: %v\n%s", err, out)
 	}
 	return bin
 }
@@ -51,10 +50,6 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	ctx := context.Background()
 	var link control.LinkData
 	if err := c.Do(ctx, control.OpLinkHas, control.AppArgs{App: "notes"}, &link); err != nil {
-		var cerr *control.Error
-		if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownOp {
-			t.Skip("this daemon does not register the tool ops (daemon.RegisterToolOps) yet")
-		}
 		t.Fatal(err)
 	}
 
