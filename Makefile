@@ -24,9 +24,10 @@ deps:
 		else echo "missing /usr/include/seccomp.h: install libseccomp-dev (sudo apt-get install libseccomp-dev)"; exit 1; fi; \
 	fi
 
-# octosup-jail, the jail helper octosupd runs between fork and exec of
-# every app, is a static Go binary without cgo (it starts in ~1 ms, the
-# cgo daemon in ~7): it must sit next to octosupd.
+# octosup-jail, the jail helper octosupd runs between fork and exec of an
+# app with --jail-spawn helper (or where the in-process spawn cannot
+# run), is a static Go binary without cgo (it starts in ~1 ms, the cgo
+# daemon in ~7): it must sit next to octosupd.
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/octosupd ./cmd/octosupctl
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/octosup-jail

@@ -32,8 +32,8 @@ var (
 	bucketSessions = []byte("sessions") // session id (8-byte big endian) -> Session JSON
 	bucketTitles   = []byte("titles")   // sessionKey(app, account, title) -> session id
 	bucketTurns    = []byte("turns")    // session id -> nested bucket: turn seq -> Turn JSON
-	bucketRules    = []byte("rules")    // reserved: standing tool rules
-	bucketAudit    = []byte("audit")    // reserved: tool-call audit trail
+	bucketRules    = []byte("rules")    // standing tool rules (store_rules.go)
+	bucketAudit    = []byte("audit")    // the tool-call audit trail (store_audit.go)
 	// and the buckets of store_quota.go, which count what each app holds.
 )
 

@@ -22,10 +22,11 @@ import (
 )
 
 func main() {
-	// Apps start through octosup-jail, a small static helper (see
-	// --jail-helper). octosupd still answers the helper's mode, so that
-	// --jail-helper may name octosupd itself: the old, ~7 ms slower path
-	// that make bench compares with. It must run before anything else.
+	// Apps start in-process (jail/fork.go), or through the jail helper
+	// octosup-jail with --jail-spawn helper and where the in-process
+	// spawn cannot run. octosupd still answers the helper's mode, so that
+	// --jail-helper may name octosupd itself. It must run before anything
+	// else.
 	if jail.IsHelper(os.Args) {
 		os.Exit(jail.RunHelper())
 	}
