@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"octosup/internal/suggest"
 )
 
 // DecodeArgs decodes a request's args into v strictly. A member v does
@@ -133,7 +135,7 @@ func unknownMember(path, key string, names []string) *Error {
 		return Errorf(CodeBadRequest, "%s has no member %q: this op takes no args; send {} or leave args out", path, key)
 	}
 	list := strings.Join(names, ", ")
-	if near := nearestName(key, names); near != "" {
+	if near := suggest.Nearest(key, names); near != "" {
 		return Errorf(CodeBadRequest, "%s has no member %q: rename it to %q (names are exact); the members are %s", path, key, near, list)
 	}
 	return Errorf(CodeBadRequest, "%s has no member %q: remove it; the members are %s", path, key, list)
@@ -181,53 +183,4 @@ func typeWords(t reflect.Type) string {
 		return "an object"
 	}
 	return t.String()
-}
-
-// nearestName is the name a typo most likely meant: equal but for case,
-// or at most two edits away (one for names of up to four letters).
-func nearestName(s string, names []string) string {
-	best, bestD := "", 3
-	for _, c := range names {
-		if strings.EqualFold(s, c) {
-			return c
-		}
-		limit := 2
-		if len(c) <= 4 {
-			limit = 1
-		}
-		if d := editDistance(s, c); d <= limit && d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance counts the insertions, deletions, substitutions and swaps
-// of neighbours that turn a into b (optimal string alignment).
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) > 64 || len(rb) > 64 {
-		return 1 << 30 // a typo is not that long
-	}
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"octosup/internal/suggest"
 )
 
 // MaxLine caps one control-socket line in either direction. A longer
@@ -421,7 +423,7 @@ func decodeRequestSlow(line []byte) (Request, error) {
 	for _, k := range keys {
 		if k != "id" && k != "op" && k != "args" {
 			near := ""
-			if n := nearestName(k, []string{"id", "op", "args"}); n != "" {
+			if n := suggest.Nearest(k, []string{"id", "op", "args"}); n != "" {
 				near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
 			}
 			return req, badRequest("the request has no member %q%s: a request has only id, op and args", k, near)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/text/message"
 
 	"octosup/configs"
+	"octosup/internal/suggest"
 )
 
 // validator holds the compiled schema and its source, whose annotations
@@ -121,7 +122,7 @@ func (v *validator) translate(doc any, e *jsonschema.ValidationError) []finding 
 		return one(fmt.Sprintf("must be %s, not %s", strings.Join(want, " or "), typeName(k.Got)))
 	case *kind.Enum:
 		if s, ok := value.(string); ok {
-			if near := nearest(s, enumStrings(k.Want)); near != "" {
+			if near := suggest.Nearest(s, enumStrings(k.Want)); near != "" {
 				fix = fmt.Sprintf("write %q", near)
 			}
 		}
@@ -152,7 +153,7 @@ func (v *validator) translate(doc any, e *jsonschema.ValidationError) []finding 
 		var out []finding
 		for _, name := range k.Properties {
 			f := finding{at: at.child(name), msg: "is not a field octosup knows", unknown: true}
-			if near := nearest(name, known); near != "" {
+			if near := suggest.Nearest(name, known); near != "" {
 				f.fix = fmt.Sprintf("rename it to %q", near)
 			} else {
 				f.fix = "remove it; the fields here are " + strings.Join(known, ", ")
@@ -256,54 +257,4 @@ func enumStrings(vals []any) []string {
 		}
 	}
 	return out
-}
-
-// nearest is the candidate a typo most likely meant: equal but for case,
-// or at most two edits away (one for short words). "" when none is close.
-func nearest(s string, candidates []string) string {
-	best, bestD := "", 3
-	for _, c := range candidates {
-		if strings.EqualFold(s, c) {
-			return c
-		}
-		limit := 2
-		if len(c) <= 4 {
-			limit = 1
-		}
-		if d := editDistance(s, c); d <= limit && d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance counts the insertions, deletions, substitutions and swaps
-// of neighbours that turn a into b (optimal string alignment), so that
-// "tpc" is one typo away from "tcp".
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) > 64 || len(rb) > 64 {
-		return 1 << 30 // a typo is not that long; spare the quadratic work
-	}
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
 }
