@@ -125,34 +125,6 @@ func libseccompVersion() string {
 	return fmt.Sprintf("%d.%d.%d", major, minor, micro)
 }
 
-// refuseNewer puts in front of prog the answer ENOSYS for every native
-// syscall number above NewestSyscall; x32's (bit 30) go on to prog, which
-// kills them as another architecture's. libseccomp cannot say "above a
-// number", so it is written here, in the filter's own leading arch check.
-func refuseNewer(prog []unix.SockFilter) []unix.SockFilter {
-	const (
-		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jgt  = unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-		x32  = 0x40000000
-		arch = 4 // offsetof(struct seccomp_data, arch)
-	)
-	// 0 arch, 1 native?, 2 nr, 3 x32?, 4 newer?, 5 ENOSYS, 6 kill (the
-	// other arch, as CheckFilter wants it right after the test), 7 prog.
-	head := []unix.SockFilter{
-		{Code: ld, K: arch},
-		{Code: jeq, K: helper.NativeAuditArch, Jf: 6 - 1 - 1},
-		{Code: ld, K: 0},
-		{Code: jge, K: x32, Jt: 7 - 3 - 1},
-		{Code: jgt, K: NewestSyscall, Jf: 7 - 4 - 1},
-		{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-		{Code: ret, K: helper.RetKillProcess},
-	}
-	return append(head, prog...)
-}
-
 // filterCache keeps compiled filters by rule set: compiling costs more
 // than loading, and a daemon has a handful of distinct rule sets (they
 // follow from network, processes and the policy), so a short list
@@ -228,5 +200,5 @@ func compileBPF(rules []Syscall) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("libseccomp's export: %w", err)
 	}
-	return refuseNewer(prog), nil
+	return helper.RefuseNewer(prog, NewestSyscall), nil
 }

@@ -243,9 +243,6 @@ func (e *ExecArgs) Exec() error {
 // CheckFilter wants; prog's own jumps are relative, so they hold after it.
 func (e *ExecArgs) Gate(prog []unix.SockFilter) []unix.SockFilter {
 	const (
-		ld    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		ret   = unix.BPF_RET | unix.BPF_K
 		nrOff = 0
 		args  = 16 // offsetof(struct seccomp_data, args)
 	)
@@ -260,10 +257,10 @@ func (e *ExecArgs) Gate(prog []unix.SockFilter) []unix.SockFilter {
 	}
 	gate := make([]unix.SockFilter, 0, start+len(prog))
 	gate = append(gate,
-		unix.SockFilter{Code: ld, K: archOffset},
-		unix.SockFilter{Code: jeq, K: nativeAuditArch, Jf: jf(1, kill)},
-		unix.SockFilter{Code: ld, K: nrOff},
-		unix.SockFilter{Code: jeq, K: unix.SYS_EXECVE, Jf: notExecve},
+		unix.SockFilter{Code: bpfLdWAbs, K: archOffset},
+		unix.SockFilter{Code: bpfJeqK, K: nativeAuditArch, Jf: jf(1, kill)},
+		unix.SockFilter{Code: bpfLdWAbs, K: nrOff},
+		unix.SockFilter{Code: bpfJeqK, K: unix.SYS_EXECVE, Jf: notExecve},
 	)
 	for i, v := range []uintptr{e.Path, e.Argv, e.Envp} {
 		for half := range 2 {
@@ -271,18 +268,18 @@ func (e *ExecArgs) Gate(prog []unix.SockFilter) []unix.SockFilter {
 			// Little-endian halves (x86-64, arm64): low word first.
 			k := uint32(uint64(v) >> (32 * half))
 			gate = append(gate,
-				unix.SockFilter{Code: ld, K: uint32(args + 8*i + 4*half)},
-				unix.SockFilter{Code: jeq, K: k, Jf: jf(at+1, eperm)})
+				unix.SockFilter{Code: bpfLdWAbs, K: uint32(args + 8*i + 4*half)},
+				unix.SockFilter{Code: bpfJeqK, K: k, Jf: jf(at+1, eperm)})
 		}
 	}
 	if prog == nil {
-		gate = append(gate, unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW})
+		gate = append(gate, unix.SockFilter{Code: bpfRetK, K: unix.SECCOMP_RET_ALLOW})
 	} else {
 		gate = append(gate, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JA, K: start - onward - 1})
 	}
 	gate = append(gate,
-		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-		unix.SockFilter{Code: ret, K: retKillProc},
+		unix.SockFilter{Code: bpfRetK, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		unix.SockFilter{Code: bpfRetK, K: retKillProc},
 	)
 	return append(gate, prog...)
 }

@@ -91,12 +91,29 @@ func ParseFilter(raw []byte) ([]unix.SockFilter, error) {
 	return prog, nil
 }
 
-// NativeAuditArch and RetKillProcess are the arch test's operands, for
-// whoever writes a filter's head (0 for the arch: none known here).
-const (
-	NativeAuditArch = nativeAuditArch
-	RetKillProcess  = retKillProc
-)
+// RefuseNewer puts in front of prog the answer ENOSYS for every native
+// syscall number above newest; x32's (bit 30) go on to prog, which kills
+// them as another architecture's. libseccomp cannot say "above a
+// number", so it is written here, with its own arch test (as CheckFilter
+// wants it) like the exec gate's.
+func RefuseNewer(prog []unix.SockFilter, newest uint32) []unix.SockFilter {
+	const (
+		jge = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jgt = unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K
+		x32 = 0x40000000
+	)
+	// 0 arch, 1 native?, 2 nr, 3 x32?, 4 newer?, 5 ENOSYS, 6 kill, 7 prog.
+	head := []unix.SockFilter{
+		{Code: bpfLdWAbs, K: archOffset},
+		{Code: bpfJeqK, K: nativeAuditArch, Jf: 6 - 1 - 1},
+		{Code: bpfLdWAbs, K: 0},
+		{Code: jge, K: x32, Jt: 7 - 3 - 1},
+		{Code: jgt, K: newest, Jf: 7 - 4 - 1},
+		{Code: bpfRetK, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		{Code: bpfRetK, K: retKillProc},
+	}
+	return append(head, prog...)
+}
 
 // CheckFilter refuses a program the helper must not load: empty, longer
 // than the kernel takes, or not beginning with the architecture check
