@@ -35,13 +35,6 @@ func builtinOps(s *Server) map[string]Handler {
 	}
 }
 
-// JailData is the answer of the jail op: the spec for scripts, and the
-// same spec rendered by jail.Describe for a person.
-type JailData struct {
-	Spec jail.Spec `json:"spec"`
-	Text string    `json:"text"`
-}
-
 func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
 	var args control.AppArgs
 	if err := control.DecodeArgs(raw, &args); err != nil {
@@ -60,7 +53,11 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
-	return JailData{Spec: spec, Text: jail.Describe(spec)}, nil
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode the jail of %s: %w", args.App, err)
+	}
+	return control.JailData{Spec: b, Text: jail.Describe(spec)}, nil
 }
 
 // opHello tells a client which protocol it speaks and what this daemon

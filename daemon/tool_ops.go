@@ -13,31 +13,8 @@ import (
 
 // The tool-call ops of the control socket (docs/control.md), a thin adapter over
 // the peer package's relay seams. Their names and wire types are in
-// package control, used here as they are; the few types below carry
-// peer and policy values as they are instead, and marshal to control's
-// (a test holds them to it).
-
-// ToolCallArgs are tool.call's args.
-type ToolCallArgs struct {
-	App  string              `json:"app"`
-	Call peer.KernelToolCall `json:"call"`
-}
-
-// ContextsData is context.list's answer (args control.AppArgs): the
-// app's open contexts, by id.
-type ContextsData struct {
-	Contexts []peer.ContextInfo `json:"contexts"`
-}
-
-// RulesData is rules's answer: the rules listed, or the ones revoked.
-type RulesData struct {
-	Rules []policy.Rule `json:"rules"`
-}
-
-// AuditData is audit's answer, oldest first.
-type AuditData struct {
-	Entries []policy.AuditEntry `json:"entries"`
-}
+// package control; the peer and policy values are converted to those
+// types here, so that the wire has one definition.
 
 const defaultAuditLimit = 100
 
@@ -145,29 +122,28 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	args := ToolCallArgs{App: ca.App, Call: peer.KernelToolCall(ca.Call)}
-	if err := needApp(control.OpToolCall, args.App); err != nil {
+	if err := needApp(control.OpToolCall, ca.App); err != nil {
 		return nil, err
 	}
 	// Both are the kernel's to say: a missing confirm must never mean
 	// less confirmation than host, and the app must not be told of a
 	// caller that is nobody.
-	if args.Call.Confirm == "" {
+	if ca.Call.Confirm == "" {
 		return nil, control.Errorf(control.CodeBadRequest, `args.call.confirm is missing: send "none" (the app runs it at once), "host" (the person approves first) or "app" (the app asks its person)`)
 	}
-	if args.Call.Caller == "" {
+	if ca.Call.Caller == "" {
 		return nil, control.Errorf(control.CodeBadRequest, "args.call.caller is missing: name who is calling (1 to 256 bytes), which the app is told")
 	}
 	ks, err := t.kernel(control.OpToolCall, c)
 	if err != nil {
 		return nil, err
 	}
-	place, err := ks.AcceptToolCall(args.App, args.Call)
+	place, err := ks.AcceptToolCall(ca.App, peer.KernelToolCall(ca.Call))
 	if err != nil {
 		return nil, toolError(err)
 	}
 	// Answer "accepted" before the call's first event.
-	return AfterReply(control.ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
+	return AfterReply(control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, place), nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -200,7 +176,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	if err != nil {
 		return nil, toolError(err)
 	}
-	return o, nil
+	return control.ContextOwner(o), nil
 }
 
 func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -211,7 +187,12 @@ func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err := needApp(control.OpContextList, args.App); err != nil {
 		return nil, err
 	}
-	return ContextsData{Contexts: t.m.Contexts(args.App)}, nil
+	open := t.m.Contexts(args.App)
+	data := control.ContextsData{Contexts: make([]control.ContextInfo, 0, len(open))}
+	for _, ci := range open {
+		data.Contexts = append(data.Contexts, control.ContextInfo(ci))
+	}
+	return data, nil
 }
 
 func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -263,10 +244,11 @@ func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	if err != nil {
 		return nil, fmt.Errorf("rules %s: %w", args.Action, err)
 	}
-	if rules == nil {
-		rules = []policy.Rule{}
+	data := control.RulesData{Rules: make([]control.Rule, 0, len(rules))}
+	for _, r := range rules {
+		data.Rules = append(data.Rules, control.Rule{App: r.App, Tool: r.Tool, Decision: string(r.Decision), At: r.At})
 	}
-	return RulesData{Rules: rules}, nil
+	return data, nil
 }
 
 func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -285,5 +267,9 @@ func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	return AuditData{Entries: entries}, nil
+	data := control.AuditData{Entries: make([]control.AuditEntry, 0, len(entries))}
+	for _, e := range entries {
+		data.Entries = append(data.Entries, control.AuditEntry(e))
+	}
+	return data, nil
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"octosup/control"
-	"octosup/daemon"
 )
 
 // buildNotes builds the demo app of examples/notes, the app these tests
@@ -61,7 +60,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 		t.Fatalf("approve: %+v", r)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		var data daemon.ContextsData
+		var data control.ContextsData
 		if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +172,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	}
 	waitApprovals(t, c, 0)
 
-	var rules daemon.RulesData
+	var rules control.RulesData
 	if err := c.Do(ctx, control.OpRules, control.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke: %+v %v", rules, err)
 	}
