@@ -140,7 +140,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, err
 	}
 	if args.ApprovalID == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id: list them with the approvals op (octosupctl approvals)")
+		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id, the id of a pending approval as the approvals op lists it")
 	}
 	d, err := policy.ParseDecision(args.Decision)
 	if err != nil {
