@@ -217,3 +217,6 @@ func (s *fakeSub) Err() error {
 	defer s.f.mu.Unlock()
 	return s.err
 }
+
+// Ping answers at once.
+func (f *fakeApps) Ping(context.Context) error { return nil }

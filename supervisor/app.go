@@ -85,7 +85,8 @@ type runner struct {
 	id      string
 	logs    *ring
 	cmds    chan command
-	remove  chan struct{}   // closed by Apply when the app leaves the manifest
+	pings   chan chan struct{} // Supervisor.Ping's: closed in answer (buffered 1)
+	remove  chan struct{}      // closed by Apply when the app leaves the manifest
 	done    chan struct{}   // closed when run returns
 	settled chan struct{}   // closed once the first autostart attempt is over
 	prev    <-chan struct{} // a previous runner of the same id still stopping
@@ -133,6 +134,7 @@ func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
 		id:      app.ID,
 		logs:    newRing(s.cfg.LogLines),
 		cmds:    make(chan command),
+		pings:   make(chan chan struct{}, 1),
 		remove:  remove,
 		done:    make(chan struct{}),
 		settled: make(chan struct{}),
@@ -154,9 +156,12 @@ func timerC(t *time.Timer) <-chan time.Time {
 
 func (r *runner) run() {
 	defer r.finish()
-	if r.prev != nil {
+	for r.prev != nil {
 		select {
 		case <-r.prev:
+			r.prev = nil
+		case ping := <-r.pings:
+			close(ping)
 		case <-r.remove:
 			r.leaving = ErrUnknownApp
 			close(r.settled)
@@ -189,6 +194,8 @@ func (r *runner) run() {
 		select {
 		case c := <-r.cmds:
 			r.handle(c)
+		case ping := <-r.pings:
+			close(ping)
 		case <-exited:
 			r.onExit()
 		case <-timerC(r.killTimer):
@@ -669,6 +676,8 @@ func (r *runner) awaitReport(a *attempt) (res confirmResult, cause error, stop c
 				reason: fmt.Sprintf("jail helper did not report within %s; its process group was killed", s.cfg.StartTimeout),
 				err:    ErrStartTimeout,
 			}, nil
+		case ping := <-r.pings:
+			close(ping)
 		case c := <-r.cmds:
 			switch c.kind {
 			case cmdStart, cmdRestart:
