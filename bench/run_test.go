@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,9 +27,9 @@ func build(t testing.TB, cgo bool, pkgs ...string) string {
 	// The go that runs the test builds the binaries: a build that fails
 	// (an unreadable module cache included) is a failure, never a skip
 	// that would hide a regression.
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build the binaries with: %v", err)
 	}
 	args := append([]string{"build", "-o", dir + "/"}, pkgs...)
 	cmd := exec.Command(goBin, args...)

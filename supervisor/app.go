@@ -87,9 +87,9 @@ type runner struct {
 	cmds    chan command
 	pings   chan chan struct{} // Supervisor.Ping's: closed in answer (buffered 1)
 	remove  chan struct{}      // closed by Apply when the app leaves the manifest
-	done    chan struct{}   // closed when run returns
-	settled chan struct{}   // closed once the first autostart attempt is over
-	prev    <-chan struct{} // a previous runner of the same id still stopping
+	done    chan struct{}      // closed when run returns
+	settled chan struct{}      // closed once the first autostart attempt is over
+	prev    <-chan struct{}    // a previous runner of the same id still stopping
 
 	// Guarded by s.mu: Apply edits entry, Status reads status. procGen
 	// counts the starts; procEntry, procDev and procNeighbours are what
@@ -637,7 +637,7 @@ func (r *runner) abort(a *attempt, cause error) (AppStatus, error) {
 // awaitStart waits for the jail's report on the process just started,
 // then lets it run. A start that cannot go on is aborted.
 func (r *runner) awaitStart(a *attempt) (AppStatus, error) {
-	res, cause, stop := r.awaitReport(a)
+	res, stop, cause := r.awaitReport(a)
 	if cause == nil && res.err != nil {
 		a.confirmed = nil // taken
 		cause = res.err
@@ -656,7 +656,7 @@ func (r *runner) awaitStart(a *attempt) (AppStatus, error) {
 // serving it meanwhile: a Start or Restart joins this start, a Stop (its
 // reply is stop), the app's removal or shutdown cancels it, and so does
 // Config.StartTimeout running out: then cause says why.
-func (r *runner) awaitReport(a *attempt) (res confirmResult, cause error, stop chan cmdResult) {
+func (r *runner) awaitReport(a *attempt) (res confirmResult, stop chan cmdResult, cause error) {
 	s, p := r.s, r.proc
 	timeout := time.NewTimer(s.cfg.StartTimeout)
 	defer timeout.Stop()
@@ -672,10 +672,10 @@ func (r *runner) awaitReport(a *attempt) (res confirmResult, cause error, stop c
 			}
 			return confirmResult{err: fmt.Errorf("jail: %w", jail.ErrHelperDied)}, nil, nil
 		case <-timeout.C:
-			return res, &reasonError{
+			return res, nil, &reasonError{
 				reason: fmt.Sprintf("jail helper did not report within %s; its process group was killed", s.cfg.StartTimeout),
 				err:    ErrStartTimeout,
-			}, nil
+			}
 		case ping := <-r.pings:
 			close(ping)
 		case c := <-r.cmds:
@@ -688,16 +688,16 @@ func (r *runner) awaitReport(a *attempt) (res confirmResult, cause error, stop c
 					h()
 				}
 			case cmdStop:
-				return res, cancelledStart{errors.New("stopped while starting")}, c.reply
+				return res, c.reply, cancelledStart{errors.New("stopped while starting")}
 			}
 		case <-r.removeC:
 			r.removeC, r.quitC = nil, nil
 			r.leaving = ErrUnknownApp
-			return res, cancelledStart{fmt.Errorf("start cancelled: %w", ErrUnknownApp)}, nil
+			return res, nil, cancelledStart{fmt.Errorf("start cancelled: %w", ErrUnknownApp)}
 		case <-r.quitC:
 			r.removeC, r.quitC = nil, nil
 			r.leaving = ErrShutdown
-			return res, cancelledStart{fmt.Errorf("start cancelled: %w", ErrShutdown)}, nil
+			return res, nil, cancelledStart{fmt.Errorf("start cancelled: %w", ErrShutdown)}
 		}
 	}
 }
