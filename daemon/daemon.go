@@ -40,9 +40,9 @@ type Config struct {
 	// LogLines is the size of each app's log ring; 0 leaves the
 	// supervisor's default.
 	LogLines int
-	// Setup runs once the server exists and before it serves: the place
-	// to register more ops (Server.Handle) and topics (Server.AddTopic)
-	// and to keep the Server for Publish.
+	// Setup runs once the server exists and before it serves (tests and
+	// benchmarks that run a daemon in process learn so when it is
+	// listening).
 	Setup func(ctx context.Context, s *Server, apps Apps) error
 
 	// newApps replaces the real supervisor in tests.

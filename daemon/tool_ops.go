@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"octosup/control"
@@ -18,39 +17,28 @@ import (
 
 const defaultAuditLimit = 100
 
-// RegisterToolOps serves the tool-call ops with m. kernelOf returns the
+// registerToolOps serves the tool-call ops with m. kernelOf returns the
 // kernel session a connection attached (kernel.attach), nil when it did
 // not: tool.call and tool.cancel need one, since the calls' events go to
-// the kernel's connection (see WithToolEvents).
-func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
+// the kernel's connection (withToolEvents).
+func registerToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
 	t := toolOps{m: m, kernelOf: kernelOf}
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
-	s.HandleOrdered(control.OpToolCall, t.call)
-	s.HandleOrdered(control.OpToolCancel, t.cancel)
-	s.HandleOrdered(control.OpContextOwner, t.contextOwner)
-	s.HandleOrdered(control.OpContextList, t.contextList)
-	s.HandleOrdered(control.OpLinkHas, t.linkHas)
-	s.HandleOrdered(control.OpAccountClose, t.accountClose)
-	s.Handle(control.OpRules, t.rules)
-	s.Handle(control.OpAudit, t.audit)
+	s.handleOrdered(control.OpToolCall, t.call)
+	s.handleOrdered(control.OpToolCancel, t.cancel)
+	s.handleOrdered(control.OpContextOwner, t.contextOwner)
+	s.handleOrdered(control.OpContextList, t.contextList)
+	s.handleOrdered(control.OpLinkHas, t.linkHas)
+	s.handleOrdered(control.OpAccountClose, t.accountClose)
+	s.handle(control.OpRules, t.rules)
+	s.handle(control.OpAudit, t.audit)
 }
 
-// WithToolEvents makes a kernel connection's peer.Kernel also the tool
-// relay: attach WithToolEvents(c, k) and the outcomes of tool calls
-// (including the ones queued while no kernel was attached) arrive on c as
-// tool.acknowledged and tool.finished events.
-func WithToolEvents(c *Conn, k peer.Kernel) peer.Kernel {
-	return withToolEvents(k, func(line []byte) error {
-		if !c.sendEvent(line) {
-			return errors.New("send a tool event: the connection is gone or too slow")
-		}
-		return nil
-	})
-}
-
-// withToolEvents makes k the tool relay too; send queues an encoded event
-// line and never blocks.
+// withToolEvents makes k the tool relay too: the outcomes of tool calls
+// (including the ones queued while no kernel was attached) arrive on the
+// kernel's connection as tool.acknowledged and tool.finished events.
+// send queues an encoded event line and never blocks.
 func withToolEvents(k peer.Kernel, send func(line []byte) error) peer.Kernel {
 	return toolKernel{Kernel: k, toolEvents: toolEvents{send: send}}
 }
@@ -142,8 +130,11 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, toolError(err)
 	}
-	// Answer "accepted" before the call's first event.
-	return AfterReply(control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, place), nil
+	// Answer "accepted" before the call's first event: place makes the
+	// call visible once the answer is queued. It takes the Manager's
+	// lock, under which the Manager puts this connection's events, so it
+	// cannot run under the queue lock (answerThen): it runs after.
+	return answerFirst{data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, after: place}, nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {

@@ -64,11 +64,11 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 	})
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
-	// The real kernel.attach (events held until its answer, detach when
+	// The real kernel.attach (no event before its answer, detach when
 	// the connection ends), under the rig's own op name.
-	pl := &peerLink{store: store, m: rig.m, log: testLogger(t)}
-	rig.ts.srv.HandleOrdered(opTestAttach, pl.opKernelAttach)
-	RegisterToolOps(rig.ts.srv, rig.m, kernelOf)
+	pl := &peerLink{store: store, m: rig.m, log: testLogger(t), kernels: map[*Conn]*peer.KernelSession{}}
+	rig.ts.srv.handleOrdered(opTestAttach, pl.opKernelAttach)
+	registerToolOps(rig.ts.srv, rig.m, pl.kernelOf)
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
