@@ -92,13 +92,21 @@ func TestWatchdogStopsForAWedgedPart(t *testing.T) {
 			mu.Lock()
 			isWedged = true
 			mu.Unlock()
-			<-asked
+			waitAsked := func() {
+				t.Helper()
+				select {
+				case <-asked:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the watchdog did not ask %s within 10s", part)
+				}
+			}
+			waitAsked()
 			// The round that asked is held; the pings of the rounds before
 			// it are in the socket already.
 			for _, ok := read(0); ok; _, ok = read(0) {
 			}
 			for i := 0; i < 3; i++ {
-				<-asked // three more rounds of the watchdog, none of which pinged
+				waitAsked() // three more rounds of the watchdog, none of which pinged
 			}
 			for got, ok := read(0); ok; got, ok = read(0) {
 				if got == "WATCHDOG=1" {
