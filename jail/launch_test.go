@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/spawn"
 	"octosup/policy"
 )
 
@@ -369,34 +371,50 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// statusRecords is what the helper writes on its status pipe: a record
+// (step, errno) per pair.
+func statusRecords(steps ...int32) []byte {
+	var b []byte
+	for _, s := range steps {
+		b = binary.NativeEndian.AppendUint32(b, uint32(s))
+	}
+	return b
+}
+
 func TestParseStatus(t *testing.T) {
+	spec := Spec{Program: "/x", Dir: "/d", ParentPID: 7}
 	for _, c := range []struct {
-		in   string
+		name string
+		in   []byte
 		want string // error text, "" for success
 	}{
-		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n", ""},
-		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n" + `{"failure":{"layer":"exec","message":"/x","errno":"ENOENT","code":2}}` + "\n", "exec: /x: ENOENT"},
-		{"", "jail: jail helper ended without a report"},
-		{"garbage\n", "jail: bad helper status"},
-		{`{"report":{},"extra":1}` + "\n", "jail: bad helper status"},
+		{"reached exec", statusRecords(int32(spawn.StepOK), 0), ""},
+		{"exec failed", statusRecords(int32(spawn.StepOK), 0, int32(spawn.StepExec), 2), "exec: /x: ENOENT"},
+		{"chdir failed", statusRecords(int32(spawn.StepDir), 2), "dir: chdir /d: ENOENT"},
+		{"daemon gone", statusRecords(int32(spawn.StepParentGone), 3), "pdeathsig: daemon (pid 7) is gone"},
+		{"another build's input", statusRecords(int32(spawn.StepInputBad), 22), "spec: invalid jail spec: not a jail helper input of this build"},
+		{"nothing", nil, "jail: jail helper ended without a report"},
+		{"half a record", statusRecords(int32(spawn.StepOK)), "jail: bad helper status (4 bytes)"},
+		{"unknown step", statusRecords(99, 1), "jail: the setup sequence failed at unknown step 99"},
 	} {
-		_, err := parseStatus([]byte(c.in))
+		err := parseStatus(c.in, spec)
 		switch {
 		case c.want == "" && err != nil:
-			t.Errorf("%q: %v", c.in, err)
+			t.Errorf("%s: %v", c.name, err)
 		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
-			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
 }
 
 func FuzzParseStatus(f *testing.F) {
-	f.Add([]byte(`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n"))
-	f.Add([]byte(`{"failure":{"layer":"landlock","message":"restrict","errno":"EINVAL","code":22}}`))
+	f.Add(statusRecords(int32(spawn.StepOK), 0))
+	f.Add(statusRecords(int32(spawn.StepLandlockRestrict), 22))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rep, err := parseStatus(b)
-		if err == nil && rep.Missing == nil {
-			t.Error("success without a missing list")
+		err := parseStatus(b, Spec{})
+		var le *LayerError
+		if err != nil && !errors.As(err, &le) && !errors.Is(err, ErrHelperDied) && !strings.Contains(err.Error(), "unknown step") {
+			t.Errorf("%x: %v is neither a LayerError nor ErrHelperDied", b, err)
 		}
 	})
 }

@@ -285,20 +285,6 @@ func LandlockMissing(ls LandlockSpec, abi int) []string {
 	return out
 }
 
-// applyLandlock restricts the calling thread to ls at the kernel's abi and
-// reports whether a domain was enforced. no_new_privs must be set.
-func applyLandlock(ls LandlockSpec, abi int) (bool, *LayerError) {
-	fd, flags, lerr := BuildRuleset(ls, abi)
-	if lerr != nil || fd < 0 {
-		return false, lerr
-	}
-	defer unix.Close(fd)
-	if lerr := RestrictSelf(fd, flags); lerr != nil {
-		return false, lerr
-	}
-	return true, nil
-}
-
 // BuildRuleset creates the ruleset for ls (close-on-exec), or returns -1
 // when there is nothing to enforce: Landlock is absent, or nothing ls
 // asks for exists at this ABI. Building opens files and restricts
@@ -319,14 +305,6 @@ func BuildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
 		return -1, 0, LayerErr("landlock", "ruleset: "+err.Error(), err)
 	}
 	return fd, flags, nil
-}
-
-// RestrictSelf enforces a ruleset on the calling thread only (no TSYNC).
-func RestrictSelf(rulesetFD int, flags uint32) *LayerError {
-	if err := ll.LandlockRestrictSelf(rulesetFD, flags); err != nil {
-		return LayerErr("landlock", "restrict", err)
-	}
-	return nil
 }
 
 // errnoOf names the errno inside err ("" when there is none).
