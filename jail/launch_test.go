@@ -718,3 +718,74 @@ func TestPlantedSymlinkRace(t *testing.T) {
 		t.Errorf("no start saw the link: the race was not run (%d flips)", n)
 	}
 }
+
+// TestHelperRefusesInput: a helper given an input it cannot take (a
+// daemon of another build's, or garbage) runs nothing and says why on its
+// status pipe, as octosup-jail and as a binary that is its own helper.
+func TestHelperRefusesInput(t *testing.T) {
+	h := newHarness(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := h.l.Spec(Request{App: h.probeApp("input", "getpid"), Dirs: h.dirs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() []byte {
+		in := spawn.NewInput(&spawn.Params{Dir: "/", RulesetFD: -1, NotifySock: -1, ParentPID: os.Getpid()})
+		defer in.Free()
+		return slices.Clone(in.Bytes())
+	}()
+	other := slices.Clone(good)
+	other[7]++ // the version byte
+	for _, bin := range []string{h.helper, self} {
+		for _, c := range []struct {
+			name, want string
+			in         []byte
+		}{
+			{"another build's", "spec: invalid jail spec: not a jail helper input of this build", other},
+			{"garbage", "spec: invalid jail spec: not a jail helper input of this build", []byte("{\"version\":1}")},
+			{"empty", "spec: read the helper's input: EINVAL", nil},
+		} {
+			t.Run(filepath.Base(bin)+"/"+c.name, func(t *testing.T) {
+				err := runHelperWith(t, bin, c.in, spec)
+				if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+					t.Errorf("helper status: %v, want %q", err, c.want)
+				}
+			})
+		}
+	}
+}
+
+// runHelperWith runs bin as the helper with input in its memfd, and
+// returns what its status says.
+func runHelperWith(t *testing.T, bin string, input []byte, spec Spec) error {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test-input", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memfd := os.NewFile(uintptr(fd), "input")
+	defer memfd.Close()
+	if _, err := memfd.Write(input); err != nil {
+		t.Fatal(err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statusR.Close()
+	cmd := exec.Command(bin, HelperArg)
+	cmd.ExtraFiles = []*os.File{os.Stdin, statusW, memfd} // 3, StatusFD, InputFD
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	serr := readStatus(statusR, spec)
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != spawn.Exit {
+		t.Errorf("helper exit: %v, want %d", err, spawn.Exit)
+	}
+	return serr
+}

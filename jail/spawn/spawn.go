@@ -53,6 +53,9 @@ func IsHelper(args []string) bool { return len(args) == 2 && args[1] == Arg }
 // the failing step on the status pipe.
 func RunHelper() int { return int(C.ocs_helper_main()) }
 
+// magic begins every input; its last byte is the version.
+const magic = C.OCS_MAGIC
+
 // Step is where the sequence stopped (spawn.h's OCS_*).
 type Step int
 
@@ -145,8 +148,8 @@ func NewInput(p *Params) *Input {
 	clear(b)
 
 	in := (*C.struct_ocs_input)(raw)
-	for i := range len(C.OCS_MAGIC) {
-		in.magic[i] = C.char(C.OCS_MAGIC[i])
+	for i := range len(magic) {
+		in.magic[i] = C.char(magic[i])
 	}
 	in.size = C.uint32_t(size)
 	in.dir = C.uint32_t(dir)
