@@ -50,6 +50,7 @@ var stepError = map[spawn.Step]struct{ layer, msg string }{
 	spawn.StepInputRead:        {"spec", "read the helper's input"},
 	spawn.StepInputBad:         {"spec", "invalid jail spec: not a jail helper input of this build (a daemon and a helper of different builds?)"},
 	spawn.StepExecArgs:         {"exec", "map the exec's arguments"},
+	spawn.StepNoCgo:            {"spec", "the jail helper was built without cgo and has no setup sequence: build it with cgo (make build)"},
 }
 
 // SpawnsInProcess reports whether apps may take the in-process spawn
@@ -181,7 +182,7 @@ func stepFailure(spec Spec, st spawn.Status) error {
 		// Killed (the exit the caller reaps names the signal): it is the
 		// helper dying without a word, on this path.
 		return fmt.Errorf("%w: %s", ErrHelperDied, e.msg)
-	case spawn.StepInputBad:
+	case spawn.StepInputBad, spawn.StepNoCgo:
 		return &LayerError{Layer: e.layer, Message: e.msg}
 	}
 	return layerErr(e.layer, e.msg, st.Errno)

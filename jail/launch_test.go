@@ -789,3 +789,26 @@ func runHelperWith(t *testing.T, bin string, input []byte, spec Spec) error {
 	}
 	return serr
 }
+
+// TestHelperWithoutCgo: octosup-jail built with CGO_ENABLED=0 (a plain
+// `go build ./...` on a machine set that way) has no setup sequence: it
+// runs nothing and says why, and a start through it fails with that.
+func TestHelperWithoutCgo(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), HelperName)
+	cmd := exec.Command(gobin, "build", "-o", bin, "octosup/cmd/octosup-jail")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build with CGO_ENABLED=0: %v\n%s", err, out)
+	}
+	h := newHarness(t)
+	h.l = NewLauncher(Config{HelperPath: bin, UseHelper: true})
+	o := h.runApp(h.probeApp("nocgo", "getpid"), nil, nil)
+	const want = "spec: the jail helper was built without cgo"
+	if o.err == nil || !strings.HasPrefix(o.err.Error(), want) || o.out != "" {
+		t.Fatalf("start through a helper without cgo: %+v, want %q…", o, want)
+	}
+}

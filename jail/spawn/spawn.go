@@ -32,20 +32,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Arg is argv[1] of the helper. Nothing else is on argv (other processes
-// can read a command line): the input comes on an inherited descriptor.
-const Arg = C.OCS_HELPER_ARG
-
-// The helper's descriptors besides 0–3, and its exit code when it could
-// not run the app (the reason is on the status pipe).
+// The helper's constants are spawn.h's; consts.go repeats them for a
+// build without cgo. These fail to compile if the two ever differ.
 const (
-	StatusFD = C.OCS_STATUS_FD
-	InputFD  = C.OCS_INPUT_FD
-	Exit     = C.OCS_HELPER_EXIT
+	_ = uint(C.OCS_STATUS_FD-StatusFD) + uint(StatusFD-C.OCS_STATUS_FD)
+	_ = uint(C.OCS_INPUT_FD-InputFD) + uint(InputFD-C.OCS_INPUT_FD)
+	_ = uint(C.OCS_HELPER_EXIT-Exit) + uint(Exit-C.OCS_HELPER_EXIT)
+	_ = uint(C.OCS_NO_CGO-stepNoCgo) + uint(stepNoCgo-C.OCS_NO_CGO)
 )
 
-// IsHelper reports whether args (os.Args) ask for the helper.
-func IsHelper(args []string) bool { return len(args) == 2 && args[1] == Arg }
+// cArg is spawn.h's helper argument (TestConstants holds Arg to it).
+const cArg = C.OCS_HELPER_ARG
 
 // RunHelper is the helper's whole life, for a binary whose constructor
 // did not run it already: it reads the input, runs the sequence and execs
@@ -55,9 +52,6 @@ func RunHelper() int { return int(C.ocs_helper_main()) }
 
 // magic begins every input; its last byte is the version.
 const magic = C.OCS_MAGIC
-
-// Step is where the sequence stopped (spawn.h's OCS_*).
-type Step int
 
 const (
 	StepOK               Step = C.OCS_OK
@@ -79,11 +73,8 @@ const (
 	StepInputRead        Step = C.OCS_INPUT_READ
 	StepInputBad         Step = C.OCS_INPUT_BAD
 	StepExecArgs         Step = C.OCS_EXEC_ARGS
-	stepEnd
+	StepNoCgo            Step = C.OCS_NO_CGO
 )
-
-// Valid reports whether s is one of the steps above.
-func (s Step) Valid() bool { return s >= 0 && s < stepEnd }
 
 // Params is what one start's sequence applies; NewInput lays it out.
 type Params struct {

@@ -47,6 +47,9 @@ enum {
 	OCS_INPUT_READ,
 	OCS_INPUT_BAD,
 	OCS_EXEC_ARGS,
+	// The helper binary was built without cgo (nocgo.go): it has no
+	// sequence to run.
+	OCS_NO_CGO,
 };
 
 // The first bytes of every input; the last is its version, so that a

@@ -117,3 +117,13 @@ func TestParseStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestConstants: the Go names of spawn.h's helper constants are its.
+func TestConstants(t *testing.T) {
+	if Arg != cArg {
+		t.Errorf("Arg %q, spawn.h's %q", Arg, cArg)
+	}
+	if StepNoCgo != stepNoCgo {
+		t.Errorf("StepNoCgo %d, stepNoCgo %d", StepNoCgo, stepNoCgo)
+	}
+}
