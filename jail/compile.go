@@ -308,7 +308,7 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 	for _, d := range devices {
 		add(d.path, d.access, "device", true)
 	}
-	// The app's own /proc/<pid> (the helper's pid is the app's: exec keeps
+	// The app's own /proc/<pid> (the sequence's pid is the app's: exec keeps
 	// it); every other process's /proc entry stays closed.
 	add("/proc/self", AccessRO, "proc", false)
 	for _, r := range app.Resources {

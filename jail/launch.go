@@ -177,8 +177,8 @@ type Config struct {
 	// nothing.
 	Log *zap.Logger
 	// UseHelper starts every app through the helper instead of the
-	// in-process spawn (fork.go). It costs an exec and a Go runtime start
-	// per app (docs/jail.md); the escape suite runs both ways.
+	// in-process spawn (fork.go). It costs an exec per app (docs/jail.md);
+	// the escape suite runs both ways.
 	UseHelper bool
 }
 

@@ -66,7 +66,7 @@ func RefuseNewer(prog []unix.SockFilter, newest uint32) []unix.SockFilter {
 	return append(head, prog...)
 }
 
-// CheckFilter refuses a program the helper must not load: empty, longer
+// CheckFilter refuses a program the sequence must not load: empty, longer
 // than the kernel takes, or not beginning with the architecture check
 // that keeps another ABI's syscalls (int 0x80, x32) from slipping past
 // rules written for native numbers: a load of seccomp_data.arch, a
@@ -77,7 +77,7 @@ func CheckFilter(prog []unix.SockFilter) error {
 		return fmt.Errorf("%w: %d instructions, want 3 to %d", ErrBadFilter, len(prog), MaxFilter)
 	}
 	if nativeAuditArch == 0 {
-		return fmt.Errorf("%w: no AUDIT_ARCH known for %s: the helper cannot check the filter's arch test", ErrBadFilter, runtime.GOARCH)
+		return fmt.Errorf("%w: no AUDIT_ARCH known for %s: the jail cannot check the filter's arch test", ErrBadFilter, runtime.GOARCH)
 	}
 	if in := prog[0]; in.Code != bpfLdWAbs || in.K != archOffset {
 		return fmt.Errorf("%w: does not begin with a load of seccomp_data.arch (first instruction %#x k=%#x)", ErrBadFilter, in.Code, in.K)

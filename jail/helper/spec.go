@@ -10,18 +10,19 @@ import (
 	"strings"
 )
 
-// SpecVersion is the version of the Spec's form. The daemon and the
-// helper are separate binaries (octosupd and octosup-jail), and an old
-// helper still on disk must refuse a spec it does not understand (the
-// helper's input carries a wire version of its own too, inputMagic).
+// SpecVersion is the version of the Spec's form (its JSON, which
+// octosupctl prints). The helper's input is not the Spec: it carries a
+// version of its own (jail/spawn), so that a daemon and a helper of
+// different builds refuse each other.
 const SpecVersion = 1
 
 // HubFD is the descriptor number of the hub in every app.
 const HubFD = 3
 
 // Spec is the whole jail of one app process, as Compile produced it: the
-// helper applies exactly this and nothing else. It is plain data so that a
-// person can read it (Describe) and the helper can re-validate it.
+// launchers apply exactly this and nothing else. It is plain data so that
+// a person can read it (Describe) and the daemon can validate it before
+// every start.
 type Spec struct {
 	Version int    `json:"version"`
 	App     string `json:"app"`
@@ -32,7 +33,7 @@ type Spec struct {
 	Argv    []string `json:"argv"`
 	Env     []string `json:"env"`
 	Dir     string   `json:"dir"`
-	// ParentPID is the daemon's pid: the helper checks it is still its
+	// ParentPID is the daemon's pid: the sequence checks it is still its
 	// parent after setting the parent-death signal, so that an app whose
 	// daemon died in between does not run on unsupervised.
 	ParentPID int `json:"parent_pid"`
@@ -77,7 +78,7 @@ type LandlockSpec struct {
 	// restriction it asks for; strict mode refuses anything lower.
 	MinABI int `json:"min_abi"`
 	// LogApp asks the kernel to audit-log the app's denials (developer
-	// mode), not only the helper's.
+	// mode), not only the sequence's.
 	LogApp bool `json:"log_app,omitempty"`
 }
 
