@@ -96,8 +96,9 @@ func (l *Launcher) startFork(spec Spec, stdout, stderr, hub *os.File, cgroupFD i
 		return p, true, nil
 	}
 	if prep.notifyR >= 0 {
-		// The child sent it before its execve, which is done by now.
-		p.takeGuard(prep.notifyR, l.guardFor(spec))
+		// The child sent it before its execve, which is done by now;
+		// takeGuard closes the socket, prep.close must not again.
+		p.takeGuard(prep.takeNotifyR(), l.guardFor(spec))
 	}
 	return p, true, nil
 }
