@@ -26,11 +26,13 @@ deps:
 
 # octosup-jail, the jail helper octosupd runs between fork and exec of an
 # app with --jail-spawn helper (or where the in-process spawn cannot
-# run), is a static Go binary without cgo (it starts in ~1 ms, the cgo
-# daemon in ~7): it must sit next to octosupd.
+# run), runs the jail's C setup sequence before its Go runtime starts;
+# linked statically (HELPER_LDFLAGS) it maps no shared library either. It
+# must sit next to octosupd.
+HELPER_LDFLAGS := -extldflags=-static
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/octosupd ./cmd/octosupctl
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/octosup-jail
+	$(GO) build -ldflags '$(HELPER_LDFLAGS)' -o $(BIN)/ ./cmd/octosup-jail
 	$(MAKE) --no-print-directory examples
 
 examples:
@@ -160,7 +162,7 @@ bench:
 		else echo "bench: bwrap not found (apt-get install bubblewrap): its rows will say skipped"; fi; \
 	fi
 	$(GO) build -o $(BIN)/ ./cmd/octosupd
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/octosup-jail
+	$(GO) build -ldflags '$(HELPER_LDFLAGS)' -o $(BIN)/ ./cmd/octosup-jail
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/bench/ ./bench/hubping ./bench/jsonecho ./bench/toolapp
 	$(GO) build -o $(BIN)/octosup-bench ./bench
 	$(BIN)/octosup-bench --octosupd $(BIN)/octosupd --hubping $(BIN)/bench/hubping $(BENCH_FLAGS)

@@ -108,9 +108,9 @@ func TestRunSmall(t *testing.T) {
 		t.Skip("builds and runs octosupd")
 	}
 	bin := build(t, true, "octosup/cmd/octosupd")
-	// octosupd runs the jail helper next to it, built as make build
-	// builds it (no cgo).
-	helper := filepath.Join(build(t, false, "octosup/cmd/octosup-jail"), "octosup-jail")
+	// octosupd runs the jail helper next to it, built with cgo as make
+	// build builds it (its setup sequence is C).
+	helper := filepath.Join(build(t, true, "octosup/cmd/octosup-jail"), "octosup-jail")
 	if err := os.Symlink(helper, filepath.Join(bin, "octosup-jail")); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestChaosShort(t *testing.T) {
 	if _, err := os.Stat("../cmd/octosup-jail"); err == nil {
 		// The jail helper octosupd runs between fork and exec sits next
 		// to it (make build).
-		build([]string{"CGO_ENABLED=0"}, bin+"/", "./cmd/octosup-jail")
+		build([]string{"CGO_ENABLED=1"}, bin+"/", "./cmd/octosup-jail") // the setup sequence is C (jail/spawn)
 	}
 	app := filepath.Join(bin, "chaos-app")
 	build([]string{"CGO_ENABLED=0"}, app, "./chaos/app")

@@ -119,37 +119,13 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 	if len(app.Exec) == 0 || !filepath.IsAbs(app.Exec[0]) {
 		return fail("exec[0] must be an absolute path")
 	}
-	strict, err := ParseStrictness(string(opt.Strictness))
+	strict, err := compileStrictness(app, opt)
 	if err != nil {
-		return fail("daemon setting: %v", err)
+		return fail("%v", err)
 	}
-	if app.Sandbox.Strictness != "" {
-		if strict, err = ParseStrictness(app.Sandbox.Strictness); err != nil {
-			return fail("sandbox.strictness: %v", err)
-		}
-	}
-	sb := app.Sandbox
-	if opt.Narrowed {
-		sb.Policy = policy.PolicyJail
-		sb.Network = policy.NetworkNone
-		sb.TCPConnect, sb.TCPBind, sb.External = nil, nil, nil
-	}
+	sb := effectiveSandbox(app, opt)
 	processes := sb.MayCreateProcesses()
-
-	var jailDir, secretsDir string
-	if app.Storage.Jail {
-		jailDir = opt.Dirs.JailDir(app.ID)
-	}
-	if app.Storage.Secrets {
-		secretsDir = opt.Dirs.SecretsDir(app.ID)
-	}
-	daemonEnv := map[string]string{EnvAppID: app.ID, EnvHubFD: strconv.Itoa(HubFD)}
-	if jailDir != "" {
-		daemonEnv[EnvJail] = jailDir
-	}
-	if secretsDir != "" {
-		daemonEnv[EnvSecrets] = secretsDir
-	}
+	jailDir, secretsDir, daemonEnv := storageDirs(app, opt)
 	dir := "/"
 	if jailDir != "" {
 		dir = jailDir
@@ -165,53 +141,16 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		FDs:       []int{0, 1, 2, HubFD},
 		Strict:    strict == Strict,
 	}
-
-	ll := LandlockSpec{Scope: true, LogApp: opt.DeveloperMode}
-	if sb.Policy == policy.PolicyBroad {
-		ll.WriteOnly = true
-		ll.Paths = broadRules(opt.BroadRoots)
-	} else {
-		ll.FS = true
-		paths, err := fsRules(app, sb, opt, jailDir, secretsDir, processes)
-		if err != nil {
-			return fail("%v", err)
-		}
-		ll.Paths = paths
-		switch sb.Network {
-		case policy.NetworkNone, "":
-			ll.Net = true
-		case policy.NetworkTCP:
-			ll.Net = true
-			ll.ConnectTCP = sortedPorts(sb.TCPConnect)
-			ll.BindTCP = sortedPorts(sb.TCPBind)
-		case policy.NetworkFull:
-		default:
-			return fail("sandbox.network %q: want none, tcp or full", sb.Network)
-		}
+	ll, err := compileLandlock(app, sb, opt, jailDir, secretsDir, processes)
+	if err != nil {
+		return fail("%v", err)
 	}
-	// Unix sockets: a full app makes them; a tcp app only where Landlock
-	// narrows their connect (seccomp refuses them below it).
-	ll.UnixSockets = ll.FS && (sb.Network == policy.NetworkFull || sb.Network == policy.NetworkTCP && opt.LandlockABI >= landlockABIUnix)
-	ll.MinABI = minABI(ll)
 	spec.Landlock = ll
-
+	spec.Env = compileEnv(app, opt, ll, daemonEnv)
 	network := sb.Network
 	if sb.Policy == policy.PolicyBroad {
 		// Broad skips network narrowing along with the filesystem's.
 		network = policy.NetworkFull
-	}
-	if ll.FS {
-		// A jail app's environment is an allow list, with a PATH of the
-		// directories it may list (the entry's own PATH still wins).
-		base := []string{"PATH=" + jailPath(opt.BaseEnv, ll.Paths)}
-		for _, kv := range opt.BaseEnv {
-			if !strings.HasPrefix(kv, "PATH=") {
-				base = append(base, kv)
-			}
-		}
-		spec.Env = Environ(base, jailEnv(app.PassEnv), app.Env, daemonEnv)
-	} else {
-		spec.Env = Environ(opt.BaseEnv, nil, app.Env, daemonEnv)
 	}
 	spec.ExecOnce = !processes
 	spec.Seccomp = seccompRules(ruleSet{
@@ -225,6 +164,100 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		return fail("%v", err)
 	}
 	return spec, nil
+}
+
+// compileStrictness is the entry's sandbox.strictness, else the daemon's.
+func compileStrictness(app policy.App, opt Options) (Strictness, error) {
+	strict, err := ParseStrictness(string(opt.Strictness))
+	if err != nil {
+		return "", fmt.Errorf("daemon setting: %v", err)
+	}
+	if app.Sandbox.Strictness != "" {
+		if strict, err = ParseStrictness(app.Sandbox.Strictness); err != nil {
+			return "", fmt.Errorf("sandbox.strictness: %v", err)
+		}
+	}
+	return strict, nil
+}
+
+// effectiveSandbox is the entry's sandbox, narrowed to jail-only and no
+// network when the daemon narrows this app.
+func effectiveSandbox(app policy.App, opt Options) policy.Sandbox {
+	sb := app.Sandbox
+	if opt.Narrowed {
+		sb.Policy = policy.PolicyJail
+		sb.Network = policy.NetworkNone
+		sb.TCPConnect, sb.TCPBind, sb.External = nil, nil, nil
+	}
+	return sb
+}
+
+// storageDirs are the app's jail and secrets directories ("" when the
+// entry asks for none) and the daemon's own variables of its environment.
+func storageDirs(app policy.App, opt Options) (jailDir, secretsDir string, daemonEnv map[string]string) {
+	if app.Storage.Jail {
+		jailDir = opt.Dirs.JailDir(app.ID)
+	}
+	if app.Storage.Secrets {
+		secretsDir = opt.Dirs.SecretsDir(app.ID)
+	}
+	daemonEnv = map[string]string{EnvAppID: app.ID, EnvHubFD: strconv.Itoa(HubFD)}
+	if jailDir != "" {
+		daemonEnv[EnvJail] = jailDir
+	}
+	if secretsDir != "" {
+		daemonEnv[EnvSecrets] = secretsDir
+	}
+	return jailDir, secretsDir, daemonEnv
+}
+
+// compileLandlock is the Landlock part of the spec: only writes narrowed
+// for policy broad; files and the network for a jail app.
+func compileLandlock(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir string, processes bool) (LandlockSpec, error) {
+	ll := LandlockSpec{Scope: true, LogApp: opt.DeveloperMode}
+	if sb.Policy == policy.PolicyBroad {
+		ll.WriteOnly = true
+		ll.Paths = broadRules(opt.BroadRoots)
+	} else {
+		ll.FS = true
+		paths, err := fsRules(app, sb, opt, jailDir, secretsDir, processes)
+		if err != nil {
+			return LandlockSpec{}, err
+		}
+		ll.Paths = paths
+		switch sb.Network {
+		case policy.NetworkNone, "":
+			ll.Net = true
+		case policy.NetworkTCP:
+			ll.Net = true
+			ll.ConnectTCP = sortedPorts(sb.TCPConnect)
+			ll.BindTCP = sortedPorts(sb.TCPBind)
+		case policy.NetworkFull:
+		default:
+			return LandlockSpec{}, fmt.Errorf("sandbox.network %q: want none, tcp or full", sb.Network)
+		}
+	}
+	// Unix sockets: a full app makes them; a tcp app only where Landlock
+	// narrows their connect (seccomp refuses them below it).
+	ll.UnixSockets = ll.FS && (sb.Network == policy.NetworkFull || sb.Network == policy.NetworkTCP && opt.LandlockABI >= landlockABIUnix)
+	ll.MinABI = minABI(ll)
+	return ll, nil
+}
+
+// compileEnv is the app's environment: an allow list of the daemon's
+// for a jail app, with a PATH of the directories it may list (the
+// entry's own PATH still wins); the daemon's, scrubbed, for a broad one.
+func compileEnv(app policy.App, opt Options, ll LandlockSpec, daemonEnv map[string]string) []string {
+	if !ll.FS {
+		return Environ(opt.BaseEnv, nil, app.Env, daemonEnv)
+	}
+	base := []string{"PATH=" + jailPath(opt.BaseEnv, ll.Paths)}
+	for _, kv := range opt.BaseEnv {
+		if !strings.HasPrefix(kv, "PATH=") {
+			base = append(base, kv)
+		}
+	}
+	return Environ(base, jailEnv(app.PassEnv), app.Env, daemonEnv)
 }
 
 // validateCompiled is Validate minus the pid, which the caller may fill
@@ -275,7 +308,7 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 	for _, d := range devices {
 		add(d.path, d.access, "device", true)
 	}
-	// The app's own /proc/<pid> (the helper's pid is the app's: exec keeps
+	// The app's own /proc/<pid> (the sequence's pid is the app's: exec keeps
 	// it); every other process's /proc entry stays closed.
 	add("/proc/self", AccessRO, "proc", false)
 	for _, r := range app.Resources {

@@ -20,13 +20,14 @@ import (
 
 // helperEnv names the octosup-jail binary the tests run as the helper.
 // TestMain builds it once per run of the test binary (cmd/octosup-jail,
-// CGO_ENABLED=0: the binary production runs) unless the variable already
-// names one, as it does for the copy TestAsNobody runs.
+// static, as make builds it: the binary production runs) unless the
+// variable already names one, as it does for the copy TestAsNobody runs.
 const helperPathEnv = "OCTOSUP_TEST_JAIL_HELPER"
 
 func TestMain(m *testing.M) {
 	// This binary is also a helper (the re-exec path other packages' tests
-	// and TestReexecHelper use) and every probe.
+	// and TestReexecHelper use: jail/spawn's constructor runs it before
+	// this) and every probe.
 	if IsHelper(os.Args) {
 		os.Exit(RunHelper())
 	}
@@ -64,7 +65,7 @@ func TestMain(m *testing.M) {
 }
 
 // buildHelper builds cmd/octosup-jail into dir as make build does
-// (CGO_ENABLED=0) and returns its path. The directory is made readable
+// (HelperLDFlags: static) and returns its path. The directory is made readable
 // by everyone: TestAsNobody's copy comes from it.
 func buildHelper(dir string) (string, error) {
 	gobin, err := exec.LookPath("go")
@@ -72,8 +73,7 @@ func buildHelper(dir string) (string, error) {
 		return "", fmt.Errorf("build the jail helper: no go command in PATH: %w", err)
 	}
 	bin := filepath.Join(dir, HelperName)
-	cmd := exec.Command(gobin, "build", "-o", bin, "octosup/cmd/octosup-jail")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd := exec.Command(gobin, "build", "-ldflags", helperLDFlags, "-o", bin, "octosup/cmd/octosup-jail")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the jail helper (go build octosup/cmd/octosup-jail): %v\n%s", err, out)
 	}

@@ -9,26 +9,28 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/jail/helper"
+	"octosup/jail/spawn"
 )
 
 // HelperArg is argv[1] of the jail helper. Nothing else is on argv (other
-// processes can read a command line): the spec comes on an inherited
+// processes can read a command line): its input comes on an inherited
 // descriptor.
-const HelperArg = helper.Arg
+const HelperArg = spawn.Arg
 
-// IsHelper reports whether args (os.Args) ask for the helper mode. A
-// binary that is its own helper (a test binary the Launcher re-executes,
-// with Config.HelperPath left empty) calls it first in main or TestMain
-// and, if so, RunHelper. octosupd does too, so that --jail-helper may
-// name octosupd itself (the old, slower path make bench compares with);
-// by default it runs octosup-jail.
-func IsHelper(args []string) bool { return helper.IsHelper(args) }
+// IsHelper reports whether args (os.Args) ask for the helper mode. Every
+// binary that links this package is a helper already: a constructor of
+// jail/spawn runs the setup sequence before its Go runtime starts when
+// its argv says so (octosup-jail; octosupd, so that --jail-helper may name
+// it; a test binary the Launcher re-executes, with Config.HelperPath
+// left empty). A main or TestMain that calls IsHelper first, and then
+// RunHelper, never sees it true; it stays for a binary whose C
+// constructors do not run.
+func IsHelper(args []string) bool { return spawn.IsHelper(args) }
 
-// RunHelper is the helper's whole life (helper.Run): it reads the spec
-// and the filter, restricts the thread that will exec and execs the app's
-// program. It returns only on failure, with the exit code, after
-// reporting the failing layer.
-func RunHelper() int { return helper.Run() }
+// RunHelper is the helper's whole life (spawn.RunHelper): it reads its
+// input, runs the setup sequence and execs the app's program. It returns
+// only on failure, with the exit code, after reporting the failing step.
+func RunHelper() int { return spawn.RunHelper() }
 
 // LayerError says which jail layer failed and why: it is what status shows
 // after "failed: ", e.g. "landlock: restrict: EINVAL".
@@ -52,18 +54,9 @@ func LandlockABI() int { return helper.LandlockABI() }
 // layerErr is the LayerError for err, which may hold an errno.
 func layerErr(layer, msg string, err error) *LayerError { return helper.LayerErr(layer, msg, err) }
 
-// helperEnv is the helper's whole environment: it needs none (the app's
-// is in the spec) but for its own runtime: one P and no collector, for a
-// process that runs one thread's work for a millisecond and execs
-// (GOMAXPROCS=1 takes ~0.1 ms off its start here). A race-enabled test
-// binary's GORACE keeps its exit quick.
-func helperEnv() []string {
-	env := []string{"GOMAXPROCS=1", "GOGC=off"}
-	if v, ok := os.LookupEnv("GORACE"); ok {
-		env = append(env, "GORACE="+v)
-	}
-	return env
-}
+// helperEnv is the helper's whole environment: none. The app's is in
+// its input, and the helper's own Go runtime, if it has one, never starts.
+func helperEnv() []string { return []string{} }
 
 // HelperName is the helper binary's file name (cmd/octosup-jail).
 const HelperName = "octosup-jail"

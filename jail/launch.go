@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/jail/helper"
+	"octosup/jail/spawn"
 	"octosup/policy"
 )
 
@@ -55,11 +57,14 @@ type Process struct {
 
 	app    string
 	log    *zap.Logger
-	status *os.File // nil for an in-process spawn, known at Start
+	status *os.File // the helper's status pipe; nil for an in-process spawn
 	forked bool     // spawned in-process, not through the helper
 	notify *Guard   // the app's notified calls; nil when it has none
-	// notifySock brings the helper's listener (helper.NotifyFD); -1
-	// without one. guard makes the Guard of the listener.
+	// spec is what a helper was started with: its status names a step
+	// of the sequence, which stepFailure words with it.
+	spec Spec
+	// notifySock brings the helper's listener; -1 without one. guard
+	// makes the Guard of the listener.
 	notifySock int
 	guard      func(fd int) *Guard
 	once       sync.Once
@@ -76,10 +81,16 @@ type Process struct {
 func (p *Process) Confirm() (Report, error) {
 	p.once.Do(func() {
 		if !p.forked {
-			p.report, p.err = readStatus(p.status)
+			if err := readStatus(p.status, p.spec); err != nil {
+				p.report, p.err = Report{}, err
+			}
 			p.status.Close()
 			if p.notifySock >= 0 {
-				p.takeListener()
+				if p.err == nil {
+					p.takeGuard(p.notifySock, p.guard)
+				} else {
+					unix.Close(p.notifySock)
+				}
 			}
 		}
 		switch {
@@ -98,20 +109,23 @@ func (p *Process) Confirm() (Report, error) {
 	return p.report, p.err
 }
 
-// takeListener receives the helper's notify listener, sent before its
-// report, once the report says the program runs.
-func (p *Process) takeListener() {
-	defer unix.Close(p.notifySock)
-	if p.err != nil {
-		return
-	}
-	fd, err := helper.RecvFD(p.notifySock)
+// takeGuard receives the notify listener the sequence sent down sock
+// before its execve, and closes sock.
+func (p *Process) takeGuard(sock int, guard func(fd int) *Guard) {
+	defer unix.Close(sock)
+	fd, err := helper.RecvFD(sock)
 	if err != nil {
 		p.report = Report{}
 		p.err = layerErr("seccomp", "the notify listener: "+err.Error(), err)
 		return
 	}
-	p.notify = p.guard(fd)
+	p.notify = guard(fd)
+}
+
+// guardFor makes the Guard of spec's listener.
+func (l *Launcher) guardFor(spec Spec) func(fd int) *Guard {
+	unprivPort := l.kernel().unprivPort
+	return func(fd int) *Guard { return newGuard(spec, fd, unprivPort, l.log) }
 }
 
 // Settled reports whether Confirm's answer is known already and it
@@ -120,17 +134,29 @@ func (p *Process) takeListener() {
 // status pipe.
 func (p *Process) Settled() bool { return p.forked }
 
-// readStatus reads the helper's status lines up to EOF: a report then EOF
-// is an exec that succeeded; a failure line is the reason it did not.
-func readStatus(r io.Reader) (Report, error) {
+// readStatus reads the helper's status up to EOF: nil when the sequence
+// reached its exec and the exec succeeded, else why not.
+func readStatus(r io.Reader, spec Spec) error {
 	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
 	if err != nil {
-		return Report{}, fmt.Errorf("jail: read helper status: %w", err)
+		return fmt.Errorf("jail: read helper status: %w", err)
 	}
-	return parseStatus(data)
+	return parseStatus(data, spec)
 }
 
-func parseStatus(data []byte) (Report, error) { return helper.ParseStatus(data) }
+// parseStatus reads the helper's status records (spawn.ParseStatus).
+func parseStatus(data []byte, spec Spec) error {
+	st, ok := spawn.ParseStatus(data)
+	switch {
+	case !ok && len(data) == 0:
+		return fmt.Errorf("jail: %w", ErrHelperDied)
+	case !ok:
+		return fmt.Errorf("jail: bad helper status (%d bytes): %w", len(data), ErrHelperDied)
+	case st.Step == spawn.StepOK:
+		return nil
+	}
+	return stepFailure(spec, st)
+}
 
 // Config sets up a Launcher.
 type Config struct {
@@ -151,8 +177,8 @@ type Config struct {
 	// nothing.
 	Log *zap.Logger
 	// UseHelper starts every app through the helper instead of the
-	// in-process spawn (fork.go). It costs an exec and a Go runtime start
-	// per app (docs/jail.md); the escape suite runs both ways.
+	// in-process spawn (fork.go). It costs an exec per app (docs/jail.md);
+	// the escape suite runs both ways.
 	UseHelper bool
 }
 
@@ -285,65 +311,72 @@ func (l *Launcher) start(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) 
 	return l.startHelper(spec, stdout, stderr, hub, cgroupFD)
 }
 
-// startHelper forks the helper with spec, into the cgroup cgroupFD when it
-// is positive.
+// startHelper forks the helper, which runs the setup sequence on what
+// was prepared, into the cgroup cgroupFD when it is positive.
 func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) (*Process, error) {
-	// The helper has no libseccomp: the daemon compiles the filter (once
-	// per rule set) and sends the BPF along with the spec.
-	prog, err := l.filters.get(spec.Seccomp)
+	prep, err := l.prepare(spec, stdout, stderr, hub)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.App, layerErr("seccomp", err.Error(), err))
+		return nil, err
 	}
-	data := helper.EncodeInput(spec, prog)
-	// A memfd, not a pipe: the whole input is there before the fork, so
-	// Start never blocks on the helper reading it.
-	memfd, err := unix.MemfdCreate("octosup-jail-spec", unix.MFD_CLOEXEC)
+	defer prep.close()
+	// The helper's descriptors: the app's 0–3, the status pipe and the
+	// input on spawn.StatusFD and spawn.InputFD, then the ruleset and the
+	// listener's socket when there are.
+	files := []uintptr{prep.files[0].Fd(), prep.files[1].Fd(), prep.files[2].Fd(), prep.files[3].Fd(), 0, 0}
+	ruleset, notify := -1, -1
+	if prep.rulesetFD >= 0 {
+		ruleset = len(files)
+		files = append(files, uintptr(prep.rulesetFD))
+	}
+	if prep.notifyW >= 0 {
+		notify = len(files)
+		files = append(files, uintptr(prep.notifyW))
+	}
+	in := prep.input(l, [4]int{0, 1, 2, 3}, ruleset, notify, true)
+	input, err := inputFile(in)
+	in.Free()
 	if err != nil {
-		return nil, fmt.Errorf("start %s: spec memfd: %w", spec.App, err)
+		return nil, fmt.Errorf("start %s: %w", spec.App, err)
 	}
-	specFile := os.NewFile(uintptr(memfd), "jail-spec")
-	defer specFile.Close()
-	if _, err := specFile.Write(data); err != nil {
-		return nil, fmt.Errorf("start %s: write spec: %w", spec.App, err)
-	}
-	if _, err := specFile.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("start %s: rewind spec: %w", spec.App, err)
-	}
+	defer input.Close()
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: status pipe: %w", spec.App, err)
 	}
 	defer statusW.Close()
-	devnull, err := os.Open(os.DevNull)
+	files[spawn.StatusFD], files[spawn.InputFD] = statusW.Fd(), input.Fd()
+	pid, pidfd, err := l.forkHelper(files, cgroupFD)
+	runtime.KeepAlive(prep.files)
 	if err != nil {
 		statusR.Close()
-		return nil, fmt.Errorf("start %s: %w", spec.App, err)
+		return nil, fmt.Errorf("start %s: exec helper %s: %w", spec.App, l.cfg.HelperPath, err)
 	}
-	defer devnull.Close()
-	if hub == nil {
-		statusR.Close()
-		return nil, fmt.Errorf("start %s: %w", spec.App, ErrNoHub)
+	return &Process{Pid: pid, Pidfd: pidfd, app: spec.App, log: l.log, status: statusR, spec: spec, report: prep.rep,
+		notifySock: prep.takeNotifyR(), guard: l.guardFor(spec)}, nil
+}
+
+// inputFile puts the helper's input in a memfd, not a pipe: the whole
+// input is there before the fork, so Start never blocks on the helper
+// reading it, and the helper maps it rather than reading it.
+func inputFile(in *spawn.Input) (*os.File, error) {
+	memfd, err := unix.MemfdCreate("octosup-jail-input", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("input memfd: %w", err)
 	}
-	if stdout == nil {
-		stdout = devnull
+	f := os.NewFile(uintptr(memfd), "jail-input")
+	if _, err := f.Write(in.Bytes()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write the helper's input: %w", err)
 	}
-	if stderr == nil {
-		stderr = devnull
-	}
-	pidfd := -1
-	files := []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd(), hub.Fd(), statusW.Fd(), specFile.Fd()}
-	notifyR := -1
-	if spec.Notifies() {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			statusR.Close()
-			return nil, fmt.Errorf("start %s: notify socket: %w", spec.App, err)
-		}
-		notifyR = pair[0]
-		defer unix.Close(pair[1])
-		files = append(files, uintptr(pair[1])) // helper.NotifyFD
-	}
-	pid, err := syscall.ForkExec(l.cfg.HelperPath, []string{l.cfg.HelperPath, HelperArg}, &syscall.ProcAttr{
+	return f, nil
+}
+
+// forkHelper forks and execs [HelperPath, HelperArg] with files as its
+// descriptors, in a process group of its own, killed when the forking
+// thread (the spawner) dies.
+func (l *Launcher) forkHelper(files []uintptr, cgroupFD int) (pid, pidfd int, err error) {
+	pidfd = -1
+	pid, err = syscall.ForkExec(l.cfg.HelperPath, []string{l.cfg.HelperPath, HelperArg}, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   helperEnv(),
 		Files: files,
@@ -357,16 +390,7 @@ func (l *Launcher) startHelper(spec Spec, stdout, stderr, hub *os.File, cgroupFD
 			CgroupFD:    max(cgroupFD, 0),
 		},
 	})
-	if err != nil {
-		statusR.Close()
-		if notifyR >= 0 {
-			unix.Close(notifyR)
-		}
-		return nil, fmt.Errorf("start %s: exec helper %s: %w", spec.App, l.cfg.HelperPath, err)
-	}
-	unprivPort := l.kernel().unprivPort
-	return &Process{Pid: pid, Pidfd: pidfd, app: spec.App, log: l.log, status: statusR, notifySock: notifyR,
-		guard: func(fd int) *Guard { return newGuard(spec, fd, unprivPort, l.log) }}, nil
+	return pid, pidfd, err
 }
 
 func lookupEnv(env []string, name string) string {

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/spawn"
 	"octosup/policy"
 )
 
@@ -369,34 +371,50 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// statusRecords is what the helper writes on its status pipe: a record
+// (step, errno) per pair.
+func statusRecords(steps ...int32) []byte {
+	var b []byte
+	for _, s := range steps {
+		b = binary.NativeEndian.AppendUint32(b, uint32(s))
+	}
+	return b
+}
+
 func TestParseStatus(t *testing.T) {
+	spec := Spec{Program: "/x", Dir: "/d", ParentPID: 7}
 	for _, c := range []struct {
-		in   string
+		name string
+		in   []byte
 		want string // error text, "" for success
 	}{
-		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n", ""},
-		{`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n" + `{"failure":{"layer":"exec","message":"/x","errno":"ENOENT","code":2}}` + "\n", "exec: /x: ENOENT"},
-		{"", "jail: jail helper ended without a report"},
-		{"garbage\n", "jail: bad helper status"},
-		{`{"report":{},"extra":1}` + "\n", "jail: bad helper status"},
+		{"reached exec", statusRecords(int32(spawn.StepOK), 0), ""},
+		{"exec failed", statusRecords(int32(spawn.StepOK), 0, int32(spawn.StepExec), 2), "exec: /x: ENOENT"},
+		{"chdir failed", statusRecords(int32(spawn.StepDir), 2), "dir: chdir /d: ENOENT"},
+		{"daemon gone", statusRecords(int32(spawn.StepParentGone), 3), "pdeathsig: daemon (pid 7) is gone"},
+		{"another build's input", statusRecords(int32(spawn.StepInputBad), 22), "spec: invalid jail spec: not a jail helper input of this build"},
+		{"nothing", nil, "jail: jail helper ended without a report"},
+		{"half a record", statusRecords(int32(spawn.StepOK)), "jail: bad helper status (4 bytes)"},
+		{"unknown step", statusRecords(99, 1), "jail: the setup sequence failed at unknown step 99"},
 	} {
-		_, err := parseStatus([]byte(c.in))
+		err := parseStatus(c.in, spec)
 		switch {
 		case c.want == "" && err != nil:
-			t.Errorf("%q: %v", c.in, err)
+			t.Errorf("%s: %v", c.name, err)
 		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
-			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
 }
 
 func FuzzParseStatus(f *testing.F) {
-	f.Add([]byte(`{"report":{"landlock_abi":7,"layers":["env"],"missing":[]}}` + "\n"))
-	f.Add([]byte(`{"failure":{"layer":"landlock","message":"restrict","errno":"EINVAL","code":22}}`))
+	f.Add(statusRecords(int32(spawn.StepOK), 0))
+	f.Add(statusRecords(int32(spawn.StepLandlockRestrict), 22))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rep, err := parseStatus(b)
-		if err == nil && rep.Missing == nil {
-			t.Error("success without a missing list")
+		err := parseStatus(b, Spec{})
+		var le *LayerError
+		if err != nil && !errors.As(err, &le) && !errors.Is(err, ErrHelperDied) && !strings.Contains(err.Error(), "unknown step") {
+			t.Errorf("%x: %v is neither a LayerError nor ErrHelperDied", b, err)
 		}
 	})
 }
@@ -698,5 +716,99 @@ func TestPlantedSymlinkRace(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Errorf("no start saw the link: the race was not run (%d flips)", n)
+	}
+}
+
+// TestHelperRefusesInput: a helper given an input it cannot take (a
+// daemon of another build's, or garbage) runs nothing and says why on its
+// status pipe, as octosup-jail and as a binary that is its own helper.
+func TestHelperRefusesInput(t *testing.T) {
+	h := newHarness(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := h.l.Spec(Request{App: h.probeApp("input", "getpid"), Dirs: h.dirs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() []byte {
+		in := spawn.NewInput(&spawn.Params{Dir: "/", RulesetFD: -1, NotifySock: -1, ParentPID: os.Getpid()})
+		defer in.Free()
+		return slices.Clone(in.Bytes())
+	}()
+	other := slices.Clone(good)
+	other[7]++ // the version byte
+	for _, bin := range []string{h.helper, self} {
+		for _, c := range []struct {
+			name, want string
+			in         []byte
+		}{
+			{"another build's", "spec: invalid jail spec: not a jail helper input of this build", other},
+			{"garbage", "spec: invalid jail spec: not a jail helper input of this build", []byte("{\"version\":1}")},
+			{"empty", "spec: read the helper's input: EINVAL", nil},
+		} {
+			t.Run(filepath.Base(bin)+"/"+c.name, func(t *testing.T) {
+				err := runHelperWith(t, bin, c.in, spec)
+				if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+					t.Errorf("helper status: %v, want %q", err, c.want)
+				}
+			})
+		}
+	}
+}
+
+// runHelperWith runs bin as the helper with input in its memfd, and
+// returns what its status says.
+func runHelperWith(t *testing.T, bin string, input []byte, spec Spec) error {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test-input", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memfd := os.NewFile(uintptr(fd), "input")
+	defer memfd.Close()
+	if _, err := memfd.Write(input); err != nil {
+		t.Fatal(err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statusR.Close()
+	cmd := exec.Command(bin, HelperArg)
+	cmd.ExtraFiles = []*os.File{os.Stdin, statusW, memfd} // 3, StatusFD, InputFD
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	serr := readStatus(statusR, spec)
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != spawn.Exit {
+		t.Errorf("helper exit: %v, want %d", err, spawn.Exit)
+	}
+	return serr
+}
+
+// TestHelperWithoutCgo: octosup-jail built with CGO_ENABLED=0 (a plain
+// `go build ./...` on a machine set that way) has no setup sequence: it
+// runs nothing and says why, and a start through it fails with that.
+func TestHelperWithoutCgo(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), HelperName)
+	cmd := exec.Command(gobin, "build", "-o", bin, "octosup/cmd/octosup-jail")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build with CGO_ENABLED=0: %v\n%s", err, out)
+	}
+	h := newHarness(t)
+	h.l = NewLauncher(Config{HelperPath: bin, UseHelper: true})
+	o := h.runApp(h.probeApp("nocgo", "getpid"), nil, nil)
+	const want = "spec: the jail helper was built without cgo"
+	if o.err == nil || !strings.HasPrefix(o.err.Error(), want) || o.out != "" {
+		t.Fatalf("start through a helper without cgo: %+v, want %q…", o, want)
 	}
 }

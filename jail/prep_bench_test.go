@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -49,10 +50,19 @@ func BenchmarkPrepare(b *testing.B) {
 			unix.Close(fd)
 		}
 	})
-	b.Run("encode", func(b *testing.B) {
-		prog, _ := l.filters.get(spec.Seccomp)
+	b.Run("prepare+input", func(b *testing.B) {
+		hub, err := os.Open(os.DevNull)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer hub.Close()
 		for b.Loop() {
-			_ = helper.EncodeInput(spec, prog)
+			p, err := l.prepare(spec, nil, nil, hub)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.input(l, [4]int{0, 1, 2, 3}, -1, -1, true).Free()
+			p.close()
 		}
 	})
 	b.Run("prepareDirs", func(b *testing.B) {

@@ -168,9 +168,9 @@ func (c *filterCache) get(rules []Syscall) ([]unix.SockFilter, error) {
 }
 
 // compileBPF compiles rules with libseccomp and returns the raw program,
-// to be loaded by one process: the in-process spawn's child, or the
-// helper, which has no libseccomp (libseccomp-golang's Load, which always
-// asks for TSYNC, would filter the whole daemon).
+// to be loaded by one process, by the setup sequence, which has no
+// libseccomp (libseccomp-golang's Load, which always asks for TSYNC,
+// would filter the whole daemon).
 func compileBPF(rules []Syscall) ([]unix.SockFilter, error) {
 	f, err := buildFilter(rules)
 	if err != nil {
@@ -193,9 +193,9 @@ func compileBPF(rules []Syscall) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The helper checks the same before it loads it; checking here too
-	// makes a libseccomp that exports something else fail the start with
-	// the reason, before anything is forked.
+	// prepare checks the same before every start; checking here too
+	// makes a libseccomp that exports something else fail with the
+	// reason when the rule set is compiled.
 	prog, err := helper.ParseFilter(raw)
 	if err != nil {
 		return nil, fmt.Errorf("libseccomp's export: %w", err)

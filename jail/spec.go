@@ -8,12 +8,12 @@ import (
 	"octosup/jail/helper"
 )
 
-// The jail's data types are the helper's (package jail/helper), which the
-// small octosup-jail binary shares without linking the daemon: these
-// aliases keep them jail.Spec, jail.Report, … for the daemon's code.
+// The jail's data types are package jail/helper's, which holds what both
+// launchers share: these aliases keep them jail.Spec, jail.Report, … for
+// the daemon's code.
 type (
 	// Spec is the whole jail of one app process, as Compile produced it:
-	// the helper applies exactly this and nothing else.
+	// the launchers apply exactly this and nothing else.
 	Spec = helper.Spec
 	// LandlockSpec is the Landlock part of a Spec.
 	LandlockSpec = helper.LandlockSpec

@@ -166,16 +166,43 @@ func seccompRules(rs ruleSet) []Syscall {
 	return slices.Clone(ruleTable[rs])
 }
 
+// buildRules is the filter's rules for rs, in a fixed order: what every
+// app is refused, then what a narrowed filesystem, processes: false and
+// the network setting add.
 func buildRules(rs ruleSet) []Syscall {
-	var rules []Syscall
-	deny := func(name, why string, args ...ArgCmp) {
-		rules = append(rules, Syscall{Name: name, Errno: "EPERM", Args: args, Why: why})
+	var r ruleList
+	r.always()
+	if rs.fsNarrowed {
+		r.filesystem()
 	}
-	notify := func(name, why string) {
-		rules = append(rules, Syscall{Name: name, Notify: true, Why: why})
+	if !rs.processes {
+		r.noProcesses()
 	}
-	masked := func(i uint, mask, v uint64) ArgCmp { return ArgCmp{Index: i, Op: CmpMasked, Mask: mask, Value: v} }
-	ne := func(i uint, v uint64) ArgCmp { return ArgCmp{Index: i, Op: CmpNE, Value: v} }
+	r.network(rs)
+	return r
+}
+
+// ruleList is buildRules' list, built step by step.
+type ruleList []Syscall
+
+func (r *ruleList) deny(name, why string, args ...ArgCmp) {
+	*r = append(*r, Syscall{Name: name, Errno: "EPERM", Args: args, Why: why})
+}
+
+func (r *ruleList) notify(name, why string) {
+	*r = append(*r, Syscall{Name: name, Notify: true, Why: why})
+}
+
+// masked compares argument i under mask with v; ne compares it with v.
+func masked(i uint, mask, v uint64) ArgCmp {
+	return ArgCmp{Index: i, Op: CmpMasked, Mask: mask, Value: v}
+}
+
+func ne(i uint, v uint64) ArgCmp { return ArgCmp{Index: i, Op: CmpNE, Value: v} }
+
+// always: the calls no app makes.
+func (r *ruleList) always() {
+	deny := r.deny
 	for _, d := range denied {
 		deny(d.name, d.why)
 	}
@@ -192,7 +219,7 @@ func buildRules(rs ruleSet) []Syscall {
 	deny("clone", "CLONE_PARENT: a child of the daemon", masked(0, unix.CLONE_PARENT, unix.CLONE_PARENT))
 	// clone3 takes its flags by pointer, out of the filter's reach: ENOSYS
 	// makes libc fall back to clone, whose flags the rules above see.
-	rules = append(rules, Syscall{Name: "clone3", Errno: "ENOSYS", Why: "flags out of the filter's reach; libc falls back to clone"})
+	*r = append(*r, Syscall{Name: "clone3", Errno: "ENOSYS", Why: "flags out of the filter's reach; libc falls back to clone"})
 	// The parent-death signal is what ends an app whose daemon died; any
 	// other signal can be caught or ignored.
 	deny("prctl", "PR_SET_PDEATHSIG: only SIGKILL (the app must die with the daemon)",
@@ -209,50 +236,62 @@ func buildRules(rs ruleSet) []Syscall {
 	deny("ioprio_set", "another process's io priority (0 is the caller)", ne(1, 0))
 	deny("ioprio_set", "every process of the user", masked(0, mask32, 3 /* IOPRIO_WHO_USER */))
 	deny("modify_ldt", "x86 segment descriptors: kernel attack surface")
-	if rs.fsNarrowed {
-		for _, n := range pathMetadata {
-			deny(n, "metadata of paths, which Landlock does not cover")
-		}
-		for _, n := range fdMetadata {
-			deny(n, "metadata through a descriptor, which a read-only open gives")
-		}
-		for _, n := range pathXattrReads {
-			deny(n, "attributes of paths the app may not open")
-		}
-		for _, c := range inodeIoctls {
-			deny("ioctl", c.name+": inode attributes through a read-only descriptor", masked(1, mask32, c.cmd))
-		}
-		for _, b := range []uint64{unix.S_ISUID, unix.S_ISGID} {
-			bit := "setuid"
-			if b == unix.S_ISGID {
-				bit = "setgid"
-			}
-			deny("open", "create "+bit+" files", masked(2, b, b))
-			deny("openat", "create "+bit+" files", masked(3, b, b))
-			deny("creat", "create "+bit+" files", masked(1, b, b))
-			deny("mkdir", "create "+bit+" directories", masked(1, b, b))
-			deny("mkdirat", "create "+bit+" directories", masked(2, b, b))
-			deny("mknod", "create "+bit+" nodes", masked(1, b, b))
-			deny("mknodat", "create "+bit+" nodes", masked(2, b, b))
-		}
-		// Its mode is in a struct, out of the filter's reach; libc and
-		// Go open with openat.
-		rules = append(rules, Syscall{Name: "openat2", Errno: "ENOSYS", Why: "its mode is out of the filter's reach; callers fall back to openat"})
-		for _, n := range sysvIPC {
-			deny(n, "SysV IPC: objects by number, outside Landlock")
-		}
-		notify("inotify_add_watch", "the daemon checks the path against the grants")
+}
+
+// filesystem: what a narrowed filesystem adds, the metadata and objects
+// Landlock does not cover.
+func (r *ruleList) filesystem() {
+	deny := r.deny
+	for _, n := range pathMetadata {
+		deny(n, "metadata of paths, which Landlock does not cover")
 	}
-	if !rs.processes {
-		deny("fork", "processes: false")
-		deny("vfork", "processes: false")
-		// Test the bit, not glibc's exact flags: Go's runtime and other
-		// libcs pass other combinations for threads.
-		deny("clone", "processes: false (only threads)", masked(0, unix.CLONE_THREAD, 0))
-		// execve is the gate's (Spec.ExecOnce); execveat has no first
-		// call to let through.
-		deny("execveat", "processes: false")
+	for _, n := range fdMetadata {
+		deny(n, "metadata through a descriptor, which a read-only open gives")
 	}
+	for _, n := range pathXattrReads {
+		deny(n, "attributes of paths the app may not open")
+	}
+	for _, c := range inodeIoctls {
+		deny("ioctl", c.name+": inode attributes through a read-only descriptor", masked(1, mask32, c.cmd))
+	}
+	for _, b := range []uint64{unix.S_ISUID, unix.S_ISGID} {
+		bit := "setuid"
+		if b == unix.S_ISGID {
+			bit = "setgid"
+		}
+		deny("open", "create "+bit+" files", masked(2, b, b))
+		deny("openat", "create "+bit+" files", masked(3, b, b))
+		deny("creat", "create "+bit+" files", masked(1, b, b))
+		deny("mkdir", "create "+bit+" directories", masked(1, b, b))
+		deny("mkdirat", "create "+bit+" directories", masked(2, b, b))
+		deny("mknod", "create "+bit+" nodes", masked(1, b, b))
+		deny("mknodat", "create "+bit+" nodes", masked(2, b, b))
+	}
+	// Its mode is in a struct, out of the filter's reach; libc and
+	// Go open with openat.
+	*r = append(*r, Syscall{Name: "openat2", Errno: "ENOSYS", Why: "its mode is out of the filter's reach; callers fall back to openat"})
+	for _, n := range sysvIPC {
+		deny(n, "SysV IPC: objects by number, outside Landlock")
+	}
+	r.notify("inotify_add_watch", "the daemon checks the path against the grants")
+}
+
+// noProcesses: processes: false, threads only.
+func (r *ruleList) noProcesses() {
+	deny := r.deny
+	deny("fork", "processes: false")
+	deny("vfork", "processes: false")
+	// Test the bit, not glibc's exact flags: Go's runtime and other
+	// libcs pass other combinations for threads.
+	deny("clone", "processes: false (only threads)", masked(0, unix.CLONE_THREAD, 0))
+	// execve is the gate's (Spec.ExecOnce); execveat has no first
+	// call to let through.
+	deny("execveat", "processes: false")
+}
+
+// network: what the network setting refuses (none by default).
+func (r *ruleList) network(rs ruleSet) {
+	deny, notify := r.deny, r.notify
 	if rs.network != policy.NetworkFull {
 		// Fast Open connects from sendto/sendmsg, where Landlock's
 		// connect rule does not look.
@@ -297,15 +336,14 @@ func buildRules(rs ruleSet) []Syscall {
 			deny("bind", "no tcp_bind (an abstract name would squat a host service's)")
 			deny("listen", "no tcp_bind (listen binds an ephemeral port itself)")
 		}
-		rules = append(rules, socketpairRules()...)
+		*r = append(*r, socketpairRules()...)
 	default: // none
 		deny("socket", "network: none (the hub is inherited)")
 		deny("bind", "network: none (an abstract name would squat a host service's)")
 		deny("listen", "network: none")
 		deny("connect", "network: none")
-		rules = append(rules, socketpairRules()...)
+		*r = append(*r, socketpairRules()...)
 	}
-	return rules
 }
 
 // socketpairRules keep socketpair to AF_UNIX stream pairs: a datagram

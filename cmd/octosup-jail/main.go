@@ -1,8 +1,11 @@
 // Command octosup-jail is octosupd's jail helper: octosupd forks it for
-// every app it starts, with the app's jail spec and seccomp filter on an
-// inherited descriptor; it applies the jail to itself and execs the app
-// (package octosup/jail/helper). It is built without cgo and statically,
-// so that it starts in about a millisecond: it is not run by hand.
+// an app it does not spawn in-process (`--jail-spawn helper`, or where the
+// in-process spawn cannot run), with the app's prepared jail on an
+// inherited descriptor; it runs the jail's setup sequence on itself and
+// execs the app (package octosup/jail/spawn). The sequence runs from a C
+// constructor, before the Go runtime starts; make builds the binary
+// statically, so that a start costs an exec and nothing of a dynamic
+// loader's. It is not run by hand.
 //
 // octosupd looks for it next to its own executable (make install puts
 // both in ~/.local/bin) unless `octosupd run --jail-helper PATH` says
@@ -13,13 +16,14 @@ import (
 	"fmt"
 	"os"
 
-	"octosup/jail/helper"
+	"octosup/jail/spawn"
 )
 
 func main() {
-	if !helper.IsHelper(os.Args) {
+	if !spawn.IsHelper(os.Args) {
 		fmt.Fprintln(os.Stderr, "octosup-jail is octosupd's jail helper: octosupd runs it between fork and exec of each app; it is not run by hand")
 		os.Exit(2)
 	}
-	os.Exit(helper.Run())
+	// Reached only where the constructor did not run.
+	os.Exit(spawn.RunHelper())
 }

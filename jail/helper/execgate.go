@@ -35,6 +35,8 @@ type ExecArgs struct {
 	Path, Argv, Envp uintptr
 	maps             [][]byte
 	arena            *Arena // lent by Arena.Place until Free
+	// data holds the bytes at Path, Argv and Envp, for Regions.
+	data [3][]byte
 }
 
 // userTop bounds the addresses chosen: x86-64's and arm64's 47/48-bit
@@ -103,6 +105,7 @@ func (a *Arena) Place(path string, argv, env []string) (e *ExecArgs, ok bool, er
 		return nil, false, fmt.Errorf("exec gate: getrandom: %w", err)
 	}
 	var ptr [3]uintptr
+	var data [3][]byte
 	for i, it := range items {
 		if it.size > arenaSlot {
 			return nil, false, nil
@@ -111,9 +114,10 @@ func (a *Arena) Place(path string, argv, env []string) (e *ExecArgs, ok bool, er
 		off := i*arenaSlot + 8*int(binary.NativeEndian.Uint64(rnd[8*i:])%(slots+1))
 		it.fill(a.base+uintptr(off), a.mem[off:off+it.size])
 		ptr[i] = a.base + uintptr(off)
+		data[i] = a.mem[off : off+it.size]
 	}
 	lent = true
-	return &ExecArgs{Path: ptr[0], Argv: ptr[1], Envp: ptr[2], arena: a}, true, nil
+	return &ExecArgs{Path: ptr[0], Argv: ptr[1], Envp: ptr[2], arena: a, data: data}, true, nil
 }
 
 func vectorSize(ss []string) int {
@@ -209,10 +213,17 @@ func (e *ExecArgs) placeBelow(fill func(base uintptr, b []byte), size int, offse
 		}
 		e.maps = append(e.maps, m)
 		fill(page+off, m[off:])
+		if n := len(e.maps) - 1; n < len(e.data) {
+			e.data[n] = m[off : int(off)+size]
+		}
 		return page + off, nil
 	}
 	return 0, fmt.Errorf("exec gate: no free address found")
 }
+
+// Bytes are the bytes at Path, Argv and Envp, valid until Free: a helper
+// maps them at the same addresses, where the exec gate expects them.
+func (e *ExecArgs) Bytes() [3][]byte { return e.data }
 
 // Free unmaps the arguments.
 func (e *ExecArgs) Free() {

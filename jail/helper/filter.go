@@ -1,22 +1,16 @@
 package helper
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // MaxFilter is the kernel's bound on a filter's length (BPF_MAXINSNS).
 const MaxFilter = 4096
-
-// maxInput bounds what the helper reads: a spec is a few KiB, a filter
-// at most 32 KiB.
-const maxInput = 1 << 20
 
 // ErrBadFilter is wrapped by every error CheckFilter returns.
 var ErrBadFilter = errors.New("invalid seccomp filter")
@@ -31,51 +25,8 @@ const (
 	sockFilterSz = 8
 )
 
-// EncodeInput is what the daemon hands the helper on InputFD: spec and
-// the seccomp filter the daemon compiled from spec.Seccomp with
-// libseccomp (the helper cannot compile it: no cgo, no libseccomp; it
-// checks the program's shape and loads it as it is). The form is the
-// helper's own (wire.go), versioned by its first bytes.
-func EncodeInput(spec Spec, prog []unix.SockFilter) []byte {
-	w := wireWriter{b: make([]byte, 0, 8<<10)}
-	w.b = append(w.b, inputMagic...)
-	encodeSpec(&w, spec)
-	w.uint(uint64(len(prog) * sockFilterSz))
-	for _, in := range prog {
-		w.b = binary.NativeEndian.AppendUint16(w.b, in.Code)
-		w.b = append(w.b, in.Jt, in.Jf)
-		w.b = binary.NativeEndian.AppendUint32(w.b, in.K)
-	}
-	return w.b
-}
-
-// DecodeInput parses the helper's input strictly (a wrong version,
-// anything malformed or trailing is an error) and validates both parts:
-// the spec with Validate, the filter with CheckFilter.
-func DecodeInput(b []byte) (Spec, []unix.SockFilter, error) {
-	if !bytes.HasPrefix(b, []byte(inputMagic)) {
-		return Spec{}, nil, fmt.Errorf("%w: not a jail helper input of version %d (a daemon and a helper of different versions?)", ErrBadSpec, inputMagic[len(inputMagic)-1])
-	}
-	r := wireReader{b: b[len(inputMagic):]}
-	spec := decodeSpec(&r)
-	raw := r.bytes("filter")
-	if r.err == nil && len(r.b) > 0 {
-		r.fail(fmt.Sprintf("%d bytes after the filter", len(r.b)))
-	}
-	if r.err != nil {
-		return Spec{}, nil, fmt.Errorf("%w: %w", ErrBadSpec, r.err)
-	}
-	if err := spec.Validate(); err != nil {
-		return Spec{}, nil, err
-	}
-	prog, err := ParseFilter(raw)
-	if err != nil {
-		return Spec{}, nil, err
-	}
-	return spec, prog, nil
-}
-
-// ParseFilter reads raw sock_filter records and checks them.
+// ParseFilter reads raw sock_filter records (libseccomp's export) and
+// checks them.
 func ParseFilter(raw []byte) ([]unix.SockFilter, error) {
 	if len(raw)%sockFilterSz != 0 {
 		return nil, fmt.Errorf("%w: %d bytes is not a whole number of instructions", ErrBadFilter, len(raw))
@@ -115,7 +66,7 @@ func RefuseNewer(prog []unix.SockFilter, newest uint32) []unix.SockFilter {
 	return append(head, prog...)
 }
 
-// CheckFilter refuses a program the helper must not load: empty, longer
+// CheckFilter refuses a program the sequence must not load: empty, longer
 // than the kernel takes, or not beginning with the architecture check
 // that keeps another ABI's syscalls (int 0x80, x32) from slipping past
 // rules written for native numbers: a load of seccomp_data.arch, a
@@ -126,7 +77,7 @@ func CheckFilter(prog []unix.SockFilter) error {
 		return fmt.Errorf("%w: %d instructions, want 3 to %d", ErrBadFilter, len(prog), MaxFilter)
 	}
 	if nativeAuditArch == 0 {
-		return fmt.Errorf("%w: no AUDIT_ARCH known for %s: the helper cannot check the filter's arch test", ErrBadFilter, runtime.GOARCH)
+		return fmt.Errorf("%w: no AUDIT_ARCH known for %s: the jail cannot check the filter's arch test", ErrBadFilter, runtime.GOARCH)
 	}
 	if in := prog[0]; in.Code != bpfLdWAbs || in.K != archOffset {
 		return fmt.Errorf("%w: does not begin with a load of seccomp_data.arch (first instruction %#x k=%#x)", ErrBadFilter, in.Code, in.K)
@@ -138,22 +89,6 @@ func CheckFilter(prog []unix.SockFilter) error {
 	miss := 2 + int(in.Jf)
 	if miss >= len(prog) || prog[miss].Code != bpfRetK || prog[miss].K != retKillProc {
 		return fmt.Errorf("%w: another architecture's syscalls do not kill the process", ErrBadFilter)
-	}
-	return nil
-}
-
-// LoadFilter loads prog on the calling thread only (seccomp(2) with no
-// flags, so no TSYNC): the helper's thread that execs, or a direct
-// spawn's thread. no_new_privs must be set.
-func LoadFilter(prog []unix.SockFilter) error {
-	if len(prog) == 0 {
-		return fmt.Errorf("%w: empty", ErrBadFilter)
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if e != 0 {
-		return e
 	}
 	return nil
 }

@@ -10,13 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Landlock through go-landlock: Config.NewRulesetFD builds the ruleset
-// (best effort down the ABIs, its rule types carrying the semantics) and
-// the calling thread alone enforces it with ll.LandlockRestrictSelf. The
-// helper holds that thread locked and execs from it, so no other thread
-// needs covering (go-landlock's Restrict covers every thread: psx below
-// ABI 8, TSYNC from 8). The daemon's in-process spawn builds the ruleset
-// here too and its child enforces it with the raw system call.
+// Landlock through go-landlock: Config.NewRulesetFD builds the ruleset in
+// the daemon (best effort down the ABIs, its rule types carrying the
+// semantics), for both launchers, and the setup sequence (jail/spawn)
+// enforces it with the raw landlock_restrict_self, in a process of one
+// thread, so no other thread needs covering (go-landlock's Restrict
+// covers every thread of the caller: psx below ABI 8, TSYNC from 8).
 
 // errataScopeSignal is the Landlock erratum whose fix makes signal
 // scoping (ABI 6) trustworthy; go-landlock treats a kernel without it as
@@ -63,7 +62,7 @@ func landlockConfig(ls LandlockSpec) landlock.Config {
 	}
 	if ls.LogApp {
 		// LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON (ABI 7): the app's own
-		// denials reach the audit log, not only the helper's.
+		// denials reach the audit log, not only the sequence's.
 		cfg = cfg.EnableLoggingForSubprocesses()
 	}
 	return cfg.BestEffort()
@@ -285,20 +284,6 @@ func LandlockMissing(ls LandlockSpec, abi int) []string {
 	return out
 }
 
-// applyLandlock restricts the calling thread to ls at the kernel's abi and
-// reports whether a domain was enforced. no_new_privs must be set.
-func applyLandlock(ls LandlockSpec, abi int) (bool, *LayerError) {
-	fd, flags, lerr := BuildRuleset(ls, abi)
-	if lerr != nil || fd < 0 {
-		return false, lerr
-	}
-	defer unix.Close(fd)
-	if lerr := RestrictSelf(fd, flags); lerr != nil {
-		return false, lerr
-	}
-	return true, nil
-}
-
 // BuildRuleset creates the ruleset for ls (close-on-exec), or returns -1
 // when there is nothing to enforce: Landlock is absent, or nothing ls
 // asks for exists at this ABI. Building opens files and restricts
@@ -319,14 +304,6 @@ func BuildRuleset(ls LandlockSpec, abi int) (int, uint32, *LayerError) {
 		return -1, 0, LayerErr("landlock", "ruleset: "+err.Error(), err)
 	}
 	return fd, flags, nil
-}
-
-// RestrictSelf enforces a ruleset on the calling thread only (no TSYNC).
-func RestrictSelf(rulesetFD int, flags uint32) *LayerError {
-	if err := ll.LandlockRestrictSelf(rulesetFD, flags); err != nil {
-		return LayerErr("landlock", "restrict", err)
-	}
-	return nil
 }
 
 // errnoOf names the errno inside err ("" when there is none).

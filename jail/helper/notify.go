@@ -2,15 +2,9 @@ package helper
 
 import (
 	"fmt"
-	"runtime"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// NotifyFD is the helper's socket to the daemon for the seccomp
-// user-notification listener, when the spec has notify rules (Notifies).
-const NotifyFD = 6
 
 // Notifies reports whether any of spec's seccomp rules hands a call to
 // the daemon: then the filter is loaded with a listener, which goes to
@@ -22,26 +16,6 @@ func (s Spec) Notifies() bool {
 		}
 	}
 	return false
-}
-
-// LoadFilterListener loads prog on the calling thread as LoadFilter does
-// and returns its user-notification listener (close-on-exec).
-func LoadFilterListener(prog []unix.SockFilter) (int, error) {
-	if len(prog) == 0 {
-		return -1, fmt.Errorf("%w: empty", ErrBadFilter)
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if e != 0 {
-		return -1, e
-	}
-	return int(fd), nil
-}
-
-// SendFD sends fd down the unix socket sock.
-func SendFD(sock, fd int) error {
-	return unix.Sendmsg(sock, []byte{'n'}, unix.UnixRights(fd), nil, unix.MSG_NOSIGNAL)
 }
 
 // RecvFD takes the descriptor SendFD sent, without waiting: it is there

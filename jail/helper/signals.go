@@ -30,35 +30,3 @@ func SignalIgnored(sig int) bool {
 	_, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0)
 	return e != 0 || old.handler == sigIgn
 }
-
-// resetIgnoredSignals gives back their default to the signals this
-// process ignores: execve keeps an ignored signal ignored, and the
-// helper's Go runtime leaves alone the ones it does not handle (signal
-// 32, an inherited SIGHUP or SIGINT), so an app would otherwise start
-// with whatever the daemon's own parent ignored. The in-process spawn
-// does the same in its child.
-func resetIgnoredSignals() error {
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		return nil // the struct above is not known to match
-	}
-	for sig := 1; sig <= 64; sig++ {
-		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
-			continue
-		}
-		var old kernelSigaction
-		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 {
-			if e == unix.EINVAL {
-				continue
-			}
-			return e
-		}
-		if old.handler != sigIgn {
-			continue
-		}
-		var dfl kernelSigaction
-		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0); e != 0 {
-			return e
-		}
-	}
-	return nil
-}

@@ -10,18 +10,19 @@ import (
 	"strings"
 )
 
-// SpecVersion is the version of the Spec's form. The daemon and the
-// helper are separate binaries (octosupd and octosup-jail), and an old
-// helper still on disk must refuse a spec it does not understand (the
-// helper's input carries a wire version of its own too, inputMagic).
+// SpecVersion is the version of the Spec's form (its JSON, which
+// octosupctl prints). The helper's input is not the Spec: it carries a
+// version of its own (jail/spawn), so that a daemon and a helper of
+// different builds refuse each other.
 const SpecVersion = 1
 
 // HubFD is the descriptor number of the hub in every app.
 const HubFD = 3
 
 // Spec is the whole jail of one app process, as Compile produced it: the
-// helper applies exactly this and nothing else. It is plain data so that a
-// person can read it (Describe) and the helper can re-validate it.
+// launchers apply exactly this and nothing else. It is plain data so that
+// a person can read it (Describe) and the daemon can validate it before
+// every start.
 type Spec struct {
 	Version int    `json:"version"`
 	App     string `json:"app"`
@@ -32,7 +33,7 @@ type Spec struct {
 	Argv    []string `json:"argv"`
 	Env     []string `json:"env"`
 	Dir     string   `json:"dir"`
-	// ParentPID is the daemon's pid: the helper checks it is still its
+	// ParentPID is the daemon's pid: the sequence checks it is still its
 	// parent after setting the parent-death signal, so that an app whose
 	// daemon died in between does not run on unsupervised.
 	ParentPID int `json:"parent_pid"`
@@ -77,7 +78,7 @@ type LandlockSpec struct {
 	// restriction it asks for; strict mode refuses anything lower.
 	MinABI int `json:"min_abi"`
 	// LogApp asks the kernel to audit-log the app's denials (developer
-	// mode), not only the helper's.
+	// mode), not only the sequence's.
 	LogApp bool `json:"log_app,omitempty"`
 }
 
@@ -205,13 +206,27 @@ const (
 // ErrBadSpec is wrapped by every error Validate returns.
 var ErrBadSpec = errors.New("invalid jail spec")
 
-// Validate checks what the helper relies on. The helper runs it again on
-// what it received: a spec is the daemon's word, but the helper is the
-// last point where a mistake can still be refused instead of run.
+// Validate checks what the setup sequence relies on. The daemon runs it
+// on every spec it is about to start, whichever launcher takes it: a spec
+// is the daemon's own word, but this is the last point where a mistake can
+// still be refused instead of run.
 func (s Spec) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrBadSpec}, args...)...)
+	for _, check := range []func() error{s.validateExec, s.validateLandlock, s.validateSeccomp} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// bad is Validate's error.
+func bad(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadSpec}, args...)...)
+}
+
+// validateExec checks the program, its arguments and environment, the
+// directory, the parent and the descriptors.
+func (s Spec) validateExec() error {
 	if s.Version != SpecVersion {
 		return bad("version %d, want %d", s.Version, SpecVersion)
 	}
@@ -243,6 +258,11 @@ func (s Spec) Validate() error {
 	if !slices.Equal(s.FDs, []int{0, 1, 2, HubFD}) {
 		return bad("fds %v, want [0 1 2 %d]", s.FDs, HubFD)
 	}
+	return nil
+}
+
+// validateLandlock checks the Landlock part.
+func (s Spec) validateLandlock() error {
 	ll := s.Landlock
 	if ll.MinABI < 0 || ll.MinABI > 64 {
 		return bad("landlock min_abi %d", ll.MinABI)
@@ -264,6 +284,11 @@ func (s Spec) Validate() error {
 	if !ll.Net && (len(ll.ConnectTCP) > 0 || len(ll.BindTCP) > 0) {
 		return bad("tcp ports without net narrowing")
 	}
+	return nil
+}
+
+// validateSeccomp checks the seccomp rules.
+func (s Spec) validateSeccomp() error {
 	for _, r := range s.Seccomp {
 		if r.Name == "" {
 			return bad("seccomp rule without a syscall")
@@ -274,24 +299,32 @@ func (s Spec) Validate() error {
 		case !r.Notify && r.Errno != "EPERM" && r.Errno != "ENOSYS":
 			return bad("seccomp %s: errno %q, want EPERM or ENOSYS", r.Name, r.Errno)
 		}
-		var seen uint8 // a bit per argument
-		for _, c := range r.Args {
-			if c.Index > 5 {
-				return bad("seccomp %s: argument %d", r.Name, c.Index)
+		if err := validateArgs(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateArgs checks one rule's argument compares.
+func validateArgs(r Syscall) error {
+	var seen uint8 // a bit per argument
+	for _, c := range r.Args {
+		if c.Index > 5 {
+			return bad("seccomp %s: argument %d", r.Name, c.Index)
+		}
+		if seen&(1<<c.Index) != 0 {
+			return bad("seccomp %s: two conditions on argument %d", r.Name, c.Index)
+		}
+		seen |= 1 << c.Index
+		switch c.Op {
+		case CmpMasked:
+			if c.Mask == 0 {
+				return bad("seccomp %s: masked compare with an empty mask", r.Name)
 			}
-			if seen&(1<<c.Index) != 0 {
-				return bad("seccomp %s: two conditions on argument %d", r.Name, c.Index)
-			}
-			seen |= 1 << c.Index
-			switch c.Op {
-			case CmpMasked:
-				if c.Mask == 0 {
-					return bad("seccomp %s: masked compare with an empty mask", r.Name)
-				}
-			case CmpGT, CmpNE:
-			default:
-				return bad("seccomp %s: compare %q", r.Name, c.Op)
-			}
+		case CmpGT, CmpNE:
+		default:
+			return bad("seccomp %s: compare %q", r.Name, c.Op)
 		}
 	}
 	return nil
@@ -299,7 +332,7 @@ func (s Spec) Validate() error {
 
 // DecodeSpec parses a spec's JSON form (what octosupctl --json jail
 // prints) strictly: unknown fields, trailing data or an invalid spec are
-// errors. The helper reads its own binary form instead (DecodeInput).
+// errors.
 func DecodeSpec(b []byte) (Spec, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -78,8 +78,8 @@ func TestPythonWalkthrough(t *testing.T) {
 			t.Fatalf("go build %v: %v\n%s", pkgs, err, b)
 		}
 	}
-	build("1", bin+"/", "./cmd/octosupd")
-	build("0", bin+"/", "./cmd/octosup-jail", "./examples/notes")
+	build("1", bin+"/", "./cmd/octosupd", "./cmd/octosup-jail") // the helper's setup sequence is C (jail/spawn)
+	build("0", bin+"/", "./examples/notes")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
