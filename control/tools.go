@@ -29,6 +29,15 @@ const (
 // the kernel.
 const CodeKernelAttached = "kernel_attached"
 
+// Codes of refusals a client may say more about to a person (octosupctl
+// names the command that undoes them): a tool call declined (by the
+// person, the app or a standing rule), and an app's requests refused
+// because the person denied it the agent service.
+const (
+	CodeDeclined      = "declined"
+	CodeConsentDenied = "consent_denied"
+)
+
 // Values of ToolCall.Confirm and ToolCall.Risk, and of ToolEvent.Outcome.
 const (
 	ConfirmNone = "none"

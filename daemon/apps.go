@@ -28,6 +28,10 @@ type Apps interface {
 	// Entries are the manifest's entries but except's: the neighbours
 	// its jail is compiled against.
 	Entries(except string) []policy.App
+	// Ping returns nil once every part of the supervisor (its spawner
+	// thread, each app's runner) answered within ctx: the watchdog's
+	// proof that it is not wedged.
+	Ping(ctx context.Context) error
 }
 
 // Subscription is a supervisor event subscription.

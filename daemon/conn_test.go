@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/internal/linewriter"
 )
 
 // TestConnEventBudget: a connection's unwritten events are bounded in
@@ -35,7 +36,7 @@ func TestConnEventBudget(t *testing.T) {
 	line := bytes.Repeat([]byte("x"), 1<<20) // nobody writes them out
 	sent := 0
 	for range connQueue {
-		if !c.sendEvent(line) {
+		if !c.event(line) {
 			break
 		}
 		sent++
@@ -54,9 +55,9 @@ func TestConnEventBudget(t *testing.T) {
 func TestConnCloseHooks(t *testing.T) {
 	ts := startServer(t, newFakeApps("a"), nil)
 	ran := make(chan int, 2)
-	ts.srv.Handle("test.hook", func(_ context.Context, c *Conn, _ json.RawMessage) (any, error) {
-		c.OnClose(func() { ran <- 1 })
-		c.OnClose(func() { ran <- 2 })
+	ts.srv.handle("test.hook", func(_ context.Context, c *Conn, _ json.RawMessage) (any, error) {
+		c.onClose(func() { ran <- 1 })
+		c.onClose(func() { ran <- 2 })
 		return nil, nil
 	})
 	c := dialRaw(t, ts.path)
@@ -101,21 +102,19 @@ func connPair(t *testing.T) (*Conn, net.Conn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := newConn(ctx, cancel, nil, conns[0], Peer{}, testLogger(t))
-	if c.raw == nil {
-		t.Fatal("a Unix socket gave no raw conn: no line would be written by its sender")
-	}
 	return c, conns[1]
 }
 
-// runWriter runs c's writer until the test ends (stop, as serveConn does).
+// runWriter runs c's writer loop until the test ends (Close, as
+// serveConn does).
 func runWriter(t *testing.T, c *Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.writeLoop()
+		c.w.Run()
 	}()
 	t.Cleanup(func() {
-		c.stop()
+		c.w.Close()
 		<-done
 	})
 }
@@ -136,22 +135,20 @@ func readLines(t *testing.T, r *bufio.Reader, nc net.Conn, n int) []string {
 }
 
 // TestConnWritesIdleLinesItself: on an idle connection a line is written
-// by its sender, without the writer (which does not run here); a held
-// answer goes out with the events its follow-up sends, after it.
+// by its sender, without the writer's loop (which does not run here); an
+// answer goes out with the events its Then queues, before them.
 func TestConnWritesIdleLinesItself(t *testing.T) {
 	c, peerEnd := connPair(t)
 	r := bufio.NewReader(peerEnd)
-	if !c.sendEvent([]byte(`{"event":"state","n":1}`)) {
+	if !c.event([]byte(`{"event":"state","n":1}`)) {
 		t.Fatal("event refused")
 	}
 	if got := readLines(t, r, peerEnd, 1); got[0] != `{"event":"state","n":1}` {
 		t.Fatalf("got %q", got)
 	}
-	c.answer(control.Response{ID: 7, OK: true}, func() {
-		if !c.sendEvent([]byte(`{"event":"tool.acknowledged","n":2}`)) {
-			t.Error("event refused")
-		}
-		c.sendEvent([]byte(`{"event":"tool.finished","n":3}`))
+	c.answer(control.Response{ID: 7, OK: true}, func(q *linewriter.Queue) {
+		q.Put([]byte(`{"event":"tool.acknowledged","n":2}`))
+		q.Put([]byte(`{"event":"tool.finished","n":3}`))
 	})
 	got := readLines(t, r, peerEnd, 3)
 	want := []string{`{"id":7,"ok":true}`, `{"event":"tool.acknowledged","n":2}`, `{"event":"tool.finished","n":3}`}
@@ -179,7 +176,7 @@ func TestConnLinesWholeAndInOrder(t *testing.T) {
 	// All sent before any is read: the first big line fills the socket,
 	// the rest queue behind what it did not take.
 	for _, line := range want {
-		if !c.sendEvent([]byte(line)) {
+		if !c.event([]byte(line)) {
 			t.Fatal("event refused")
 		}
 	}
@@ -196,20 +193,32 @@ func TestConnLinesWholeAndInOrder(t *testing.T) {
 	// One at a time, each read before the next is sent: each starts on an
 	// idle connection, written by its sender as far as the socket takes.
 	for i := range want {
-		if !c.sendEvent([]byte(want[i])) {
+		if !c.event([]byte(want[i])) {
 			t.Fatal("event refused")
 		}
 		check(readLines(t, r, peerEnd, 1), want[i:i+1])
 	}
 }
 
-// TestConnAnswersAndEventsInOrder: answers and the events their
-// follow-ups send, from several goroutines, reach the socket each answer
-// before its own events, and each goroutine's lines in its order.
+// TestConnAnswersAndEventsInOrder: answers and the events that become
+// visible with them (their Then makes a sink another goroutine sends
+// to), from several goroutines, reach the socket each answer before its
+// own events, and each goroutine's lines in its order.
 func TestConnAnswersAndEventsInOrder(t *testing.T) {
 	c, peerEnd := connPair(t)
 	runWriter(t, c)
 	const workers, each = 4, 100 // 800 lines: under connQueue, so no event is refused
+	// visible carries each answer's id once its Then ran: a sender
+	// (another goroutine, as the hub's publisher is) sends its event then.
+	visible := make(chan int64, workers*each)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := 0; i < workers*each; i++ {
+			id := <-visible
+			c.event(fmt.Appendf(nil, `{"event":"e","id":%d,"pad":"%s"}`, id, strings.Repeat("p", int(id)*37%5000)))
+		}
+	}()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -217,14 +226,13 @@ func TestConnAnswersAndEventsInOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				id := int64(w*each + i + 1)
-				c.answer(control.Response{ID: id, OK: true}, func() {
-					c.sendEvent(fmt.Appendf(nil, `{"event":"e","id":%d,"pad":"%s"}`, id, strings.Repeat("p", i*37%5000)))
-				})
+				c.answer(control.Response{ID: id, OK: true}, func(*linewriter.Queue) { visible <- id })
 			}
 		}()
 	}
 	got := readLines(t, bufio.NewReader(peerEnd), peerEnd, 2*workers*each)
 	wg.Wait()
+	<-sent
 	next := make([]int64, workers) // the next answer of each goroutine
 	due := map[int64]bool{}        // answers whose event has not come yet
 	for i, line := range got {

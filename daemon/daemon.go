@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"octosup/jail"
 	"octosup/policy"
@@ -38,76 +40,118 @@ type Config struct {
 	// LogLines is the size of each app's log ring; 0 leaves the
 	// supervisor's default.
 	LogLines int
-	// Setup runs once the server exists and before it serves: the place
-	// to register more ops (Server.Handle) and topics (Server.AddTopic)
-	// and to keep the Server for Publish.
+	// Setup runs once the server exists and before it serves (tests and
+	// benchmarks that run a daemon in process learn so when it is
+	// listening).
 	Setup func(ctx context.Context, s *Server, apps Apps) error
 
 	// newApps replaces the real supervisor in tests.
 	newApps func(supervisor.Config) (Apps, func(context.Context) error, error)
 	// ready is told when the daemon told systemd READY=1 (tests).
 	ready func()
+	// watchedParts edits the parts the watchdog hears from (tests wedge
+	// one).
+	watchedParts func([]watchedPart) []watchedPart
 }
 
 // Run is the daemon: it returns when ctx is done (after stopping every
 // app) or when it cannot go on. A manifest that does not load is an error
 // before anything starts; it wraps the *policy.ValidationError.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Log
-	if log == nil {
-		log = zap.NewNop()
+	d, m, err := load(cfg)
+	if err != nil {
+		return err
+	}
+	// The state store before anything else: a second daemon on the same
+	// state stops here, having touched nothing.
+	if d.links, err = openPeerLink(d.dirs, d.log.Named("peer")); err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after every app was stopped.
+	defer d.links.Close()
+	d.links.m.SetManifest(m)
+	if err := d.newSupervisor(); err != nil {
+		return err
+	}
+	ln, err := d.listen(ctx)
+	if err != nil {
+		return err
+	}
+	srv := d.newServer()
+	if cfg.Setup != nil {
+		if err := cfg.Setup(ctx, srv, d.apps); err != nil {
+			ln.Close()
+			return fmt.Errorf("set up the control server: %w", err)
+		}
+	}
+	return d.serve(ctx, m, srv, ln)
+}
+
+// instance is one Run's parts, as its steps make them.
+type instance struct {
+	cfg          Config
+	log          *zap.Logger
+	dirs         policy.Dirs
+	environ      []string
+	manifestPath string
+	links        *peerLink
+	// One launcher: the jail op compiles specs with the very settings
+	// (strictness, narrowing, spawn path) the apps start under.
+	launcher *jail.Launcher
+	apps     Apps
+	runApps  func(context.Context) error
+	reloadMu sync.Mutex // one reload at a time
+}
+
+// load resolves the environment's places and loads the manifest.
+func load(cfg Config) (*instance, *policy.Manifest, error) {
+	d := &instance{cfg: cfg, log: cfg.Log, environ: cfg.Environ}
+	if d.log == nil {
+		d.log = zap.NewNop()
 	}
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	environ := cfg.Environ
-	if environ == nil {
-		environ = os.Environ()
+	if d.environ == nil {
+		d.environ = os.Environ()
 	}
-	dirs, err := policy.DirsFromEnv(getenv)
+	var err error
+	if d.dirs, err = policy.DirsFromEnv(getenv); err != nil {
+		return nil, nil, err
+	}
+	d.manifestPath = cfg.ManifestPath
+	if d.manifestPath == "" {
+		d.manifestPath = d.dirs.ManifestPath()
+	}
+	m, err := loadManifest(d.manifestPath, d.dirs)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	manifestPath := cfg.ManifestPath
-	if manifestPath == "" {
-		manifestPath = dirs.ManifestPath()
-	}
-	m, err := loadManifest(manifestPath, dirs)
-	if err != nil {
-		return err
-	}
-	log.Info("manifest loaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)))
+	d.log.Info("manifest loaded", zap.String("path", d.manifestPath), zap.Int("apps", len(m.Apps)))
+	return d, m, nil
+}
 
-	// The state store before anything else: a second daemon on the same
-	// state stops here, having touched nothing.
-	links, err := openPeerLink(dirs, log.Named("peer"))
-	if err != nil {
-		return err
-	}
-	// Deferred first, so it runs last: after every app was stopped.
-	defer links.Close()
-	links.m.SetManifest(m)
-
-	jcfg := cfg.Jail
+// newSupervisor creates the launcher and the supervisor (not yet run).
+func (d *instance) newSupervisor() error {
+	jcfg := d.cfg.Jail
 	if jcfg.Log == nil {
-		jcfg.Log = log.Named("jail")
+		jcfg.Log = d.log.Named("jail")
 	}
-	newApps := cfg.newApps
+	newApps := d.cfg.newApps
 	if newApps == nil {
 		newApps = newSupervisor
 	}
-	// One launcher: the jail op compiles specs with the very settings
-	// (strictness, narrowing, spawn path) the apps start under.
-	launcher := jail.NewLauncher(jcfg)
-	apps, runApps, err := newApps(supervisor.Config{
-		Launcher:  launcher,
-		Links:     links.m,
-		Dirs:      dirs,
-		BaseEnv:   environ,
-		Log:       log.Named("supervisor"),
-		StopGrace: cfg.StopGrace,
-		LogLines:  cfg.LogLines,
+	d.launcher = jail.NewLauncher(jcfg)
+	var err error
+	d.apps, d.runApps, err = newApps(supervisor.Config{
+		Launcher:  d.launcher,
+		Links:     d.links.m,
+		Dirs:      d.dirs,
+		BaseEnv:   d.environ,
+		Log:       d.log.Named("supervisor"),
+		StopGrace: d.cfg.StopGrace,
+		LogLines:  d.cfg.LogLines,
 		Now:       time.Now,
 		// The limits follow the jail's strictness (docs/limits.md).
 		Strictness: jcfg.Strictness,
@@ -115,125 +159,138 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("create the supervisor: %w", err)
 	}
+	return nil
+}
 
-	ln, err := activated(log)
+// listen is the socket systemd passed, else the configured one.
+func (d *instance) listen(ctx context.Context) (net.Listener, error) {
+	ln, err := activated(d.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ln != nil {
-		log.Info("serving the socket systemd passed", zap.String("socket", ln.Addr().String()))
-	} else {
-		path := cfg.SocketPath
-		if path == "" {
-			path = dirs.ControlSocket()
-		}
-		ln, err = listenUnix(ctx, path, path == dirs.ControlSocket())
-		if err != nil {
-			return err
-		}
-		log.Info("control socket", zap.String("socket", path))
+		d.log.Info("serving the socket systemd passed", zap.String("socket", ln.Addr().String()))
+		return ln, nil
 	}
+	path := d.cfg.SocketPath
+	if path == "" {
+		path = d.dirs.ControlSocket()
+	}
+	if ln, err = listenUnix(ctx, path, path == d.dirs.ControlSocket()); err != nil {
+		return nil, err
+	}
+	d.log.Info("control socket", zap.String("socket", path))
+	return ln, nil
+}
 
-	var reloadMu sync.Mutex
+// newServer is the control server with the peer link's ops.
+func (d *instance) newServer() *Server {
 	srv := NewServer(ServerConfig{
-		Apps:       apps,
-		Log:        log.Named("control"),
-		LinkStatus: links.linkStatus,
-		Store:      links.storeStatus,
-		JailSpec: func(id string) (jail.Spec, error) {
-			entry, dev, ok := apps.Entry(id)
-			if !ok {
-				return jail.Spec{}, fmt.Errorf("jail %s: %w", id, supervisor.ErrUnknownApp)
-			}
-			// The request the supervisor makes at start, without the
-			// descriptors.
-			return launcher.Spec(jail.Request{App: entry, Neighbours: apps.Entries(id), DeveloperMode: dev, Dirs: dirs, BaseEnv: environ})
-		},
-		Reload: func(ctx context.Context, opt supervisor.ApplyOptions) (int, supervisor.Applied, error) {
-			reloadMu.Lock()
-			defer reloadMu.Unlock()
-			m, err := loadManifest(manifestPath, dirs)
-			if err != nil {
-				log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
-				return 0, supervisor.Applied{}, err
-			}
-			// Grants narrow at once, on the links of the processes that
-			// run now, before any of them is restarted (peer.SetManifest).
-			links.m.SetManifest(m)
-			done, err := apps.Apply(ctx, m, opt)
-			if err != nil {
-				return 0, done, fmt.Errorf("apply %s: %w", manifestPath, err)
-			}
-			log.Info("manifest reloaded", zap.String("path", manifestPath), zap.Int("apps", len(m.Apps)),
-				zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
-				zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
-				zap.Strings("limits_in_place", done.Limits))
-			return len(m.Apps), done, nil
-		},
+		Apps:       d.apps,
+		Log:        d.log.Named("control"),
+		LinkStatus: d.links.linkStatus,
+		Store:      d.links.storeStatus,
+		JailSpec:   d.jailSpec,
+		Reload:     d.reload,
 	})
-	links.register(srv)
-	if cfg.Setup != nil {
-		if err := cfg.Setup(ctx, srv, apps); err != nil {
-			ln.Close()
-			return fmt.Errorf("set up the control server: %w", err)
-		}
-	}
+	d.links.register(srv)
+	return srv
+}
 
-	// Everything below stops when rctx is done: ctx's end, or a part
-	// that failed.
+// jailSpec is the request the supervisor makes at start, without the
+// descriptors, compiled.
+func (d *instance) jailSpec(id string) (jail.Spec, error) {
+	entry, dev, ok := d.apps.Entry(id)
+	if !ok {
+		return jail.Spec{}, fmt.Errorf("jail %s: %w", id, supervisor.ErrUnknownApp)
+	}
+	return d.launcher.Spec(jail.Request{App: entry, Neighbours: d.apps.Entries(id), DeveloperMode: dev, Dirs: d.dirs, BaseEnv: d.environ})
+}
+
+// reload re-reads the manifest and applies it.
+func (d *instance) reload(ctx context.Context, opt supervisor.ApplyOptions) (int, supervisor.Applied, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	m, err := loadManifest(d.manifestPath, d.dirs)
+	if err != nil {
+		d.log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
+		return 0, supervisor.Applied{}, err
+	}
+	// Grants narrow at once, on the links of the processes that run now,
+	// before any of them is restarted (peer.SetManifest).
+	d.links.m.SetManifest(m)
+	done, err := d.apps.Apply(ctx, m, opt)
+	if err != nil {
+		return 0, done, fmt.Errorf("apply %s: %w", d.manifestPath, err)
+	}
+	d.log.Info("manifest reloaded", zap.String("path", d.manifestPath), zap.Int("apps", len(m.Apps)),
+		zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
+		zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
+		zap.Strings("limits_in_place", done.Limits))
+	return len(m.Apps), done, nil
+}
+
+// serve runs the supervisor and the control server, starts the
+// manifest's apps, tells systemd it is ready and keeps it told until ctx
+// ends or a part fails. The parts are an errgroup: the first that fails
+// ends the others, and its error is Run's.
+func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, ln net.Listener) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	g, gctx := errgroup.WithContext(rctx)
 	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(rctx); err != nil && rctx.Err() == nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
-				cancel()
+		g.Go(func() error {
+			if err := f(gctx); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
 	}
-	run("supervisor", runApps)
+	run("supervisor", d.runApps)
 	run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 
-	if _, err := apps.Apply(rctx, m, supervisor.ApplyOptions{}); err != nil {
-		if rctx.Err() == nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("start the manifest's apps: %w", err)
-		}
-		// Asked to stop (or a part failed) while starting: shut down as
-		// below, without READY=1.
-	}
-	if rctx.Err() != nil {
-		notify(log, "STOPPING=1")
+	if _, err := d.apps.Apply(gctx, m, supervisor.ApplyOptions{}); err != nil && gctx.Err() == nil {
 		cancel()
-		wg.Wait()
-		close(errs)
-		return joinErrs(errs)
+		g.Wait()
+		return fmt.Errorf("start the manifest's apps: %w", err)
 	}
-	all, _ := apps.Status("")
-	line := statusLine(all, links.storeNotes())
-	notify(log, "READY=1\nSTATUS="+line)
-	log.Info("ready", zap.String("status", line))
-	if cfg.ready != nil {
-		cfg.ready()
+	// Asked to stop (or a part failed) while starting: shut down without
+	// READY=1.
+	if gctx.Err() == nil {
+		d.ready()
+		run("status", func(ctx context.Context) error { keepStatus(ctx, d.log, d.apps, d.links.storeNotes); return nil })
+		if wd := watchdogInterval(d.log); wd > 0 {
+			run("watchdog", func(ctx context.Context) error { watchdog(ctx, d.log, d.watched(), wd/2, wd/4); return nil })
+		}
+		<-gctx.Done()
 	}
-
-	run("status", func(ctx context.Context) error { keepStatus(ctx, log, apps, links.storeNotes); return nil })
-	if wd := watchdogInterval(log); wd > 0 {
-		run("watchdog", func(ctx context.Context) error { watchdog(ctx, log, apps, wd/2); return nil })
-	}
-
-	<-rctx.Done()
-	notify(log, "STOPPING=1")
-	log.Info("stopping: every app is being stopped")
+	notify(d.log, "STOPPING=1")
+	d.log.Info("stopping: every app is being stopped")
 	cancel()
-	wg.Wait()
-	close(errs)
-	return joinErrs(errs)
+	return g.Wait()
+}
+
+// ready tells systemd the daemon is ready, with where the apps are.
+func (d *instance) ready() {
+	all, _ := d.apps.Status("")
+	line := statusLine(all, d.links.storeNotes())
+	notify(d.log, "READY=1\nSTATUS="+line)
+	d.log.Info("ready", zap.String("status", line))
+	if d.cfg.ready != nil {
+		d.cfg.ready()
+	}
+}
+
+// watched are the parts the watchdog hears from before each ping.
+func (d *instance) watched() []watchedPart {
+	parts := []watchedPart{
+		{"supervisor", d.apps.Ping},
+		{"peer links", d.links.m.Ping},
+	}
+	if d.cfg.watchedParts != nil {
+		parts = d.cfg.watchedParts(parts)
+	}
+	return parts
 }
 
 // changeIDs are the apps of a reload's changes, for its log line.
@@ -243,14 +300,6 @@ func changeIDs(list []supervisor.AppChange) []string {
 		out = append(out, c.ID)
 	}
 	return out
-}
-
-func joinErrs(errs <-chan error) error {
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
 }
 
 func newSupervisor(cfg supervisor.Config) (Apps, func(context.Context) error, error) {
@@ -371,9 +420,20 @@ func watchdogInterval(log *zap.Logger) time.Duration {
 	return wd
 }
 
-// watchdog pings systemd every interval, but only while the supervisor
-// answers: a daemon whose supervisor hangs is restarted by systemd.
-func watchdog(ctx context.Context, log *zap.Logger, apps Apps, every time.Duration) {
+// watchedPart is one part of the daemon the watchdog hears from: ping
+// returns nil once the part answered within ctx.
+type watchedPart struct {
+	name string
+	ping func(ctx context.Context) error
+}
+
+// watchdog pings systemd every interval, but only once every part
+// answered within bound: a daemon with a wedged part (the supervisor's
+// spawner thread or an app's runner, the peer links) stops pinging, says
+// which part, and systemd restarts it (WatchdogSec= of octosupd.service).
+// bound is under half of WatchdogSec, and every is half: a ping follows
+// the one before within every+bound, less than WatchdogSec.
+func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, bound time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -381,11 +441,29 @@ func watchdog(ctx context.Context, log *zap.Logger, apps Apps, every time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := apps.Status(""); err != nil {
-				log.Warn("watchdog: the supervisor does not answer; not pinging", zap.Error(err))
+			if stuck := checkParts(ctx, parts, bound); len(stuck) > 0 {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Error("watchdog: not pinging systemd, which restarts the daemon unless this part answers again", zap.Strings("stuck", stuck), zap.Duration("bound", bound))
 				continue
 			}
 			notify(log, "WATCHDOG=1")
 		}
 	}
+}
+
+// checkParts pings every part, each within bound, and says which did not
+// answer.
+func checkParts(ctx context.Context, parts []watchedPart, bound time.Duration) []string {
+	var stuck []string
+	for _, p := range parts {
+		pctx, cancel := context.WithTimeout(ctx, bound)
+		err := p.ping(pctx)
+		cancel()
+		if err != nil {
+			stuck = append(stuck, p.name+": "+err.Error())
+		}
+	}
+	return stuck
 }

@@ -27,16 +27,55 @@
 // Run is the whole daemon; cmd/octosupd only parses flags and turns
 // signals into the cancellation of Run's context. The control server is
 // usable on its own (NewServer, Server.Serve) with any Apps, which is how
-// the tests drive it with a fake supervisor.
+// the tests drive it with a fake supervisor. The peer link's ops are
+// registered on it by peer_ops.go and tool_ops.go, inside the package:
+// the server has no extension points for others.
 //
-// Extension points for the peer link:
-//   - Server.Handle registers more ops (a Handler per op name);
-//   - Server.Publish fans an event out to every connection subscribed to
-//     its topic (Server.AddTopic makes a new topic subscribable);
-//   - Conn.Event sends an event to one connection (the attached kernel),
-//     Conn.Done says when it went away; a Handler that returns
-//     AfterReply(data, fn) has fn run once its answer is queued, so that
-//     the events fn starts follow the answer;
-//   - Config.Links, Config.LinkStatus and Config.Setup wire the link into
-//     Run.
+// # Concurrency
+//
+// Goroutines, each with its owner:
+//   - Run's serve: an errgroup of the supervisor (Supervisor.Run), the
+//     control server (Serve), and once ready keepStatus and the watchdog;
+//     the first that fails ends the others, and Run waits for them all.
+//   - Serve: the accept loop (Serve's caller), the forwarder of the
+//     supervisor's events (forward), the closer of the listener, and one
+//     serveConn per connection; Serve waits for them all.
+//   - serveConn: the connection's reader (readLoop, on serveConn's own
+//     goroutine), its writer's loop (linewriter.Writer.Run) and one
+//     goroutine per request in flight (at most maxInflight; ordered ops
+//     run on the reader). serveConn waits for the requests, runs the
+//     onClose hooks, closes the writer and waits for its loop.
+//
+// Locks, and what each guards:
+//   - the queue lock of each connection's linewriter.Writer (Conn.w): the
+//     connection's queued lines. It is the innermost lock of whoever puts
+//     a line, and an answer's Then (answerThen) runs under it.
+//   - Server.mu: the op registry and the topics.
+//   - hub.mu: the set of streams (subscriptions).
+//   - stream.mu: a follow stream's skip (the lines its answer covered).
+//   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
+//     onClose hooks.
+//   - peerLink.kmu: the kernel session of each kernel connection;
+//     connKernel.mu: a kernel's events from before its answer.
+//   - published.mu: how far each app's state events were published.
+//   - instance.reloadMu: one reload at a time.
+//
+// Lock order: Then runs under a connection's queue lock, and takes (in
+// this order) stream.mu, hub.mu, the supervisor's log ring (followThen),
+// or connKernel.mu (a kernel's then). So nothing puts a line while
+// holding one of those: the hub's publisher takes the streams of a topic
+// under hub.mu, lets go, then applies each stream's skip under stream.mu,
+// lets go, then puts; a kernel's event checks connKernel.mu, lets go,
+// then puts. The peer Manager puts lines (approval events, the kernel's
+// events) with its own lock held, so no Then may take that lock:
+// AttachKernel runs before kernel.attach's answer and tool.call's place
+// after it (answerFirst), not in a Then. No lock is held across a write
+// to a socket (linewriter writes off its lock).
+//
+// One way keeps events behind the answer that announces them: the
+// answer's Then makes what sends them visible in the step that queued the
+// answer (a subscription or a follow stream joins the hub; a kernel's
+// events from before its answer are queued behind it and the rest go
+// straight to the connection). A tool call's events start only once
+// place made it visible, after its answer was queued.
 package daemon

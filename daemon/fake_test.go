@@ -23,6 +23,10 @@ type fakeApps struct {
 	owners  map[int]string
 	nextPid int
 	applied int
+	// logsHook, when set, runs once, after the next Logs took its lines
+	// (off f.mu): a test's way into the moment between a snapshot and
+	// what the daemon does with it.
+	logsHook func()
 }
 
 func newFakeApps(ids ...string) *fakeApps {
@@ -113,7 +117,15 @@ func (f *fakeApps) Logs(id string, n int) ([]supervisor.LogLine, error) {
 	if len(l) > n {
 		l = l[len(l)-n:]
 	}
-	return append([]supervisor.LogLine(nil), l...), nil
+	out := append([]supervisor.LogLine(nil), l...)
+	hook := f.logsHook
+	f.logsHook = nil
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	f.mu.Lock() // for the deferred Unlock
+	return out, nil
 }
 
 // write is the app id writing a line of output.
@@ -217,3 +229,6 @@ func (s *fakeSub) Err() error {
 	defer s.f.mu.Unlock()
 	return s.err
 }
+
+// Ping answers at once.
+func (f *fakeApps) Ping(context.Context) error { return nil }

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -19,9 +18,9 @@ import (
 )
 
 // builtinOps is the table of the ops the daemon serves by itself. More
-// are added with Server.Handle.
-func builtinOps(s *Server) map[string]Handler {
-	return map[string]Handler{
+// are added with Server.handle (the peer link's, peer_ops.go).
+func builtinOps(s *Server) map[string]handler {
+	return map[string]handler{
 		control.OpStatus:    s.opStatus,
 		control.OpStart:     s.lifecycleOp(control.OpStart, Apps.Start),
 		control.OpStop:      s.lifecycleOp(control.OpStop, Apps.Stop),
@@ -33,13 +32,6 @@ func builtinOps(s *Server) map[string]Handler {
 		control.OpHello:     s.opHello,
 		OpDebug:             s.opDebug,
 	}
-}
-
-// JailData is the answer of the jail op: the spec for scripts, and the
-// same spec rendered by jail.Describe for a person.
-type JailData struct {
-	Spec jail.Spec `json:"spec"`
-	Text string    `json:"text"`
 }
 
 func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -60,7 +52,11 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
-	return JailData{Spec: spec, Text: jail.Describe(spec)}, nil
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode the jail of %s: %w", args.App, err)
+	}
+	return control.JailData{Spec: b, Text: jail.Describe(spec)}, nil
 }
 
 // opHello tells a client which protocol it speaks and what this daemon
@@ -161,7 +157,7 @@ func logLine(l supervisor.LogLine) control.LogLine {
 
 // lifecycleOp serves start, stop and restart: the answer comes once the
 // app reached the state (or could not).
-func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) Handler {
+func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) handler {
 	return func(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
 		var args control.AppArgs
 		if err := control.DecodeArgs(raw, &args); err != nil {
@@ -206,18 +202,8 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if n <= 0 {
 		n = defaultLines
 	}
-	var st *stream
-	if args.Follow {
-		// Subscribed before the snapshot: lines written in between are
-		// held, and those already in the snapshot dropped on activation.
-		st = &stream{conn: c, app: args.App, topics: map[string]bool{control.TopicLog: true}}
-		s.hub.add(st)
-	}
 	lines, err := s.cfg.Apps.Logs(args.App, n)
 	if err != nil {
-		if st != nil {
-			s.hub.remove(st)
-		}
 		if errors.Is(err, supervisor.ErrUnknownApp) {
 			return nil, unknownApp(args.App)
 		}
@@ -225,40 +211,22 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	}
 	data := control.LogsData{Lines: fitLines(lines, control.MaxLine-1024)}
 	data.Truncated = len(data.Lines) < len(lines)
-	if st == nil {
+	if !args.Follow {
 		return data, nil
 	}
-	// An event is new unless the snapshot has it: older than its last
-	// line, or as old and one of the snapshot's lines of that instant
-	// (lines may share a timestamp on a coarse clock).
-	var last time.Time
-	sameInstant := map[string]int{}
-	if len(lines) > 0 {
-		last = lines[len(lines)-1].At
-		for _, l := range lines {
-			if l.At.Equal(last) {
-				sameInstant[l.Stream+"\x00"+l.Text]++
-			}
-		}
+	// The stream joins in the step that queues the answer, with the
+	// lines written since the snapshot queued right behind it: no line
+	// lost or repeated between the two.
+	st := newStream(c, args.App, []string{control.TopicLog})
+	ring := func() []supervisor.LogLine {
+		all, _ := s.cfg.Apps.Logs(args.App, wholeRing)
+		return all
 	}
-	return then{data: data, fn: func() {
-		st.activate(func(line []byte) bool {
-			var l control.LogLine
-			if json.Unmarshal(line, &l) != nil {
-				return false
-			}
-			switch {
-			case l.At.After(last):
-				return true
-			case l.At.Equal(last) && sameInstant[l.Stream+"\x00"+l.Text] > 0:
-				sameInstant[l.Stream+"\x00"+l.Text]--
-				return false
-			default:
-				return !l.At.Before(last)
-			}
-		})
-	}}, nil
+	return answerThen{data: data, then: s.hub.followThen(st, lines, ring)}, nil
 }
+
+// wholeRing asks Logs for every line an app's ring holds.
+const wholeRing = 1 << 30
 
 // opSubscribe adds topics to the connection's subscription.
 func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -288,11 +256,9 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 		c.sub.addTopics(topics)
 		return control.SubscribeData{Topics: c.sub.topicList()}, nil
 	}
-	st := &stream{conn: c, topics: make(map[string]bool)}
-	st.addTopics(topics)
+	st := newStream(c, "", topics)
 	c.sub = st
-	s.hub.add(st)
-	return then{data: control.SubscribeData{Topics: st.topicList()}, fn: func() { st.activate(nil) }}, nil
+	return answerThen{data: control.SubscribeData{Topics: st.topicList()}, then: s.hub.joinThen(st)}, nil
 }
 
 func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {

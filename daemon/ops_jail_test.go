@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"octosup/control"
+	"octosup/jail"
 )
 
 // TestJailOp: the jail op compiles an app's spec from the supervisor's
@@ -21,8 +22,13 @@ func TestJailOp(t *testing.T) {
 	d := startDaemon(t, env)
 	ctx := context.Background()
 
-	jailOf := func(app string) (JailData, error) {
-		var data JailData
+	// The jail op's answer, control.JailData, with its spec decoded.
+	type jailData struct {
+		Spec jail.Spec `json:"spec"`
+		Text string    `json:"text"`
+	}
+	jailOf := func(app string) (jailData, error) {
+		var data jailData
 		err := d.client.Do(ctx, control.OpJail, control.AppArgs{App: app}, &data)
 		return data, err
 	}

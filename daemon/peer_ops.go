@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/internal/linewriter"
 	"octosup/peer"
 	"octosup/policy"
 )
@@ -27,6 +28,11 @@ type peerLink struct {
 	// srv is set once the server exists, before any app can start: an
 	// event with no server yet has nobody to reach and is dropped.
 	srv atomic.Pointer[Server]
+
+	// kmu guards kernels: the kernel session of each connection that ran
+	// kernel.attach, until it closes (the connection owns its session).
+	kmu     sync.Mutex
+	kernels map[*Conn]*peer.KernelSession
 }
 
 // openPeerLink opens the state store first of all: a second daemon on the
@@ -43,7 +49,7 @@ func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
 	if h := st.Health(); !h.Healthy() {
 		log.Error("the state store was not usable as it was: the daemon runs on", zap.String("path", h.Path), zap.Strings("notes", h.Notes()))
 	}
-	p := &peerLink{store: st, log: log}
+	p := &peerLink{store: st, log: log, kernels: map[*Conn]*peer.KernelSession{}}
 	p.m = peer.New(peer.Config{Store: st, Events: p, Log: log})
 	return p, nil
 }
@@ -60,14 +66,14 @@ func (p *peerLink) Close() {
 // Approval publishes an approval as it is raised and as it is settled.
 func (p *peerLink) Approval(a peer.Approval) {
 	if s := p.srv.Load(); s != nil {
-		s.Publish(control.TopicApproval, a)
+		s.publish(control.TopicApproval, a)
 	}
 }
 
 // AppFrame publishes a pass-through frame of an app, unchanged.
 func (p *peerLink) AppFrame(app string, frame json.RawMessage) {
 	if s := p.srv.Load(); s != nil {
-		s.Publish(control.TopicAppFrame, control.AppFrameEvent{App: app, Frame: frame})
+		s.publish(control.TopicAppFrame, control.AppFrameEvent{App: app, Frame: frame})
 	}
 }
 
@@ -101,16 +107,16 @@ func (p *peerLink) linkStatus(id string) control.LinkStatus {
 // events.
 func (p *peerLink) register(s *Server) {
 	p.srv.Store(s)
-	s.Handle(control.OpApprovals, p.opApprovals)
-	s.Handle(control.OpApprove, p.opApprove)
-	s.Handle(control.OpConsent, p.opConsent)
-	s.Handle(control.OpAppSend, p.opAppSend)
+	s.handle(control.OpApprovals, p.opApprovals)
+	s.handle(control.OpApprove, p.opApprove)
+	s.handle(control.OpConsent, p.opConsent)
+	s.handle(control.OpAppSend, p.opAppSend)
 	// A kernel's ops run in the order it sent them: a turn's reply, then
 	// its events, reach the app in that order (docs/protocol.md).
-	s.HandleOrdered(control.OpKernelAttach, p.opKernelAttach)
-	s.HandleOrdered(control.OpRequestReply, p.opRequestReply)
-	s.HandleOrdered(control.OpRequestEvent, p.opRequestEvent)
-	RegisterToolOps(s, p.m, kernelOf)
+	s.handleOrdered(control.OpKernelAttach, p.opKernelAttach)
+	s.handleOrdered(control.OpRequestReply, p.opRequestReply)
+	s.handleOrdered(control.OpRequestEvent, p.opRequestEvent)
+	registerToolOps(s, p.m, p.kernelOf)
 }
 
 // peerError puts a peer error on the wire with its stable code. The
@@ -140,7 +146,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, err
 	}
 	if args.ApprovalID == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id: list them with the approvals op (octosupctl approvals)")
+		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id, the id of a pending approval as the approvals op lists it")
 	}
 	d, err := policy.ParseDecision(args.Decision)
 	if err != nil {
@@ -213,22 +219,39 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 }
 
 // connKernel is an attached kernel as the peer link sees it: events on
-// its control connection, held until kernel.attach's answer is queued so
-// that nothing (a request, a queued tool outcome) precedes that answer.
-// Its methods are called with the peer Manager's lock held and never
-// block: a kernel that does not read is dropped (Conn.Event), and one
-// that would hold more than maxHeldKernelEvents before its answer too.
+// its control connection, none of which may precede kernel.attach's
+// answer.
+//
+// The one way to keep events behind their answer is the answer's Then
+// (answerThen): the kernel's sink becomes visible in the step that
+// queues the answer. Ideally AttachKernel itself would run in that
+// step; it cannot, because the Manager calls Events.Approval with its
+// lock held, which puts approval events on the connections subscribed
+// to them, this one maybe: AttachKernel under this connection's queue
+// lock would wait for the Manager's lock while the Manager, holding it,
+// waits for this queue lock. So AttachKernel runs first, and what the
+// Manager sends the kernel before the answer is queued (the tool
+// outcomes queued while no kernel was attached, a request that came
+// meanwhile) waits in early, which the answer's Then queues right behind
+// the answer, in the same step.
+//
+// Its methods are called with the Manager's lock held and never block:
+// a kernel that does not read is dropped (its writer fails), and one
+// that would gather more than maxEarlyKernelEvents before its answer
+// too.
 type connKernel struct {
 	c *Conn
 
-	mu     sync.Mutex
-	active bool
-	held   [][]byte // encoded events
+	// mu guards open and early; it is taken under the connection's queue
+	// lock (then), so it is never held while putting a line.
+	mu    sync.Mutex
+	open  bool
+	early [][]byte // encoded events, before the answer was queued
 }
 
-// maxHeldKernelEvents bounds what a kernel's events may pile up between
-// kernel.attach and its answer (a moment: the answer is queued next).
-const maxHeldKernelEvents = 4096
+// maxEarlyKernelEvents bounds what a kernel's events may gather between
+// AttachKernel and its answer (a moment: the answer is queued next).
+const maxEarlyKernelEvents = 4096
 
 func (k *connKernel) event(topic string, ev any) error {
 	// Encoded now: ev may refer to memory its caller reuses.
@@ -239,54 +262,60 @@ func (k *connKernel) event(topic string, ev any) error {
 	return k.eventLine(line)
 }
 
-// eventLine sends an encoded event, or holds it until activate.
+// eventLine sends an encoded event, or keeps it for then.
 func (k *connKernel) eventLine(line []byte) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.active {
-		if !k.c.sendEvent(line) {
-			return errors.New("send an event: the kernel connection is gone or too slow")
+	if !k.open {
+		defer k.mu.Unlock()
+		if len(k.early) >= maxEarlyKernelEvents {
+			k.c.drop("too many kernel events before kernel.attach was answered")
+			return errors.New("send an event: the kernel connection is gone")
 		}
+		k.early = append(k.early, line)
 		return nil
 	}
-	if len(k.held) >= maxHeldKernelEvents {
-		k.c.drop("too many kernel events before kernel.attach was answered")
-		return errors.New("send an event: the kernel connection is gone")
+	k.mu.Unlock()
+	if !k.c.event(line) {
+		return errors.New("send an event: the kernel connection is gone or too slow")
 	}
-	k.held = append(k.held, line)
 	return nil
 }
 
-// activate runs once kernel.attach's answer is queued: the held events
-// follow it, in order, and later ones go straight to the connection.
-func (k *connKernel) activate() {
+// then is kernel.attach's answer's Then: the events that came before the
+// answer follow it, in order, in the step that queued it; later ones go
+// straight to the connection, after it.
+func (k *connKernel) then(q *linewriter.Queue) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, line := range k.held {
-		k.c.sendEvent(line)
+	for _, line := range k.early {
+		q.Put(line)
 	}
-	k.held = nil
-	k.active = true
+	k.early = nil
+	k.open = true
 }
 
 func (k *connKernel) Request(r peer.KernelRequest) error { return k.event(control.EventRequest, r) }
 
 func (k *connKernel) ContextClosed(app, contextID, reason string) {
 	if err := k.event(control.EventContextClosed, control.ContextClosedEvent{App: app, ContextID: contextID, Reason: reason}); err != nil {
-		k.c.Log().Warn("kernel missed context.closed", zap.String("app", app), zap.String("context_id", contextID), zap.Error(err))
+		k.c.log.Warn("kernel missed context.closed", zap.String("app", app), zap.String("context_id", contextID), zap.Error(err))
 	}
 }
 
 // kernelOf is the kernel session of a connection that ran kernel.attach,
 // nil for any other.
-func kernelOf(c *Conn) *peer.KernelSession { return c.kernel.Load() }
+func (p *peerLink) kernelOf(c *Conn) *peer.KernelSession {
+	p.kmu.Lock()
+	defer p.kmu.Unlock()
+	return p.kernels[c]
+}
 
 func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
 	var args struct{}
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	if kernelOf(c) != nil {
+	if p.kernelOf(c) != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
 	k := &connKernel{c: c}
@@ -294,16 +323,23 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 	if err != nil {
 		return nil, peerError(err)
 	}
-	c.kernel.Store(ks)
+	p.kmu.Lock()
+	p.kernels[c] = ks
+	p.kmu.Unlock()
 	// The connection owns the session: when it ends, for whatever reason,
 	// the kernel is detached (and the apps' open turns fail) before the
 	// connection is gone.
-	c.OnClose(ks.Detach)
-	return AfterReply(control.AttachData{Attached: true}, k.activate), nil
+	c.onClose(func() {
+		ks.Detach()
+		p.kmu.Lock()
+		delete(p.kernels, c)
+		p.kmu.Unlock()
+	})
+	return answerThen{data: control.AttachData{Attached: true}, then: k.then}, nil
 }
 
-func attached(c *Conn, op string) (*peer.KernelSession, error) {
-	ks := kernelOf(c)
+func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {
+	ks := p.kernelOf(c)
 	if ks == nil {
 		return nil, control.Errorf(control.CodeNotAttached, "%s: this connection is not the kernel: send kernel.attach first", op)
 	}
@@ -311,7 +347,7 @@ func attached(c *Conn, op string) (*peer.KernelSession, error) {
 }
 
 func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := attached(c, control.OpRequestReply)
+	ks, err := p.attached(c, control.OpRequestReply)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +362,7 @@ func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessag
 }
 
 func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := attached(c, control.OpRequestEvent)
+	ks, err := p.attached(c, control.OpRequestEvent)
 	if err != nil {
 		return nil, err
 	}

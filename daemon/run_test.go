@@ -112,16 +112,24 @@ func startDaemon(t testing.TB, env testEnv) *runningDaemon {
 // startDaemonLogging is startDaemon logging to log.
 func startDaemonLogging(t testing.TB, env testEnv, log *zap.Logger) *runningDaemon {
 	t.Helper()
+	return startDaemonWith(t, env, log, nil)
+}
+
+// startDaemonWith is startDaemonLogging with the watchdog's parts edited
+// by parts (nil: as they are).
+func startDaemonWith(t testing.TB, env testEnv, log *zap.Logger, parts func([]watchedPart) []watchedPart) *runningDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{
-			Getenv:    env.getenv,
-			Environ:   env.environ(),
-			Log:       log,
-			StopGrace: time.Second,
-			ready:     func() { close(ready) },
+			Getenv:       env.getenv,
+			Environ:      env.environ(),
+			Log:          log,
+			StopGrace:    time.Second,
+			ready:        func() { close(ready) },
+			watchedParts: parts,
 		})
 	}()
 	select {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/internal/linewriter"
 	"octosup/supervisor"
 )
 
@@ -316,7 +317,7 @@ func TestSubscribe(t *testing.T) {
 	}
 
 	// Publish is the peer link's way in: generic topics, any object.
-	ts.srv.Publish(control.TopicApproval, map[string]any{"approval_id": "x1", "app": "b", "kind": "consent"})
+	ts.srv.publish(control.TopicApproval, map[string]any{"approval_id": "x1", "app": "b", "kind": "consent"})
 	ev = nextEvent(t, approvals)
 	if ev.Name != control.TopicApproval || !strings.Contains(string(ev.Raw), `"approval_id":"x1"`) {
 		t.Fatalf("approval event = %s", ev.Raw)
@@ -414,6 +415,45 @@ func TestLogsFollow(t *testing.T) {
 	}
 }
 
+// TestLogsFollowCatchesUp: a line written after logs took its snapshot
+// and published before the follower's stream joined the hub (with its
+// answer) still reaches the follower, right after the answer, once; the
+// lines after it follow.
+func TestLogsFollowCatchesUp(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	ts.apps.write("a", "old")
+	// The watcher follows a already: once it has the line, the forwarder
+	// has published it.
+	watcher := dialRaw(t, ts.path)
+	watcher.send(`{"id":1,"op":"logs","args":{"app":"a","lines":1,"follow":true}}`)
+	if resp := watcher.response(); !resp.OK {
+		t.Fatalf("watcher: %+v", resp.Error)
+	}
+	ts.apps.mu.Lock()
+	ts.apps.logsHook = func() {
+		ts.apps.write("a", "gap")
+		watcher.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if b, err := watcher.r.ReadBytes('\n'); err != nil || !bytes.Contains(b, []byte(`"text":"gap"`)) {
+			t.Errorf("the watcher got %s (%v), want the gap line", b, err)
+		}
+	}
+	ts.apps.mu.Unlock()
+	c := dialRaw(t, ts.path)
+	c.send(`{"id":1,"op":"logs","args":{"app":"a","lines":5,"follow":true}}`)
+	resp := c.response()
+	var d control.LogsData
+	if err := json.Unmarshal(resp.Data, &d); !resp.OK || err != nil || len(d.Lines) != 1 || d.Lines[0].Text != "old" {
+		t.Fatalf("logs follow: %+v %s", resp.Error, resp.Data)
+	}
+	ts.apps.write("a", "after")
+	for _, want := range []string{"gap", "after"} {
+		var l control.LogLine
+		if b := c.line(); json.Unmarshal(b, &l) != nil || l.Text != want {
+			t.Fatalf("got %s, want the log event %q (lost or repeated)", b, want)
+		}
+	}
+}
+
 // TestSlowSubscriber: a subscriber that never reads is dropped; status
 // on other connections, and the publisher, never wait for it.
 func TestSlowSubscriber(t *testing.T) {
@@ -430,7 +470,7 @@ func TestSlowSubscriber(t *testing.T) {
 	go func() {
 		defer close(published)
 		for range 5 * connQueue {
-			ts.srv.Publish(control.TopicAppFrame, frame)
+			ts.srv.publish(control.TopicAppFrame, frame)
 		}
 	}()
 	select {
@@ -516,27 +556,31 @@ func TestConcurrentClients(t *testing.T) {
 }
 
 // TestExtension: ops and topics added by others (the peer link) are
-// served like the built-in ones; Conn.Event reaches one connection.
+// served like the built-in ones; an event put on one connection reaches
+// it, before the answer when put before it, after it when its Then puts
+// it.
 func TestExtension(t *testing.T) {
 	ts := startServer(t, newFakeApps("a"), nil)
-	ts.srv.AddTopic("test.topic")
-	ts.srv.Handle("test.attach", func(ctx context.Context, c *Conn, args json.RawMessage) (any, error) {
+	ts.srv.addTopic("test.topic")
+	ts.srv.handle("test.attach", func(ctx context.Context, c *Conn, args json.RawMessage) (any, error) {
 		var a struct {
 			Say string `json:"say"`
 		}
 		if err := control.DecodeArgs(args, &a); err != nil {
 			return nil, err
 		}
-		if c.Peer().Pid != os.Getpid() {
-			return nil, fmt.Errorf("peer pid %d, want %d", c.Peer().Pid, os.Getpid())
+		if c.peer.Pid != os.Getpid() {
+			return nil, fmt.Errorf("peer pid %d, want %d", c.peer.Pid, os.Getpid())
 		}
 		// Sent before the answer is queued: it arrives first.
-		if err := c.Event("test.hello", map[string]string{"said": a.Say}); err != nil {
-			return nil, err
+		hello, err := control.EncodeEvent("test.hello", map[string]string{"said": a.Say})
+		if err != nil || !c.event(hello) {
+			return nil, fmt.Errorf("send test.hello: %v", err)
 		}
-		return AfterReply(map[string]bool{"attached": true}, func() {
-			c.Event("test.after", struct{}{})
-		}), nil
+		return answerThen{data: map[string]bool{"attached": true}, then: func(q *linewriter.Queue) {
+			after, _ := control.EncodeEvent("test.after", struct{}{})
+			q.Put(after)
+		}}, nil
 	})
 	defer func() {
 		if recover() == nil {
@@ -559,13 +603,13 @@ func TestExtension(t *testing.T) {
 	if resp := c.response(); !resp.OK || string(resp.Data) != `{"topics":["test.topic"]}` {
 		t.Fatalf("subscribe = %+v %s", resp, resp.Data)
 	}
-	ts.srv.Publish("test.topic", struct {
+	ts.srv.publish("test.topic", struct {
 		N int `json:"n"`
 	}{7})
 	if b := c.line(); string(bytes.TrimSpace(b)) != `{"event":"test.topic","n":7}` {
 		t.Fatalf("published = %s", b)
 	}
-	ts.srv.Handle(control.OpStatus, nil)
+	ts.srv.handle(control.OpStatus, nil)
 }
 
 func TestRefusedPeers(t *testing.T) {

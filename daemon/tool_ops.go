@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"octosup/control"
@@ -13,67 +12,33 @@ import (
 
 // The tool-call ops of the control socket (docs/control.md), a thin adapter over
 // the peer package's relay seams. Their names and wire types are in
-// package control, used here as they are; the few types below carry
-// peer and policy values as they are instead, and marshal to control's
-// (a test holds them to it).
-
-// ToolCallArgs are tool.call's args.
-type ToolCallArgs struct {
-	App  string              `json:"app"`
-	Call peer.KernelToolCall `json:"call"`
-}
-
-// ContextsData is context.list's answer (args control.AppArgs): the
-// app's open contexts, by id.
-type ContextsData struct {
-	Contexts []peer.ContextInfo `json:"contexts"`
-}
-
-// RulesData is rules's answer: the rules listed, or the ones revoked.
-type RulesData struct {
-	Rules []policy.Rule `json:"rules"`
-}
-
-// AuditData is audit's answer, oldest first.
-type AuditData struct {
-	Entries []policy.AuditEntry `json:"entries"`
-}
+// package control; the peer and policy values are converted to those
+// types here, so that the wire has one definition.
 
 const defaultAuditLimit = 100
 
-// RegisterToolOps serves the tool-call ops with m. kernelOf returns the
+// registerToolOps serves the tool-call ops with m. kernelOf returns the
 // kernel session a connection attached (kernel.attach), nil when it did
 // not: tool.call and tool.cancel need one, since the calls' events go to
-// the kernel's connection (see WithToolEvents).
-func RegisterToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
+// the kernel's connection (withToolEvents).
+func registerToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
 	t := toolOps{m: m, kernelOf: kernelOf}
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
-	s.HandleOrdered(control.OpToolCall, t.call)
-	s.HandleOrdered(control.OpToolCancel, t.cancel)
-	s.HandleOrdered(control.OpContextOwner, t.contextOwner)
-	s.HandleOrdered(control.OpContextList, t.contextList)
-	s.HandleOrdered(control.OpLinkHas, t.linkHas)
-	s.HandleOrdered(control.OpAccountClose, t.accountClose)
-	s.Handle(control.OpRules, t.rules)
-	s.Handle(control.OpAudit, t.audit)
+	s.handleOrdered(control.OpToolCall, t.call)
+	s.handleOrdered(control.OpToolCancel, t.cancel)
+	s.handleOrdered(control.OpContextOwner, t.contextOwner)
+	s.handleOrdered(control.OpContextList, t.contextList)
+	s.handleOrdered(control.OpLinkHas, t.linkHas)
+	s.handleOrdered(control.OpAccountClose, t.accountClose)
+	s.handle(control.OpRules, t.rules)
+	s.handle(control.OpAudit, t.audit)
 }
 
-// WithToolEvents makes a kernel connection's peer.Kernel also the tool
-// relay: attach WithToolEvents(c, k) and the outcomes of tool calls
-// (including the ones queued while no kernel was attached) arrive on c as
-// tool.acknowledged and tool.finished events.
-func WithToolEvents(c *Conn, k peer.Kernel) peer.Kernel {
-	return withToolEvents(k, func(line []byte) error {
-		if !c.sendEvent(line) {
-			return errors.New("send a tool event: the connection is gone or too slow")
-		}
-		return nil
-	})
-}
-
-// withToolEvents makes k the tool relay too; send queues an encoded event
-// line and never blocks.
+// withToolEvents makes k the tool relay too: the outcomes of tool calls
+// (including the ones queued while no kernel was attached) arrive on the
+// kernel's connection as tool.acknowledged and tool.finished events.
+// send queues an encoded event line and never blocks.
 func withToolEvents(k peer.Kernel, send func(line []byte) error) peer.Kernel {
 	return toolKernel{Kernel: k, toolEvents: toolEvents{send: send}}
 }
@@ -145,29 +110,31 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	args := ToolCallArgs{App: ca.App, Call: peer.KernelToolCall(ca.Call)}
-	if err := needApp(control.OpToolCall, args.App); err != nil {
+	if err := needApp(control.OpToolCall, ca.App); err != nil {
 		return nil, err
 	}
 	// Both are the kernel's to say: a missing confirm must never mean
 	// less confirmation than host, and the app must not be told of a
 	// caller that is nobody.
-	if args.Call.Confirm == "" {
+	if ca.Call.Confirm == "" {
 		return nil, control.Errorf(control.CodeBadRequest, `args.call.confirm is missing: send "none" (the app runs it at once), "host" (the person approves first) or "app" (the app asks its person)`)
 	}
-	if args.Call.Caller == "" {
+	if ca.Call.Caller == "" {
 		return nil, control.Errorf(control.CodeBadRequest, "args.call.caller is missing: name who is calling (1 to 256 bytes), which the app is told")
 	}
 	ks, err := t.kernel(control.OpToolCall, c)
 	if err != nil {
 		return nil, err
 	}
-	place, err := ks.AcceptToolCall(args.App, args.Call)
+	place, err := ks.AcceptToolCall(ca.App, peer.KernelToolCall(ca.Call))
 	if err != nil {
 		return nil, toolError(err)
 	}
-	// Answer "accepted" before the call's first event.
-	return AfterReply(control.ToolCallData{CallID: args.Call.CallID, Accepted: true}, place), nil
+	// Answer "accepted" before the call's first event: place makes the
+	// call visible once the answer is queued. It takes the Manager's
+	// lock, under which the Manager puts this connection's events, so it
+	// cannot run under the queue lock (answerThen): it runs after.
+	return answerFirst{data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, after: place}, nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -200,7 +167,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	if err != nil {
 		return nil, toolError(err)
 	}
-	return o, nil
+	return control.ContextOwner(o), nil
 }
 
 func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -211,7 +178,12 @@ func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err := needApp(control.OpContextList, args.App); err != nil {
 		return nil, err
 	}
-	return ContextsData{Contexts: t.m.Contexts(args.App)}, nil
+	open := t.m.Contexts(args.App)
+	data := control.ContextsData{Contexts: make([]control.ContextInfo, 0, len(open))}
+	for _, ci := range open {
+		data.Contexts = append(data.Contexts, control.ContextInfo(ci))
+	}
+	return data, nil
 }
 
 func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -263,10 +235,11 @@ func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	if err != nil {
 		return nil, fmt.Errorf("rules %s: %w", args.Action, err)
 	}
-	if rules == nil {
-		rules = []policy.Rule{}
+	data := control.RulesData{Rules: make([]control.Rule, 0, len(rules))}
+	for _, r := range rules {
+		data.Rules = append(data.Rules, control.Rule{App: r.App, Tool: r.Tool, Decision: string(r.Decision), At: r.At})
 	}
-	return RulesData{Rules: rules}, nil
+	return data, nil
 }
 
 func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -285,5 +258,9 @@ func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	return AuditData{Entries: entries}, nil
+	data := control.AuditData{Entries: make([]control.AuditEntry, 0, len(entries))}
+	for _, e := range entries {
+		data.Entries = append(data.Entries, control.AuditEntry(e))
+	}
+	return data, nil
 }

@@ -64,11 +64,11 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 	})
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
-	// The real kernel.attach (events held until its answer, detach when
+	// The real kernel.attach (no event before its answer, detach when
 	// the connection ends), under the rig's own op name.
-	pl := &peerLink{store: store, m: rig.m, log: testLogger(t)}
-	rig.ts.srv.HandleOrdered(opTestAttach, pl.opKernelAttach)
-	RegisterToolOps(rig.ts.srv, rig.m, kernelOf)
+	pl := &peerLink{store: store, m: rig.m, log: testLogger(t), kernels: map[*Conn]*peer.KernelSession{}}
+	rig.ts.srv.handleOrdered(opTestAttach, pl.opKernelAttach)
+	registerToolOps(rig.ts.srv, rig.m, pl.kernelOf)
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -175,7 +175,7 @@ func TestToolOpsRoundTrip(t *testing.T) {
 	}
 
 	// The audit op reads both calls back.
-	var audit AuditData
+	var audit control.AuditData
 	if err := rig.ts.client.Do(t.Context(), control.OpAudit, control.AuditArgs{App: "notes"}, &audit); err != nil {
 		t.Fatal(err)
 	}
@@ -261,13 +261,13 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	rig := newToolRig(t)
 	c := rig.ts.client
 	ctx := t.Context()
-	var owner peer.ContextOwner
-	if err := c.Do(ctx, control.OpContextOwner, control.ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (peer.ContextOwner{Account: "personal", Client: "notes"}) {
+	var owner control.ContextOwner
+	if err := c.Do(ctx, control.OpContextOwner, control.ContextArgs{App: "notes", ContextID: rig.ctx}, &owner); err != nil || owner != (control.ContextOwner{Account: "personal", Client: "notes"}) {
 		t.Fatalf("owner %+v %v", owner, err)
 	}
-	var list ContextsData
+	var list control.ContextsData
 	if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &list); err != nil || len(list.Contexts) != 1 ||
-		list.Contexts[0] != (peer.ContextInfo{ContextID: rig.ctx, Account: "personal", Client: "notes"}) {
+		list.Contexts[0] != (control.ContextInfo{ContextID: rig.ctx, Account: "personal", Client: "notes"}) {
 		t.Fatalf("context.list %+v %v", list, err)
 	}
 	for app, want := range map[string]bool{"notes": true, "ghost": false} {
@@ -287,7 +287,7 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	if err := rig.store.SetRule(policy.Rule{App: "notes", Tool: "notes.append", Decision: policy.Allow}); err != nil {
 		t.Fatal(err)
 	}
-	var rules RulesData
+	var rules control.RulesData
 	if err := c.Do(ctx, control.OpRules, control.RulesArgs{Action: "list"}, &rules); err != nil || len(rules.Rules) != 1 || rules.Rules[0].Tool != "notes.append" {
 		t.Fatalf("rules %+v %v", rules, err)
 	}

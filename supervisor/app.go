@@ -85,10 +85,11 @@ type runner struct {
 	id      string
 	logs    *ring
 	cmds    chan command
-	remove  chan struct{}   // closed by Apply when the app leaves the manifest
-	done    chan struct{}   // closed when run returns
-	settled chan struct{}   // closed once the first autostart attempt is over
-	prev    <-chan struct{} // a previous runner of the same id still stopping
+	pings   chan chan struct{} // Supervisor.Ping's: closed in answer (buffered 1)
+	remove  chan struct{}      // closed by Apply when the app leaves the manifest
+	done    chan struct{}      // closed when run returns
+	settled chan struct{}      // closed once the first autostart attempt is over
+	prev    <-chan struct{}    // a previous runner of the same id still stopping
 
 	// Guarded by s.mu: Apply edits entry, Status reads status. procGen
 	// counts the starts; procEntry, procDev and procNeighbours are what
@@ -133,6 +134,7 @@ func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
 		id:      app.ID,
 		logs:    newRing(s.cfg.LogLines),
 		cmds:    make(chan command),
+		pings:   make(chan chan struct{}, 1),
 		remove:  remove,
 		done:    make(chan struct{}),
 		settled: make(chan struct{}),
@@ -154,9 +156,12 @@ func timerC(t *time.Timer) <-chan time.Time {
 
 func (r *runner) run() {
 	defer r.finish()
-	if r.prev != nil {
+	for r.prev != nil {
 		select {
 		case <-r.prev:
+			r.prev = nil
+		case ping := <-r.pings:
+			close(ping)
 		case <-r.remove:
 			r.leaving = ErrUnknownApp
 			close(r.settled)
@@ -189,6 +194,8 @@ func (r *runner) run() {
 		select {
 		case c := <-r.cmds:
 			r.handle(c)
+		case ping := <-r.pings:
+			close(ping)
 		case <-exited:
 			r.onExit()
 		case <-timerC(r.killTimer):
@@ -405,42 +412,105 @@ func (r *runner) discard(sp spawned) {
 // other start resets the policy's history. While it waits it still
 // serves the app's commands, its removal and shutdown (see awaitStart).
 func (r *runner) start(auto bool) (AppStatus, error) {
-	s := r.s
 	if !auto {
 		r.policy.Reset()
 	}
-	now := s.cfg.Now()
-	restarts := r.starts
-	r.starts++
-	// The entry is read in the move to starting: Apply, under the same
-	// lock, sees either this start with the entry it read, or the state
-	// before it (and the next start then reads Apply's entry).
-	s.mu.Lock()
-	entry, dev := r.entry, s.devMode
-	neighbours := s.entriesLocked(r.id)
-	r.procGen++
-	r.procEntry, r.procDev, r.procNeighbours = entry, dev, neighbours
-	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
-		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale, st.Limits = 0, restarts, "", nil, s.stopper(), nil, nil
-	})
-	s.mu.Unlock()
-	r.moved(dropped, moveErr)
-	r.policy.Started(now, entry.Restart)
-
+	a := r.beginStart()
 	c, err := newCaptures(r.id)
 	if err != nil {
 		return r.fail(nil, err)
 	}
-	leaf, leafDir, limits := r.newLeaf(entry.Limits)
-	if len(limits.Missing) > 0 && strictLimits(entry, s.cfg.Strictness) {
+	leaf, leafDir, limits := r.newLeaf(a.entry.Limits)
+	if len(limits.Missing) > 0 && strictLimits(a.entry, r.s.cfg.Strictness) {
 		c.closeChild()
 		c.closeDaemon()
 		if leafDir != nil {
 			leafDir.Close()
 		}
 		r.removeLeaf(leaf)
-		return r.fail(nil, fmt.Errorf("limits: %s missing and the app is strict: %s", strings.Join(limits.Missing, ", "), s.limitsLack()))
+		return r.fail(nil, fmt.Errorf("limits: %s missing and the app is strict: %s", strings.Join(limits.Missing, ", "), r.s.limitsLack()))
 	}
+	sp, err := r.spawn(a, c, leafDir)
+	if err != nil {
+		c.closeDaemon()
+		r.discard(sp)
+		r.s.mu.Lock()
+		r.s.spawning--
+		r.s.mu.Unlock()
+		r.removeLeaf(leaf)
+		return r.fail(nil, err)
+	}
+	if !limits.heldByPids() {
+		r.fallbackNproc(sp.pid, a.entry.Limits, &limits)
+	}
+	r.supervise(a, sp, c, leaf)
+
+	// Signalling the group must never reach the daemon's own group.
+	if pg, err := unix.Getpgid(sp.pid); err == nil && pg != sp.pid {
+		a.foreignGroup = true
+		return r.abort(a, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
+	}
+	r.move(Starting, func(st *AppStatus) {
+		st.Pid = sp.pid
+		st.Limits = &limits
+		if leaf == nil {
+			st.Stopper = StopperProcessGroup
+		} else {
+			r.leafPath = leaf.path
+		}
+	})
+	if leaf != nil && r.s.tasks != nil && limits.heldByPids() {
+		r.s.tasks.add(r, leaf.path, tasksMax(a.entry.Limits))
+	}
+	return r.awaitStart(a)
+}
+
+// attempt is one start, from the move to starting until the process runs
+// the app's program or is gone.
+type attempt struct {
+	entry      policy.App
+	dev        bool
+	neighbours []policy.App
+	restarts   int
+	now        time.Time
+	// Once the process is forked: the daemon's end of its hub, and its
+	// jail's report (nil once taken).
+	hub       *os.File
+	confirmed <-chan confirmResult
+	// foreignGroup: the process is not its group's leader, so only it
+	// (not "its" group) may be signalled.
+	foreignGroup bool
+	joined       []chan cmdResult // Start and Restart that arrived meanwhile
+}
+
+// beginStart moves the app to starting and reads the entry the start
+// runs: Apply, under the same lock, sees either this start with the
+// entry it read, or the state before it (and the next start then reads
+// Apply's entry).
+func (r *runner) beginStart() *attempt {
+	s := r.s
+	a := &attempt{now: s.cfg.Now(), restarts: r.starts}
+	r.starts++
+	s.mu.Lock()
+	a.entry, a.dev = r.entry, s.devMode
+	a.neighbours = s.entriesLocked(r.id)
+	r.procGen++
+	r.procEntry, r.procDev, r.procNeighbours = a.entry, a.dev, a.neighbours
+	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
+		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale, st.Limits = 0, a.restarts, "", nil, s.stopper(), nil, nil
+	})
+	s.mu.Unlock()
+	r.moved(dropped, moveErr)
+	r.policy.Started(a.now, a.entry.Restart)
+	return a
+}
+
+// spawn forks the app's process on the spawner thread, with the child's
+// ends of c and the leaf (leafDir, nil for none), which it closes. On an
+// error what was forked, if anything, is in sp for discard, and s.spawning
+// is still counted.
+func (r *runner) spawn(a *attempt, c *captures, leafDir *os.File) (spawned, error) {
+	s := r.s
 	cgroupFD := -1
 	if leafDir != nil {
 		cgroupFD = int(leafDir.Fd())
@@ -453,7 +523,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	s.mu.Unlock()
 	s.spawnReqs <- spawnRequest{
 		req: jail.Request{
-			App: entry, Neighbours: neighbours, DeveloperMode: dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
+			App: a.entry, Neighbours: a.neighbours, DeveloperMode: a.dev, Dirs: s.cfg.Dirs, BaseEnv: s.cfg.BaseEnv,
 			Stdout: c.outW, Stderr: c.errW, Hub: c.hubChild, CgroupFD: cgroupFD,
 		},
 		reply: reply,
@@ -464,50 +534,44 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		leafDir.Close()
 	}
 	sp := res.proc
-	// fail ends a start that cannot go on, with nothing left behind.
-	fail := func(err error) (AppStatus, error) {
-		c.closeDaemon()
-		r.discard(sp)
-		s.mu.Lock()
-		s.spawning--
-		s.mu.Unlock()
-		r.removeLeaf(leaf)
-		return r.fail(nil, err)
-	}
-	if res.err == nil && sp.confirm == nil {
-		res.err = errors.New("launcher returned no process and no error (a launcher bug)")
-	}
-	if res.err != nil {
-		return fail(res.err)
-	}
-	if sp.pidfd < 0 {
+	switch {
+	case res.err != nil:
+		return sp, res.err
+	case sp.confirm == nil:
+		return sp, errors.New("launcher returned no process and no error (a launcher bug)")
+	case sp.pidfd < 0:
 		// Without a pidfd the process can be neither waited for the
 		// netpoller way nor signalled safely; the launcher must use
 		// CLONE_PIDFD (Linux 5.3+).
-		return fail(errors.New("launcher returned no pidfd (octosup needs Linux 5.3 or later)"))
+		return sp, errors.New("launcher returned no pidfd (octosup needs Linux 5.3 or later)")
 	}
 	if err := unix.SetNonblock(sp.pidfd, true); err != nil {
-		return fail(fmt.Errorf("pidfd: %w", err))
+		return sp, fmt.Errorf("pidfd: %w", err)
 	}
-	if !limits.heldByPids() {
-		r.fallbackNproc(sp.pid, entry.Limits, &limits)
-	}
+	return sp, nil
+}
+
+// supervise makes sp the app's process: in s.pids, its exit watched, its
+// output read and its jail's report awaited, by goroutines s.io owns.
+func (r *runner) supervise(a *attempt, sp spawned, c *captures, leaf *processLeaf) {
+	s := r.s
 	p := &proc{
 		pid:     sp.pid,
 		pidfd:   os.NewFile(uintptr(sp.pidfd), "pidfd:"+r.id),
 		exited:  make(chan struct{}),
 		outputs: []*os.File{c.outR, c.errR},
 		ioDone:  make(chan struct{}),
-		started: now,
+		started: a.now,
 		leaf:    leaf,
-		limits:  entry.Limits,
+		limits:  a.entry.Limits,
 	}
 	r.proc = p
 	s.mu.Lock()
 	s.pids[p.pid] = r
 	s.spawning--
 	s.mu.Unlock()
-	confirmed := r.confirmAsync(sp.confirm)
+	a.hub = c.hub
+	a.confirmed = r.confirmAsync(sp.confirm)
 	s.io.Add(3)
 	go func() {
 		defer s.io.Done()
@@ -525,133 +589,134 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 			}
 		}()
 	}
-
-	// Signalling the group must never reach the daemon's own group.
-	if pg, err := unix.Getpgid(p.pid); err == nil && pg != p.pid {
-		// Only the leader: its group is not its own. The pid cannot have
-		// been reused, as the leader is not reaped yet.
-		_ = unix.Kill(p.pid, unix.SIGKILL)
-		c.hub.Close()
-		<-p.exited
-		exit := r.collect()
-		r.drainConfirm(confirmed, p.pid)
-		st, err := r.fail(&exit, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
-		r.tidy()
-		return st, err
-	}
-	r.move(Starting, func(st *AppStatus) {
-		st.Pid = p.pid
-		st.Limits = &limits
-		if p.leaf == nil {
-			st.Stopper = StopperProcessGroup
-		} else {
-			r.leafPath = p.leaf.path
-		}
-	})
-	if p.leaf != nil && s.tasks != nil && limits.heldByPids() {
-		s.tasks.add(r, p.leaf.path, tasksMax(entry.Limits))
-	}
-	return r.awaitStart(entry, c.hub, confirmed, restarts)
 }
 
-// awaitStart waits for the jail's report on the process just started. The
-// app's goroutine keeps serving it meanwhile: a Start or Restart joins
-// this start, a Stop, the app's removal or shutdown cancels it, and so
-// does Config.StartTimeout running out. A cancelled start kills the
-// process group, reaps the leader and consumes the jail's status.
-func (r *runner) awaitStart(entry policy.App, hub *os.File, confirmed <-chan confirmResult, restarts int) (AppStatus, error) {
+// cancelledStart is the cause of a start that was called off (a stop,
+// the app's removal, shutdown) rather than one that failed: abort leaves
+// the app stopped, not failed.
+type cancelledStart struct{ err error }
+
+func (e cancelledStart) Error() string { return e.err.Error() }
+func (e cancelledStart) Unwrap() error { return e.err }
+
+// abort ends a start whose process is live, for cause: it kills the
+// process (its group, or itself alone when the group is not its own),
+// closes its hub, waits for its exit, collects it, consumes its jail's
+// report (unless taken), moves the app to failed (stopped when cause is
+// a cancelledStart), tidies the leaf and answers the starts that joined.
+func (r *runner) abort(a *attempt, cause error) (AppStatus, error) {
+	p := r.proc
+	if a.foreignGroup {
+		// The pid cannot have been reused: the leader is not reaped yet.
+		_ = unix.Kill(p.pid, unix.SIGKILL)
+	} else {
+		r.signal(unix.SIGKILL)
+	}
+	a.hub.Close()
+	<-p.exited
+	exit := r.collect()
+	if a.confirmed != nil {
+		r.drainConfirm(a.confirmed, p.pid)
+	}
+	var st AppStatus
+	var err error
+	var cancelled cancelledStart
+	if errors.As(cause, &cancelled) {
+		why := cancelled.err
+		r.s.log.Info("app start cancelled", zap.String("app", r.id), zap.Int("pid", p.pid), zap.Error(why))
+		st = r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, why.Error() })
+		err = &startError{id: r.id, reason: why.Error(), cause: why}
+	} else {
+		st, err = r.fail(&exit, cause)
+	}
+	r.tidy()
+	r.replyAll(&a.joined, cmdResult{status: st, err: err})
+	return st, err
+}
+
+// awaitStart waits for the jail's report on the process just started,
+// then lets it run. A start that cannot go on is aborted.
+func (r *runner) awaitStart(a *attempt) (AppStatus, error) {
+	res, stop, cause := r.awaitReport(a)
+	if cause == nil && res.err != nil {
+		a.confirmed = nil // taken
+		cause = res.err
+	}
+	if cause != nil {
+		st, err := r.abort(a, cause)
+		if stop != nil {
+			stop <- cmdResult{status: st}
+		}
+		return st, err
+	}
+	return r.running(a, res.report)
+}
+
+// awaitReport waits for the jail's report. The app's goroutine keeps
+// serving it meanwhile: a Start or Restart joins this start, a Stop (its
+// reply is stop), the app's removal or shutdown cancels it, and so does
+// Config.StartTimeout running out: then cause says why.
+func (r *runner) awaitReport(a *attempt) (res confirmResult, stop chan cmdResult, cause error) {
 	s, p := r.s, r.proc
 	timeout := time.NewTimer(s.cfg.StartTimeout)
 	defer timeout.Stop()
-	var (
-		joined []chan cmdResult // Start and Restart that arrived meanwhile
-		res    confirmResult
-	)
-	// cancel kills the starting process and ends the start as why says.
-	cancel := func(to State, why error) (AppStatus, error) {
-		r.signal(unix.SIGKILL)
-		hub.Close()
-		<-p.exited
-		exit := r.collect()
-		r.drainConfirm(confirmed, p.pid)
-		var st AppStatus
-		var err error
-		if to == Failed {
-			st, err = r.fail(&exit, why)
-		} else {
-			s.log.Info("app start cancelled", zap.String("app", r.id), zap.Int("pid", p.pid), zap.Error(why))
-			st = r.move(Stopped, func(st *AppStatus) { st.Pid, st.LastExit, st.Reason = 0, &exit, why.Error() })
-			err = &startError{id: r.id, reason: why.Error(), cause: why}
-		}
-		r.tidy()
-		r.replyAll(&joined, cmdResult{status: st, err: err})
-		return st, err
-	}
-wait:
 	for {
 		select {
-		case res = <-confirmed:
-			break wait
+		case res = <-a.confirmed:
+			return res, nil, nil
 		case <-p.exited:
 			// The process died before its report was read; the report (or
 			// the helper's failure) is in the pipe, which is at EOF now.
-			if got, ok := r.drainConfirm(confirmed, p.pid); ok {
-				res = got
-			} else {
-				res.err = fmt.Errorf("jail: %w", jail.ErrHelperDied)
+			if got, ok := r.drainConfirm(a.confirmed, p.pid); ok {
+				return got, nil, nil
 			}
-			break wait
+			return confirmResult{err: fmt.Errorf("jail: %w", jail.ErrHelperDied)}, nil, nil
 		case <-timeout.C:
-			return cancel(Failed, &reasonError{
+			return res, nil, &reasonError{
 				reason: fmt.Sprintf("jail helper did not report within %s; its process group was killed", s.cfg.StartTimeout),
 				err:    ErrStartTimeout,
-			})
+			}
+		case ping := <-r.pings:
+			close(ping)
 		case c := <-r.cmds:
 			switch c.kind {
 			case cmdStart, cmdRestart:
-				joined = append(joined, c.reply)
+				a.joined = append(a.joined, c.reply)
 			case cmdReapply:
 				r.deferred = append(r.deferred, c)
 				if h := s.deferHook; h != nil {
 					h()
 				}
 			case cmdStop:
-				st, err := cancel(Stopped, errors.New("stopped while starting"))
-				c.reply <- cmdResult{status: st}
-				return st, err
+				return res, c.reply, cancelledStart{errors.New("stopped while starting")}
 			}
 		case <-r.removeC:
 			r.removeC, r.quitC = nil, nil
 			r.leaving = ErrUnknownApp
-			return cancel(Stopped, fmt.Errorf("start cancelled: %w", ErrUnknownApp))
+			return res, nil, cancelledStart{fmt.Errorf("start cancelled: %w", ErrUnknownApp)}
 		case <-r.quitC:
 			r.removeC, r.quitC = nil, nil
 			r.leaving = ErrShutdown
-			return cancel(Stopped, fmt.Errorf("start cancelled: %w", ErrShutdown))
+			return res, nil, cancelledStart{fmt.Errorf("start cancelled: %w", ErrShutdown)}
 		}
 	}
-	if res.err != nil {
-		r.signal(unix.SIGKILL)
-		hub.Close()
-		<-p.exited
-		exit := r.collect()
-		st, err := r.fail(&exit, res.err)
-		r.tidy()
-		r.replyAll(&joined, cmdResult{status: st, err: err})
-		return st, err
-	}
-	report := res.report
+}
+
+// running moves a started app to running with its jail's report and
+// hands its hub to Links.
+func (r *runner) running(a *attempt, report jail.Report) (AppStatus, error) {
+	s, p := r.s, r.proc
 	st := r.move(Running, func(st *AppStatus) { st.Pid, st.Jail = p.pid, &report })
 	s.log.Info("app started", zap.String("app", r.id), zap.Int("pid", p.pid),
 		zap.Strings("jail_layers", report.Layers), zap.Strings("jail_missing", report.Missing),
-		zap.Int("landlock_abi", report.LandlockABI), zap.Int("restarts", restarts))
+		zap.Int("landlock_abi", report.LandlockABI), zap.Int("restarts", a.restarts))
 	if s.cfg.Links != nil {
 		p.attached = true
-		r.hook("Attach", func() { s.cfg.Links.Attach(entry, hub) })
+		r.hook("Attach", func() { s.cfg.Links.Attach(a.entry, a.hub) })
 	} else {
-		hub.Close()
+		a.hub.Close()
 	}
-	r.replyAll(&joined, cmdResult{status: st})
+	r.replyAll(&a.joined, cmdResult{status: st})
 	return st, nil
 }
 

@@ -17,9 +17,11 @@ import (
 	"octosup/jail"
 )
 
-// spawnRequest asks the spawner thread to start one process.
+// spawnRequest asks the spawner thread to start one process, or with
+// ping only to answer (Supervisor.Ping).
 type spawnRequest struct {
 	req   jail.Request
+	ping  bool
 	reply chan spawnResult // buffered 1
 }
 
@@ -73,6 +75,10 @@ func spawner(launch launchFunc, reqs <-chan spawnRequest, stop <-chan struct{}, 
 	for {
 		select {
 		case r := <-reqs:
+			if r.ping {
+				r.reply <- spawnResult{}
+				continue
+			}
 			p, err := launch(r.req)
 			r.reply <- spawnResult{p, err}
 		case <-stop:

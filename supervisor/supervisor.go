@@ -351,8 +351,34 @@ func (s *Supervisor) launchLocked(r *runner) {
 // work: start Run first, in its own goroutine.
 func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOptions) (Applied, error) {
 	var done Applied
+	seen, err := checkIDs(m)
+	if err != nil {
+		return done, err
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	plan, err := s.swap(m, seen, &done)
+	if err != nil {
+		return done, err
+	}
+	// cgroup files are live: changed limits need no restart.
+	for _, l := range plan.limits {
+		if s.applyLimitsLive(l) {
+			done.Limits = append(done.Limits, l.r.id)
+		}
+	}
+	restarts, err := s.reapply(ctx, plan.live, opt, &done)
+	if err != nil {
+		return done, err
+	}
+	return done, s.awaitApplied(ctx, plan.wait, restarts, &done)
+}
+
+// checkIDs checks what Apply relies on of m, before anything changes:
+// every app has an id of its own. It returns the set of ids.
+func checkIDs(m *policy.Manifest) (map[string]bool, error) {
 	if m == nil {
-		return done, errors.New("apply manifest: nil manifest")
+		return nil, errors.New("apply manifest: nil manifest")
 	}
 	seen := make(map[string]bool, len(m.Apps))
 	var problems []string
@@ -366,89 +392,114 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 		seen[a.ID] = true
 	}
 	if len(problems) > 0 {
-		return done, fmt.Errorf("apply manifest: %s (validate it with policy.Load; nothing was changed)", strings.Join(problems, "; "))
+		return nil, fmt.Errorf("apply manifest: %s (validate it with policy.Load; nothing was changed)", strings.Join(problems, "; "))
 	}
+	return seen, nil
+}
 
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
+// applyPlan is what an Apply has left to do once the new set of apps is
+// in place: the runners to wait for (removed ones gone, added ones
+// settled), the apps with a process whose entry it must compare, and the
+// limits to write in place.
+type applyPlan struct {
+	wait   []<-chan struct{}
+	live   []liveEntry
+	limits []liveLimits
+}
+
+// swap makes m the set of apps, under s.mu: removed apps are told to
+// leave, added ones get a runner, kept ones their new entry.
+func (s *Supervisor) swap(m *policy.Manifest, seen map[string]bool, done *Applied) (applyPlan, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	var plan applyPlan
 	if s.closed {
-		s.mu.Unlock()
-		return done, fmt.Errorf("apply manifest: %w", ErrShutdown)
+		return plan, fmt.Errorf("apply manifest: %w", ErrShutdown)
 	}
-	var wait []<-chan struct{}
 	for _, id := range s.order {
-		r := s.apps[id]
-		if seen[id] {
-			continue
-		}
-		done.Removed = append(done.Removed, id)
-		delete(s.apps, id)
-		s.removing[r] = struct{}{}
-		close(r.remove)
-		wait = append(wait, r.done)
-		// A runner that never ran (Run not started yet) just vanishes.
-		for i, p := range s.pending {
-			if p == r {
-				s.pending = append(s.pending[:i], s.pending[i+1:]...)
-				delete(s.removing, r)
-				close(r.done)
-				break
-			}
+		if !seen[id] {
+			done.Removed = append(done.Removed, id)
+			plan.wait = append(plan.wait, s.removeLocked(s.apps[id]))
 		}
 	}
 	order := make([]string, 0, len(m.Apps))
-	var live []liveEntry
-	var lims []liveLimits
 	for _, a := range m.Apps {
 		order = append(order, a.ID)
 		if r, ok := s.apps[a.ID]; ok {
-			if r.entry.Limits != a.Limits && r.status.Pid != 0 {
-				lims = append(lims, liveLimits{r: r, leaf: r.leafPath, pid: r.status.Pid, lim: a.Limits})
-			}
-			// The process that runs (or is starting) runs the entry its
-			// start read; the next start reads this one.
-			switch r.status.State {
-			case Starting, Running, Stopping:
-				live = append(live, liveEntry{
-					r: r, gen: r.procGen,
-					old: r.procEntry, oldDev: r.procDev, oldNeighbours: r.procNeighbours,
-					new: a, newDev: m.DeveloperMode, newNeighbours: others(m.Apps, a.ID),
-				})
-			}
-			r.entry = a
+			plan.keepLocked(r, a, m)
 			continue
 		}
 		done.Added = append(done.Added, a.ID)
-		// An app re-added while its previous incarnation is still
-		// stopping waits for that one to be gone.
-		var prev <-chan struct{}
-		for old := range s.removing {
-			if old.id == a.ID {
-				prev = old.done
-			}
-		}
-		r := newRunner(s, a, prev)
-		s.apps[a.ID] = r
-		wait = append(wait, r.settled)
-		if s.started {
-			s.launchLocked(r)
-		} else {
-			s.pending = append(s.pending, r)
-		}
+		plan.wait = append(plan.wait, s.addLocked(a))
 	}
 	s.order = order
 	s.devMode = m.DeveloperMode
-	s.mu.Unlock()
-	// cgroup files are live: changed limits need no restart.
-	for _, l := range lims {
-		if s.applyLimitsLive(l) {
-			done.Limits = append(done.Limits, l.r.id)
+	return plan, nil
+}
+
+// removeLocked tells r's app to leave and returns what closes once it is
+// gone.
+func (s *Supervisor) removeLocked(r *runner) <-chan struct{} {
+	delete(s.apps, r.id)
+	s.removing[r] = struct{}{}
+	close(r.remove)
+	// A runner that never ran (Run not started yet) just vanishes.
+	for i, p := range s.pending {
+		if p == r {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			delete(s.removing, r)
+			close(r.done)
+			break
 		}
 	}
+	return r.done
+}
 
-	// Compiled off the lock: it reads the disk (the program's
-	// interpreter, where symlinks lead).
+// addLocked creates the runner of a new app and returns what closes once
+// its first autostart is over.
+func (s *Supervisor) addLocked(a policy.App) <-chan struct{} {
+	// An app re-added while its previous incarnation is still stopping
+	// waits for that one to be gone.
+	var prev <-chan struct{}
+	for old := range s.removing {
+		if old.id == a.ID {
+			prev = old.done
+		}
+	}
+	r := newRunner(s, a, prev)
+	s.apps[a.ID] = r
+	if s.started {
+		s.launchLocked(r)
+	} else {
+		s.pending = append(s.pending, r)
+	}
+	return r.settled
+}
+
+// keepLocked gives a kept app its new entry a, noting what its process
+// may need: limits written in place, a comparison of what it runs.
+func (plan *applyPlan) keepLocked(r *runner, a policy.App, m *policy.Manifest) {
+	if r.entry.Limits != a.Limits && r.status.Pid != 0 {
+		plan.limits = append(plan.limits, liveLimits{r: r, leaf: r.leafPath, pid: r.status.Pid, lim: a.Limits})
+	}
+	// The process that runs (or is starting) runs the entry its start
+	// read; the next start reads this one.
+	switch r.status.State {
+	case Starting, Running, Stopping:
+		plan.live = append(plan.live, liveEntry{
+			r: r, gen: r.procGen,
+			old: r.procEntry, oldDev: r.procDev, oldNeighbours: r.procNeighbours,
+			new: a, newDev: m.DeveloperMode, newNeighbours: others(m.Apps, a.ID),
+		})
+	}
+	r.entry = a
+}
+
+// reapply compares what each live process runs with its new entry and
+// has the changed ones restarted (marked stale with opt.KeepRunning).
+// Compiled off the lock: it reads the disk (the program's interpreter,
+// where symlinks lead).
+func (s *Supervisor) reapply(ctx context.Context, live []liveEntry, opt ApplyOptions, done *Applied) ([]restartWait, error) {
 	var restarts []restartWait
 	for _, l := range live {
 		changed := s.changes(l)
@@ -468,15 +519,19 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 			restarts = append(restarts, restartWait{id: l.r.id, changed: changed, reply: c.reply})
 		case <-l.r.done: // shut down meanwhile: nothing to restart
 		case <-ctx.Done():
-			return done, fmt.Errorf("apply manifest: applied, but stopped before restarting %s: %w", l.r.id, ctx.Err())
+			return restarts, fmt.Errorf("apply manifest: applied, but stopped before restarting %s: %w", l.r.id, ctx.Err())
 		}
 	}
+	return restarts, nil
+}
 
+// awaitApplied waits for the starts, stops and restarts an Apply caused.
+func (s *Supervisor) awaitApplied(ctx context.Context, wait []<-chan struct{}, restarts []restartWait, done *Applied) error {
 	for _, ch := range wait {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return done, fmt.Errorf("apply manifest: applied, but stopped waiting for its apps to start and stop (is Run running?): %w", ctx.Err())
+			return fmt.Errorf("apply manifest: applied, but stopped waiting for its apps to start and stop (is Run running?): %w", ctx.Err())
 		}
 	}
 	for _, rw := range restarts {
@@ -487,15 +542,15 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 				// Its process ended meanwhile: its next start runs the
 				// new entry.
 			case res.err != nil && !errors.Is(res.err, ErrStartFailed):
-				return done, fmt.Errorf("apply manifest: applied, but the restart of %s did not happen: %w", rw.id, res.err)
+				return fmt.Errorf("apply manifest: applied, but the restart of %s did not happen: %w", rw.id, res.err)
 			default:
 				done.Restarted = append(done.Restarted, AppChange{ID: rw.id, Changed: rw.changed, Status: res.status})
 			}
 		case <-ctx.Done():
-			return done, fmt.Errorf("apply manifest: applied, but stopped waiting for %s to restart: %w", rw.id, ctx.Err())
+			return fmt.Errorf("apply manifest: applied, but stopped waiting for %s to restart: %w", rw.id, ctx.Err())
 		}
 	}
-	return done, nil
+	return nil
 }
 
 // liveEntry is an app with a process (running, starting or stopping) as

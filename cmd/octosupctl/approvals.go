@@ -83,7 +83,7 @@ the decision as a standing rule for that app and tool (octosupctl rules).`,
 			req := control.ApproveArgs{ApprovalID: args[0], Decision: args[1], Remember: remember}
 			if err := c.client().Do(cmd.Context(), control.OpApprove, req, &data); err != nil {
 				var cerr *control.Error
-				if errors.As(err, &cerr) && cerr.Code == control.CodeUnknownApproval {
+				if errors.As(err, &cerr) && (cerr.Code == control.CodeUnknownApproval || cerr.Code == control.CodeBadRequest && args[0] == "") {
 					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s (octosupctl approvals lists the pending ones)", what, cerr.Message)}
 				}
 				return opError(what, err)

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/control"
-	"octosup/daemon"
 )
 
 // bombNotesEnv hands the notes app, built by root, to the run of
@@ -74,7 +73,7 @@ func TestForkBombContained(t *testing.T) {
 		t.Fatalf("approve: %+v", r)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var data daemon.ContextsData
+		var data control.ContextsData
 		if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
 			t.Fatal(err)
 		}

@@ -64,28 +64,16 @@ the call. Exit 0 when the tool succeeded, 1 otherwise.`,
 	return cmd
 }
 
+// call makes one tool call as the kernel: attach, pick a context, submit
+// the call, then print its events until its outcome.
 func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account string) error {
 	what := "call " + app + " " + kc.Name
 	conn, err := c.client().Connect(ctx)
 	if err != nil {
 		return opError(what, err)
 	}
-	// Attaching hands this connection every outcome queued while no
-	// kernel was attached: a reader takes the events from the start, so
-	// that they never hold up the answers, and keeps this call's.
-	mine := make(chan control.Event, 4) // at most acknowledged and finished
-	reader := make(chan struct{})
-	go func() {
-		defer close(reader)
-		defer close(mine)
-		for ev := range conn.Events() {
-			var te control.ToolEvent
-			if ev.Decode(&te) == nil && te.App == app && te.CallID == kc.CallID {
-				mine <- ev
-			}
-		}
-	}()
-	defer func() { conn.Close(); <-reader }()
+	mine, stopReading := callEvents(conn, app, kc.CallID)
+	defer func() { conn.Close(); stopReading() }()
 	if err := attachKernel(ctx, conn); err != nil {
 		var cerr *control.Error
 		if errors.As(err, &cerr) && cerr.Code == control.CodeKernelAttached {
@@ -94,22 +82,8 @@ func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account
 		return opError(what, err)
 	}
 	if kc.ContextID == "" {
-		var data control.ContextsData
-		if err := conn.Do(ctx, control.OpContextList, control.AppArgs{App: app}, &data); err != nil {
+		if kc.ContextID, err = pickContext(ctx, conn, app, account); err != nil {
 			return opError(what, err)
-		}
-		for _, cx := range data.Contexts {
-			if account == "" || cx.Account == account {
-				kc.ContextID = cx.ContextID
-				break
-			}
-		}
-		if kc.ContextID == "" {
-			hint := "it has no open context (is it running, and did it open a session?)"
-			if account != "" {
-				hint = fmt.Sprintf("it has no open context with account %q", account)
-			}
-			return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, hint)}
 		}
 	}
 	// The answer is read even when the person interrupts meanwhile: a
@@ -122,7 +96,51 @@ func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account
 		return opError(what, err)
 	}
 	c.callEvent("accepted", control.ToolEvent{App: app, CallID: kc.CallID}, kc)
-	events := mine
+	return c.awaitOutcome(ctx, conn, mine, app, kc)
+}
+
+// callEvents reads conn's events from the start and keeps the call's
+// own: attaching hands the connection every outcome queued while no
+// kernel was attached, which must never hold up the answers. stop waits
+// for the reader, once conn is closed.
+func callEvents(conn *control.Conn, app, callID string) (mine <-chan control.Event, stop func()) {
+	ch := make(chan control.Event, 4) // at most acknowledged and finished
+	reader := make(chan struct{})
+	go func() {
+		defer close(reader)
+		defer close(ch)
+		for ev := range conn.Events() {
+			var te control.ToolEvent
+			if ev.Decode(&te) == nil && te.App == app && te.CallID == callID {
+				ch <- ev
+			}
+		}
+	}()
+	return ch, func() { <-reader }
+}
+
+// pickContext is the app's first open context (with account, when
+// given).
+func pickContext(ctx context.Context, conn *control.Conn, app, account string) (string, error) {
+	var data control.ContextsData
+	if err := conn.Do(ctx, control.OpContextList, control.AppArgs{App: app}, &data); err != nil {
+		return "", err
+	}
+	for _, cx := range data.Contexts {
+		if account == "" || cx.Account == account {
+			return cx.ContextID, nil
+		}
+	}
+	if account != "" {
+		return "", fmt.Errorf("it has no open context with account %q", account)
+	}
+	return "", errors.New("it has no open context (is it running, and did it open a session?)")
+}
+
+// awaitOutcome prints the call's events until its outcome; an interrupt
+// cancels the call and waits (bounded) for the outcome the daemon owes.
+func (c *cli) awaitOutcome(ctx context.Context, conn *control.Conn, events <-chan control.Event, app string, kc control.ToolCall) error {
+	what := "call " + app + " " + kc.Name
 	interrupted := false
 	var giveUp <-chan time.Time
 	done := ctx.Done()
@@ -138,23 +156,9 @@ func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account
 			case control.EventToolAcknowledged:
 				c.callEvent("acknowledged", te, kc)
 			case control.EventToolFinished:
-				// A failed outcome is the error, said once, on stderr;
-				// --json has it on stdout too, as the call's record.
-				failed := te.Outcome != control.OutcomeOK
-				if !failed || c.json {
-					c.callEvent("finished", te, kc)
-				}
-				switch {
-				case failed:
-					return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, outcomeText(te))}
-				case interrupted:
-					return &exitError{code: exitFailed, err: fmt.Errorf("%s: interrupted, after the tool had succeeded", what)}
-				}
-				return nil
+				return c.finished(ctx, conn, te, kc, interrupted)
 			}
 		case <-done:
-			// Cancel the call and wait (bounded) for its outcome: the
-			// daemon owes one.
 			done, interrupted = nil, true
 			cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
 			err := conn.Do(cctx, control.OpToolCancel, control.CallArgs{App: app, CallID: kc.CallID}, nil)
@@ -167,6 +171,63 @@ func (c *cli) call(ctx context.Context, app string, kc control.ToolCall, account
 			return &exitError{code: exitFailed, err: fmt.Errorf("%s: cancelled, and no outcome came within %s", what, cancelWait)}
 		}
 	}
+}
+
+// finished prints a call's outcome. A failed outcome is the error, said
+// once, on stderr, with what undoes it when octosupctl knows; --json has
+// it on stdout too, as the call's record.
+func (c *cli) finished(ctx context.Context, conn *control.Conn, te control.ToolEvent, kc control.ToolCall, interrupted bool) error {
+	what := "call " + te.App + " " + kc.Name
+	failed := te.Outcome != control.OutcomeOK
+	if !failed || c.json {
+		c.callEvent("finished", te, kc)
+	}
+	switch {
+	case failed:
+		if te.Error != nil {
+			e := *te.Error
+			e.Message += refusalHint(&e, te.App, kc.Name, func() bool { return deniedByRule(ctx, conn, te.App, kc.Name) })
+			te.Error = &e
+		}
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", what, outcomeText(te))}
+	case interrupted:
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: interrupted, after the tool had succeeded", what)}
+	}
+	return nil
+}
+
+// refusalHint is the command that undoes a refusal, for a person: the
+// daemon says what happened in protocol terms, octosupctl what to type.
+// ruleDenies reports whether a standing rule answered deny (asked only
+// of a declined call). A message that names a command already (an older
+// daemon's) gets none.
+func refusalHint(e *control.Error, app, tool string, ruleDenies func() bool) string {
+	if strings.Contains(e.Message, "octosupctl ") {
+		return ""
+	}
+	switch e.Code {
+	case control.CodeConsentDenied:
+		return fmt.Sprintf("; after `octosupctl consent revoke %s`, the app's next request asks again", app)
+	case control.CodeDeclined:
+		if tool != "" && ruleDenies() {
+			return fmt.Sprintf("; `octosupctl rules revoke %s %s` asks again", app, tool)
+		}
+	}
+	return ""
+}
+
+// deniedByRule reports whether a standing rule denies app's tool.
+func deniedByRule(ctx context.Context, conn *control.Conn, app, tool string) bool {
+	var data control.RulesData
+	if err := conn.Do(ctx, control.OpRules, control.RulesArgs{Action: "list", App: app}, &data); err != nil {
+		return false
+	}
+	for _, r := range data.Rules {
+		if r.Tool == tool && r.Decision == "deny" {
+			return true
+		}
+	}
+	return false
 }
 
 // attachWait bounds how long call waits for the kernel slot: the daemon

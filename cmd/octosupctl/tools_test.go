@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"octosup/control"
-	"octosup/daemon"
 )
 
 // buildNotes builds the demo app of examples/notes, the app these tests
@@ -61,7 +60,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 		t.Fatalf("approve: %+v", r)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		var data daemon.ContextsData
+		var data control.ContextsData
 		if err := c.Do(ctx, control.OpContextList, control.AppArgs{App: "notes"}, &data); err != nil {
 			t.Fatal(err)
 		}
@@ -157,6 +156,22 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	if r := ctl(t, append(s, "rules", "revoke", "notes")...); r.code != exitOK || r.stdout != "revoked: notes notes.search (allow)\n" {
 		t.Fatalf("revoke: %+v", r)
 	}
+	// A standing deny: the call's error names the command that undoes it.
+	go func() {
+		done <- ctl(t, append(s, "call", "notes", "notes.search", `{"query":"milk"}`, "--confirm", "host")...)
+	}()
+	sheet = waitApprovals(t, c, 1)[0]
+	if r := ctl(t, append(s, "approve", sheet.ApprovalID, "deny", "--remember")...); r.code != exitOK {
+		t.Fatalf("approve deny: %+v", r)
+	}
+	<-done
+	if r := ctl(t, append(s, "call", "notes", "notes.search", `{"query":"milk"}`, "--confirm", "host")...); r.code != exitFailed ||
+		!regexp.MustCompile("^octosupctl: call notes notes.search: error \\(declined: [^\n]*`octosupctl rules revoke notes notes.search` asks again\\)+\n$").MatchString(r.stderr) {
+		t.Fatalf("call under a deny rule: %+v", r)
+	}
+	if r := ctl(t, append(s, "rules", "revoke", "notes")...); r.code != exitOK || r.stdout != "revoked: notes notes.search (deny)\n" {
+		t.Fatalf("revoke the deny rule: %+v", r)
+	}
 	// Ctrl-C while the sheet is open cancels the call: the outcome is
 	// printed, the sheet withdrawn.
 	ictx, interrupt := context.WithCancel(ctx)
@@ -173,7 +188,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 	}
 	waitApprovals(t, c, 0)
 
-	var rules daemon.RulesData
+	var rules control.RulesData
 	if err := c.Do(ctx, control.OpRules, control.RulesArgs{}, &rules); err != nil || len(rules.Rules) != 0 {
 		t.Fatalf("rules after revoke: %+v %v", rules, err)
 	}
@@ -238,5 +253,31 @@ func TestConsentDeniedHint(t *testing.T) {
 	again := waitApprovals(t, c, 1)[0]
 	if again.App != "notes" || again.Kind != "consent" || again.ApprovalID == consent.ApprovalID {
 		t.Fatalf("after %q: approval %+v, want a new consent question", hint, again)
+	}
+}
+
+// TestRefusalHint: the daemon says what was refused in protocol terms;
+// octosupctl adds the command that undoes it, once.
+func TestRefusalHint(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		err        control.Error
+		tool       string
+		ruleDenies bool
+		want       string
+	}{
+		{"consent denied", control.Error{Code: control.CodeConsentDenied, Message: "the person denied app notes the agent service"}, "", false,
+			"; after `octosupctl consent revoke notes`, the app's next request asks again"},
+		{"declined by a rule", control.Error{Code: control.CodeDeclined, Message: "a standing rule denies notes.search for app notes"}, "notes.search", true,
+			"; `octosupctl rules revoke notes notes.search` asks again"},
+		{"declined by the person", control.Error{Code: control.CodeDeclined, Message: "the person declined"}, "notes.search", false, ""},
+		{"hint in the message already", control.Error{Code: control.CodeConsentDenied, Message: "after `octosupctl consent revoke notes`, asks again"}, "", false, ""},
+		{"other code", control.Error{Code: "timeout", Message: "late"}, "notes.search", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := refusalHint(&tc.err, "notes", tc.tool, func() bool { return tc.ruleDenies }); got != tc.want {
+				t.Errorf("hint %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
