@@ -153,7 +153,9 @@ func (w *Writer) Put(line []byte, o Opt) error {
 	if o.Now && idle && w.raw != nil {
 		return w.flushLocked()
 	}
-	kick := w.held == 0 || w.lines >= max(1, w.cfg.MaxLines/4) || len(w.pending) >= writeBatch
+	// Under a Hold the loop starts only on a queue grown past a batch
+	// (or a quarter of the line bound).
+	kick := w.held == 0 || (w.cfg.MaxLines > 0 && w.lines >= max(1, w.cfg.MaxLines/4)) || len(w.pending) >= writeBatch
 	w.mu.Unlock()
 	if kick {
 		w.wake()
