@@ -8,26 +8,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
-)
 
-// maxDepth bounds nesting in a frame; deeper lines are bad_frame rather
-// than a reason to recurse without end.
-const maxDepth = 128
+	"octosup/internal/strictjson"
+)
 
 // ParseLine classifies one hub line (without its newline). A peer-link
 // frame is decoded strictly into up; any other well-formed JSON object is
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	if r, ok := fastToolResult(line); ok {
-		return r, false, nil
-	}
-	return parseLineStrict(line)
-}
-
-// parseLineStrict is ParseLine for every line.
-func parseLineStrict(line []byte) (up Up, passthrough bool, err error) {
 	top, err := topMembers(line)
 	if err != nil {
 		return nil, false, err
@@ -93,9 +82,6 @@ func DecodeDown(line []byte) (Down, error) {
 // topMembers checks a whole line (UTF-8, one JSON object, no duplicate key
 // at any depth, bounded nesting) and returns its top-level members.
 func topMembers(line []byte) (map[string]json.RawMessage, error) {
-	if !utf8.Valid(line) {
-		return nil, &FrameError{Reason: "not valid UTF-8"}
-	}
 	m, err := members(line)
 	if err != nil {
 		return nil, &FrameError{Reason: err.Error()}
@@ -103,20 +89,51 @@ func topMembers(line []byte) (map[string]json.RawMessage, error) {
 	return m, nil
 }
 
-// checkAny verifies that data is exactly one JSON value with no duplicate
-// key in any object and at most maxDepth levels of nesting (kernel data and
-// events). encoding/json would silently keep the last of two duplicate keys
-// and match keys case-insensitively; both would let a sender smuggle a
-// member past a reader that sees the other copy.
-func checkAny(data []byte) error { return scanTop(data, false, nil) }
+// checkAny verifies that data is exactly one JSON value, strictly
+// (strictjson: no duplicate key in any object, at most strictjson.MaxDepth
+// levels of nesting), for kernel data and events. encoding/json would
+// silently keep the last of two duplicate keys and match keys
+// case-insensitively; both would let a sender smuggle a member past a
+// reader that sees the other copy.
+func checkAny(data []byte) error { return frameJSONError(data, strictjson.Check(data)) }
 
 // members returns the members of a JSON object (checking it on the way).
+// Their values alias data.
 func members(data []byte) (map[string]json.RawMessage, error) {
-	m := make(map[string]json.RawMessage, 8)
-	if err := scanTop(data, true, m); err != nil {
-		return nil, err
+	list, err := strictjson.Object(data)
+	if err != nil {
+		return nil, frameJSONError(data, err)
+	}
+	m := make(map[string]json.RawMessage, len(list))
+	for _, mm := range list {
+		m[mm.Name] = mm.Value
 	}
 	return m, nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// frameJSONError words strictjson's refusal of data the way bad_frame
+// reasons have always read (docs/protocol.md).
+func frameJSONError(data []byte, err error) error {
+	var e *strictjson.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch e.Kind {
+	case strictjson.Empty:
+		return errors.New("empty line: want one JSON value")
+	case strictjson.Truncated:
+		return errors.New("malformed JSON: the line ends inside a value")
+	case strictjson.Syntax:
+		return fmt.Errorf("malformed JSON: %v at byte %d", e, e.Offset)
+	case strictjson.Trailing:
+		if strictjson.Check(data[e.Offset:]) == nil {
+			return errors.New("a second JSON value follows the object on the same line")
+		}
+		return fmt.Errorf("malformed JSON: text after the value at byte %d", e.Offset)
+	}
+	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
 func firstOtherKey(m map[string]json.RawMessage, except string) string {

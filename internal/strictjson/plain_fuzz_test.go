@@ -1,19 +1,18 @@
-package peer
+package strictjson
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// FuzzPlainJSON holds the encoder's shortcut for plain strings to
-// json.Marshal: a string it writes as its bytes is one json.Marshal
-// writes the same way.
+// FuzzPlainJSON holds Plain to json.Marshal: a string it calls plain is
+// one json.Marshal writes as its bytes.
 func FuzzPlainJSON(f *testing.F) {
 	for _, s := range []string{"", "notes.search", "a b", `a"b`, `a\b`, "<x>", "a&b", "é", "\x7f", "\n", "\u2028"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if !plainJSON(s) {
+		if !Plain(s) {
 			return
 		}
 		b, err := json.Marshal(s)
@@ -21,7 +20,7 @@ func FuzzPlainJSON(f *testing.F) {
 			t.Fatal(err)
 		}
 		if string(b) != `"`+s+`"` {
-			t.Fatalf("plainJSON(%q) but json.Marshal writes %s", s, b)
+			t.Fatalf("Plain(%q) but json.Marshal writes %s", s, b)
 		}
 	})
 }
