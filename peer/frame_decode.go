@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -21,22 +20,22 @@ func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	env, ok := top[Envelope]
+	env, ok := top.get(Envelope)
 	if !ok {
 		// A key that is the envelope but for case is a mistyped peer
 		// frame, not a pass-through one: the app hears bad_frame instead
 		// of its request vanishing into the shell.
-		for k := range top {
-			if strings.EqualFold(k, Envelope) {
+		for _, m := range top {
+			if k := string(m.Name); strings.EqualFold(k, Envelope) {
 				// Still attributed: the app meant a peer-link frame, and
 				// the rule for req_id is the same as for a correct key.
-				return nil, false, &FrameError{ReqID: attributableReqID(top[k]), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+				return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
 			}
 		}
 		return nil, true, nil
 	}
 	if len(top) > 1 {
-		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope)) + " beside " + Envelope}
+		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(top.firstOther(Envelope)) + " beside " + Envelope}
 	}
 	up, err = decodeUp(env)
 	if err != nil {
@@ -65,12 +64,12 @@ func DecodeDown(line []byte) (Down, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, ok := top[Envelope]
+	env, ok := top.get(Envelope)
 	if !ok {
 		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
 	}
 	if len(top) > 1 {
-		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope))}
+		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(top.firstOther(Envelope))}
 	}
 	d, err := decodeDown(env)
 	if err != nil {
@@ -81,12 +80,49 @@ func DecodeDown(line []byte) (Down, error) {
 
 // topMembers checks a whole line (UTF-8, one JSON object, no duplicate key
 // at any depth, bounded nesting) and returns its top-level members.
-func topMembers(line []byte) (map[string]json.RawMessage, error) {
-	m, err := members(line)
+func topMembers(line []byte) (fields, error) {
+	var few [4]strictjson.Member
+	f, err := strictjson.Object(line, few[:0])
 	if err != nil {
-		return nil, &FrameError{Reason: err.Error()}
+		return nil, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	return m, nil
+	return f, nil
+}
+
+// fields are an object's members. Objects in frames have a few: a look
+// through them is quicker than a map's hashing, and costs no allocation.
+type fields []strictjson.Member
+
+func (f fields) get(name string) (json.RawMessage, bool) {
+	for _, m := range f {
+		if string(m.Name) == name {
+			return m.Value, true
+		}
+	}
+	return nil, false
+}
+
+func (f *fields) del(name string) {
+	for i, m := range *f {
+		if string(m.Name) == name {
+			last := len(*f) - 1
+			(*f)[i] = (*f)[last]
+			*f = (*f)[:last]
+			return
+		}
+	}
+}
+
+// firstOther is the first name but except in sort order, so that a
+// refusal names the same member whatever the order written.
+func (f fields) firstOther(except string) string {
+	first := ""
+	for _, m := range f {
+		if string(m.Name) != except && (first == "" || string(m.Name) < first) {
+			first = string(m.Name)
+		}
+	}
+	return first
 }
 
 // checkAny verifies that data is exactly one JSON value, strictly
@@ -100,13 +136,13 @@ func checkAny(data []byte) error { return frameJSONError(data, strictjson.Check(
 // members returns the members of a JSON object (checking it on the way).
 // Their values alias data.
 func members(data []byte) (map[string]json.RawMessage, error) {
-	list, err := strictjson.Object(data)
+	list, err := strictjson.Object(data, nil)
 	if err != nil {
 		return nil, frameJSONError(data, err)
 	}
 	m := make(map[string]json.RawMessage, len(list))
 	for _, mm := range list {
-		m[mm.Name] = mm.Value
+		m[string(mm.Name)] = mm.Value
 	}
 	return m, nil
 }
@@ -136,32 +172,19 @@ func frameJSONError(data []byte, err error) error {
 	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
-func firstOtherKey(m map[string]json.RawMessage, except string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		if k != except {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	if len(keys) == 0 {
-		return ""
-	}
-	return keys[0]
-}
-
 // attributableReqID returns the envelope's req_id when it is a well-formed
 // one, so that a refusal can name the request it refuses.
 func attributableReqID(env json.RawMessage) string {
 	if len(env) == 0 || env[0] != '{' {
 		return ""
 	}
-	m, err := members(env)
+	var few [8]strictjson.Member
+	f, err := strictjson.Object(env, few[:0])
 	if err != nil {
 		return ""
 	}
 	var id string
-	if raw, ok := m["req_id"]; ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
+	if raw, ok := fields(f).get("req_id"); ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
 		return id
 	}
 	return ""
@@ -172,8 +195,9 @@ func attributableReqID(env json.RawMessage) string {
 // unknown or case-variant key is an error rather than ignored.
 type object struct {
 	where string
-	m     map[string]json.RawMessage
+	m     fields
 	err   error
+	few   [10]strictjson.Member // a tool_call's members, the most of any
 }
 
 func newObject(where string, raw json.RawMessage) *object {
@@ -182,7 +206,10 @@ func newObject(where string, raw json.RawMessage) *object {
 		o.err = fmt.Errorf("%s: want an object", where)
 		return o
 	}
-	o.m, o.err = members(raw)
+	var err error
+	if o.m, err = strictjson.Object(raw, o.few[:0]); err != nil {
+		o.err = frameJSONError(raw, err)
+	}
 	return o
 }
 
@@ -196,19 +223,19 @@ func (o *object) take(name string, required bool) (json.RawMessage, bool) {
 	if o.err != nil {
 		return nil, false
 	}
-	v, ok := o.m[name]
+	v, ok := o.m.get(name)
 	if !ok {
 		if required {
 			o.fail("missing %q", name)
 		}
 		return nil, false
 	}
-	delete(o.m, name)
+	o.m.del(name)
 	return v, true
 }
 
 func (o *object) has(name string) bool {
-	_, ok := o.m[name]
+	_, ok := o.m.get(name)
 	return ok
 }
 
@@ -235,7 +262,7 @@ func (o *object) str(name string, required bool) string {
 }
 
 func (o *object) id(name string, required bool) string {
-	_, present := o.m[name]
+	_, present := o.m.get(name)
 	s := o.str(name, required)
 	if o.err == nil && present && !ValidID(s) {
 		o.fail("%q: want 1 to 128 printable ASCII characters", name)
@@ -307,7 +334,7 @@ func (o *object) done() error {
 		return o.err
 	}
 	if len(o.m) > 0 {
-		return fmt.Errorf("%s: unknown member %q", o.where, firstOtherKey(o.m, ""))
+		return fmt.Errorf("%s: unknown member %q", o.where, o.m.firstOther(""))
 	}
 	return nil
 }

@@ -67,23 +67,25 @@ type Error struct {
 func (e *Error) Error() string { return e.msg }
 
 // Member is one member of an object: its name, unescaped, and its value's
-// bytes, which alias the text they were read from.
+// bytes. Both alias the text they were read from (a name with an escape
+// is a copy): no allocation for the usual member.
 type Member struct {
-	Name  string
+	Name  []byte
 	Value []byte
 }
 
 // Check reports whether data is exactly one JSON value, strictly (see the
 // package comment), with space around it at most.
 func Check(data []byte) error {
-	_, err := read(data, false)
+	_, err := read(data, nil, false)
 	return err
 }
 
-// Object checks data as Check does and returns the members of the object it
-// must be, in the order written.
-func Object(data []byte) ([]Member, error) {
-	return read(data, true)
+// Object checks data as Check does and appends the members of the object
+// it must be to dst, in the order written (a caller's array spares the
+// usual small object an allocation).
+func Object(data []byte, dst []Member) ([]Member, error) {
+	return read(data, dst, true)
 }
 
 // decoders keeps jsontext's decoders (a few hundred bytes of state each)
@@ -100,7 +102,7 @@ type decoder struct {
 // encoding/json has always taken (as U+FFFD) and so have octosup's readers.
 var options = jsontext.AllowInvalidUTF8(true)
 
-func read(data []byte, object bool) ([]Member, error) {
+func read(data []byte, members []Member, object bool) ([]Member, error) {
 	if !utf8.Valid(data) {
 		return nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
 	}
@@ -118,10 +120,9 @@ func read(data []byte, object bool) ([]Member, error) {
 	}()
 	d.buf = *bytes.NewBuffer(data)
 	d.dec.Reset(&d.buf, options)
-	var members []Member
 	var err error
 	if object {
-		members, err = readObject(&d.dec, data)
+		members, err = readObject(&d.dec, data, members)
 	} else {
 		_, err = readValue(&d.dec, data, 0)
 	}
@@ -135,17 +136,19 @@ func read(data []byte, object bool) ([]Member, error) {
 }
 
 // readObject reads the object the decoder is at, member by member.
-func readObject(d *jsontext.Decoder, data []byte) ([]Member, error) {
+func readObject(d *jsontext.Decoder, data []byte, members []Member) ([]Member, error) {
 	if _, err := d.ReadToken(); err != nil {
 		return nil, wrap(err, data)
 	}
-	members := make([]Member, 0, 8)
 	for d.PeekKind() != '}' {
-		tok, err := d.ReadToken()
+		quoted, err := d.ReadValue() // a name, as written
 		if err != nil {
 			return nil, wrap(err, data)
 		}
-		name := tok.String() // the token is only valid until the next read
+		name := quoted[1 : len(quoted)-1 : len(quoted)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			name, _ = jsontext.AppendUnquote(nil, quoted) // checked: it unquotes
+		}
 		start, err := readValue(d, data, 1)
 		if err != nil {
 			return nil, err
