@@ -24,3 +24,18 @@ func FuzzPlainJSON(f *testing.F) {
 		}
 	})
 }
+
+// Plain's bits are json.Marshal's: every byte alone is plain exactly when
+// json.Marshal writes it as itself.
+func TestPlainIsJSONMarshal(t *testing.T) {
+	for c := range 256 {
+		s := string([]byte{byte(c)})
+		data, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := string(data) == `"`+s+`"`; Plain(s) != want {
+			t.Errorf("Plain(%q) = %v, json.Marshal writes %s", s, !want, data)
+		}
+	}
+}
