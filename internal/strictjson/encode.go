@@ -62,7 +62,7 @@ func Verbatim(v []byte) bool {
 // AppendRaw appends the raw value v as json.Compact writes it: compact,
 // otherwise as it is (no HTML escapes), refusing what is not JSON.
 func AppendRaw(dst, v []byte) ([]byte, error) {
-	if bytes.IndexAny(v, " \t\r\n") < 0 && Check(v) == nil {
+	if !bytes.ContainsAny(v, " \t\r\n") && Check(v) == nil {
 		return append(dst, v...), nil
 	}
 	buf := bytes.NewBuffer(dst)
