@@ -77,7 +77,7 @@ type Member struct {
 // Check reports whether data is exactly one JSON value, strictly (see the
 // package comment), with space around it at most.
 func Check(data []byte) error {
-	_, err := read(data, nil, false)
+	_, _, err := read(data, false, "", nil, nil)
 	return err
 }
 
@@ -85,7 +85,15 @@ func Check(data []byte) error {
 // it must be to dst, in the order written (a caller's array spares the
 // usual small object an allocation).
 func Object(data []byte, dst []Member) ([]Member, error) {
-	return read(data, dst, true)
+	m, _, err := read(data, true, "", dst, nil)
+	return m, err
+}
+
+// ObjectIn is Object that also appends to in the members of the member
+// named inner, when its value is an object: the line and its envelope
+// read in one pass.
+func ObjectIn(data []byte, inner string, dst, in []Member) ([]Member, []Member, error) {
+	return read(data, true, inner, dst, in)
 }
 
 // decoders keeps jsontext's decoders (a few hundred bytes of state each)
@@ -102,17 +110,25 @@ type decoder struct {
 // encoding/json has always taken (as U+FFFD) and so have octosup's readers.
 var options = jsontext.AllowInvalidUTF8(true)
 
-func read(data []byte, members []Member, object bool) ([]Member, error) {
+func read(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
 	if !utf8.Valid(data) {
-		return nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
+		return nil, nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
 	}
 	start := skipSpace(data, 0)
 	if start == len(data) {
-		return nil, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
+		return nil, nil, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
 	}
 	if object && data[start] != '{' {
-		return nil, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
+		return nil, nil, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
 	}
+	if m, mi, ok := readFast(data, start, object, inner, members, in); ok {
+		return m, mi, nil
+	}
+	return readGeneral(data, object, inner, members, in)
+}
+
+// readGeneral is read by jsontext, for any text.
+func readGeneral(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
 	d := decoders.Get().(*decoder)
 	defer func() {
 		d.buf = bytes.Buffer{} // not keep data alive
@@ -122,53 +138,86 @@ func read(data []byte, members []Member, object bool) ([]Member, error) {
 	d.dec.Reset(&d.buf, options)
 	var err error
 	if object {
-		members, err = readObject(&d.dec, data, members)
+		members, in, err = readObject(&d.dec, data, 1, inner, members, in)
 	} else {
 		_, err = readValue(&d.dec, data, 0)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if end := skipSpace(data, int(d.dec.InputOffset())); end != len(data) {
-		return nil, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
+		return nil, nil, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
 	}
-	return members, nil
+	return members, in, nil
 }
 
-// readObject reads the object the decoder is at, member by member.
-func readObject(d *jsontext.Decoder, data []byte, members []Member) ([]Member, error) {
+// readFast is read by hand (lex.go), for the usual text; ok is false for
+// any other, and members and in are then as they were.
+func readFast(data []byte, start int, object bool, inner string, members, in []Member) ([]Member, []Member, bool) {
+	var end int
+	ok := false
+	if object {
+		var m, mi []Member
+		if m, mi, end, ok = fastMembers(data, start, 1, inner, members, in); ok {
+			members, in = m, mi
+		}
+	} else {
+		end, ok = Value(data, start, 0)
+	}
+	if !ok || skipSpace(data, end) != len(data) {
+		return members, in, false
+	}
+	return members, in, true
+}
+
+// readObject reads the object the decoder is at, which opens level
+// depth, member by member: those of its member inner (an object) go to
+// in, read in the same pass.
+func readObject(d *jsontext.Decoder, data []byte, depth int, inner string, members, in []Member) ([]Member, []Member, error) {
 	if _, err := d.ReadToken(); err != nil {
-		return nil, wrap(err, data)
+		return nil, nil, wrap(err, data)
 	}
 	for d.PeekKind() != '}' {
 		quoted, err := d.ReadValue() // a name, as written
 		if err != nil {
-			return nil, wrap(err, data)
+			return nil, nil, wrap(err, data)
 		}
 		name := quoted[1 : len(quoted)-1 : len(quoted)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			name, _ = jsontext.AppendUnquote(nil, quoted) // checked: it unquotes
 		}
-		start, err := readValue(d, data, 1)
+		var start int
+		if inner != "" && string(name) == inner && d.PeekKind() == '{' {
+			start = valueStart(data, int(d.InputOffset()))
+			in, _, err = readObject(d, data, depth+1, "", in, nil)
+		} else {
+			start, err = readValue(d, data, depth)
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		end := int(d.InputOffset())
 		members = append(members, Member{Name: name, Value: data[start:end:end]})
 	}
 	if _, err := d.ReadToken(); err != nil {
-		return nil, wrap(err, data)
+		return nil, nil, wrap(err, data)
 	}
-	return members, nil
+	return members, in, nil
+}
+
+// valueStart is where the value after offset i (a name's end) starts.
+func valueStart(data []byte, i int) int {
+	i = skipSpace(data, i)
+	if i < len(data) && data[i] == ':' {
+		i = skipSpace(data, i+1)
+	}
+	return i
 }
 
 // readValue reads the value the decoder is at, inside depth levels, and
 // returns where it starts.
 func readValue(d *jsontext.Decoder, data []byte, depth int) (int, error) {
-	start := skipSpace(data, int(d.InputOffset()))
-	if start < len(data) && data[start] == ':' {
-		start = skipSpace(data, start+1)
-	}
+	start := valueStart(data, int(d.InputOffset()))
 	v, err := d.ReadValue()
 	if err != nil {
 		return start, wrap(err, data)
