@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"octosup/internal/strictjson"
 )
@@ -16,11 +17,15 @@ import (
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	top, err := topMembers(line)
+	// The line and its envelope are read in one pass, into arrays kept
+	// for the next line: no allocation for the members of the usual one.
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
+	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
 	if err != nil {
-		return nil, false, err
+		return nil, false, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	env, ok := top.get(Envelope)
+	env, ok := fields(top).get(Envelope)
 	if !ok {
 		// A key that is the envelope but for case is a mistyped peer
 		// frame, not a pass-through one: the app hears bad_frame instead
@@ -35,9 +40,13 @@ func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 		return nil, true, nil
 	}
 	if len(top) > 1 {
-		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(top.firstOther(Envelope)) + " beside " + Envelope}
+		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope)) + " beside " + Envelope}
 	}
-	up, err = decodeUp(env)
+	o := object{where: Envelope, m: members}
+	if env[0] != '{' {
+		o.err = errors.New(Envelope + ": want an object")
+	}
+	up, err = decodeUp(&o)
 	if err != nil {
 		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: err.Error()}
 	}
@@ -60,33 +69,42 @@ func DecodeUp(line []byte) (Up, error) {
 // strictness the daemon applies to apps. Apps written in Go (and the tests)
 // use it.
 func DecodeDown(line []byte) (Down, error) {
-	top, err := topMembers(line)
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
+	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
 	if err != nil {
-		return nil, err
+		return nil, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	env, ok := top.get(Envelope)
+	env, ok := fields(top).get(Envelope)
 	if !ok {
 		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
 	}
 	if len(top) > 1 {
-		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(top.firstOther(Envelope))}
+		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope))}
 	}
-	d, err := decodeDown(env)
+	o := object{where: Envelope, m: members}
+	if env[0] != '{' {
+		o.err = errors.New(Envelope + ": want an object")
+	}
+	d, err := decodeDown(&o)
 	if err != nil {
 		return nil, &FrameError{Reason: err.Error()}
 	}
 	return d, nil
 }
 
-// topMembers checks a whole line (UTF-8, one JSON object, no duplicate key
-// at any depth, bounded nesting) and returns its top-level members.
-func topMembers(line []byte) (fields, error) {
-	var few [4]strictjson.Member
-	f, err := strictjson.Object(line, few[:0])
-	if err != nil {
-		return nil, &FrameError{Reason: frameJSONError(line, err).Error()}
-	}
-	return f, nil
+// scratch holds the members of one line while it is decoded; the
+// decoded frame keeps copies.
+type scratch struct {
+	top [2]strictjson.Member
+	env [10]strictjson.Member // a tool_call's members, the most of any
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+func (sc *scratch) release() {
+	*sc = scratch{} // not keep the line alive
+	scratches.Put(sc)
 }
 
 // fields are an object's members. Objects in frames have a few: a look
@@ -192,25 +210,35 @@ func attributableReqID(env json.RawMessage) string {
 
 // object reads the members of one JSON object by their exact names. Every
 // getter removes what it read; done reports any member left over, so an
-// unknown or case-variant key is an error rather than ignored.
+// unknown or case-variant key is an error rather than ignored. Its
+// members alias the line they were read from: what a frame keeps is
+// copied (string, bytes.Clone).
 type object struct {
 	where string
 	m     fields
 	err   error
-	few   [10]strictjson.Member // a tool_call's members, the most of any
 }
 
+// newObject reads the members of raw, a request's args.
 func newObject(where string, raw json.RawMessage) *object {
-	o := &object{where: where}
+	h := new(struct {
+		o   object
+		few [10]strictjson.Member
+	})
+	h.o = objectOf(where, raw, h.few[:0])
+	return &h.o
+}
+
+// objectOf reads raw's members into dst.
+func objectOf(where string, raw json.RawMessage, dst []strictjson.Member) object {
 	if len(raw) == 0 || raw[0] != '{' {
-		o.err = fmt.Errorf("%s: want an object", where)
-		return o
+		return object{where: where, err: fmt.Errorf("%s: want an object", where)}
 	}
-	var err error
-	if o.m, err = strictjson.Object(raw, o.few[:0]); err != nil {
-		o.err = frameJSONError(raw, err)
+	m, err := strictjson.Object(raw, dst)
+	if err != nil {
+		return object{where: where, err: frameJSONError(raw, err)}
 	}
-	return o
+	return object{where: where, m: m}
 }
 
 func (o *object) fail(format string, args ...any) {
@@ -317,7 +345,8 @@ func (o *object) wireError(name string, required bool) *Error {
 	if !ok || o.err != nil {
 		return nil
 	}
-	eo := newObject(o.where+"."+name, v)
+	var few [4]strictjson.Member
+	eo := objectOf(o.where+"."+name, v, few[:0])
 	e := &Error{Code: eo.str("code", true), Message: eo.str("message", true)}
 	if err := eo.done(); err != nil {
 		o.err = err
@@ -339,15 +368,14 @@ func (o *object) done() error {
 	return nil
 }
 
-func decodeUp(env json.RawMessage) (Up, error) {
-	// The members alias their line, which the caller's reader reuses: the
-	// frame gets its own copy.
-	o := newObject(Envelope, bytes.Clone(env))
+// decodeUp decodes the envelope's members. They alias the line, which
+// the caller's reader reuses: the frame gets its own copy of each.
+func decodeUp(o *object) (Up, error) {
 	switch t := o.str("type", true); {
 	case o.err != nil:
 		return nil, o.err
 	case t == TypeRequest:
-		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: o.obj("args", false)}
+		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: bytes.Clone(o.obj("args", false))}
 		if err := o.done(); err != nil {
 			return nil, err
 		}
@@ -387,7 +415,7 @@ func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.Ra
 		return o.err
 	}
 	if *ok {
-		*data = o.raw("data", false)
+		*data = bytes.Clone(o.raw("data", false))
 		if o.has("error") {
 			o.fail(`"error" cannot go with "ok": true`)
 		}
@@ -400,8 +428,8 @@ func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.Ra
 	return o.done()
 }
 
-func decodeDown(env json.RawMessage) (Down, error) {
-	o := newObject(Envelope, bytes.Clone(env))
+// decodeDown decodes the envelope's members, copied as decodeUp's.
+func decodeDown(o *object) (Down, error) {
 	var d Down
 	switch t := o.str("type", true); {
 	case o.err != nil:
@@ -414,12 +442,12 @@ func decodeDown(env json.RawMessage) (Down, error) {
 		}
 		return r, nil
 	case t == TypeEvent:
-		d = &Event{ReqID: o.id("req_id", true), Event: o.raw("event", true)}
+		d = &Event{ReqID: o.id("req_id", true), Event: bytes.Clone(o.raw("event", true))}
 	case t == TypeToolCall:
 		d = &ToolCall{
 			CallID:          o.id("call_id", true),
 			Name:            o.str("name", true),
-			Args:            o.obj("args", true),
+			Args:            bytes.Clone(o.obj("args", true)),
 			Risk:            o.str("risk", true),
 			ConfirmRequired: o.boolean("confirm_required", true),
 			TimeoutMS:       o.integer("timeout_ms", true),
