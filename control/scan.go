@@ -1,10 +1,7 @@
 package control
 
 import (
-	"bytes"
 	"encoding/json"
-
-	jsonv2 "github.com/go-json-experiment/json"
 
 	"octosup/internal/strictjson"
 )
@@ -29,9 +26,10 @@ func strictRequest(line []byte) (req Request, ok bool, strictErr error) {
 		v := m.Value
 		switch string(m.Name) {
 		case "id":
-			req.ID, haveID = parseID(v)
+			req.ID, haveID = requestID(v)
 		case "op":
-			haveOp = v[0] == '"' && json.Unmarshal(v, &req.Op) == nil && req.Op != ""
+			req.Op, haveOp = stringValue(v)
+			haveOp = haveOp && req.Op != ""
 		case "args":
 			switch v[0] {
 			case '{':
@@ -47,20 +45,100 @@ func strictRequest(line []byte) (req Request, ok bool, strictErr error) {
 	return req, haveID && haveOp, nil
 }
 
-// toolCallOptions decode tool.call's args as DecodeArgs does, exact
-// names and no unknown member, with jsontext's strictness.
-var toolCallOptions = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(false))
+// requestID is parseID for a value strictjson has read, the usual one
+// without a copy.
+func requestID(v []byte) (int64, bool) {
+	if n, end, ok := strictjson.Int(v, 0); ok && end == len(v) {
+		return n, n > 0
+	}
+	return parseID(v)
+}
 
-// strictToolCallArgs decodes tool.call's args; ok is false when they are
-// not good ones.
+// stringValue is the string v, a value strictjson has read; ok is false
+// when it is not a string.
+func stringValue(v []byte) (string, bool) {
+	if s, end, ok := strictjson.PlainString(v, 0); ok && end == len(v) {
+		return string(s), true
+	}
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// strictToolCallArgs decodes tool.call's args, read strictly in one pass,
+// as DecodeArgs does (exact names, no unknown member); ok is false when
+// they are not good ones, or not the usual ones (DecodeArgs then decides).
 func strictToolCallArgs(args []byte) (a ToolCallArgs, ok bool) {
-	if len(bytes.TrimSpace(args)) == 0 || jsonv2.Unmarshal(args, &a, toolCallOptions) != nil {
+	var top [2]strictjson.Member
+	var call [8]strictjson.Member
+	tm, cm, err := strictjson.ObjectIn(args, "call", top[:0], call[:0])
+	if err != nil {
 		return ToolCallArgs{}, false
 	}
-	// The call's own args are an object or an array, as DecodeArgs keeps
-	// them; null and the other kinds are its to word.
-	if a.Call.Args != nil && a.Call.Args[0] != '{' && a.Call.Args[0] != '[' {
+	for _, m := range tm {
+		switch string(m.Name) {
+		case "app":
+			a.App, ok = stringValue(m.Value)
+		case "call":
+			ok = m.Value[0] == '{' // its members are cm
+		default:
+			ok = false
+		}
+		if !ok {
+			return ToolCallArgs{}, false
+		}
+	}
+	if !toolCall(&a.Call, cm) {
 		return ToolCallArgs{}, false
 	}
 	return a, true
+}
+
+// toolCall decodes the members of tool.call's call.
+func toolCall(c *ToolCall, members []strictjson.Member) bool {
+	for _, m := range members {
+		v, ok := m.Value, false
+		switch string(m.Name) {
+		case "call_id":
+			c.CallID, ok = stringValue(v)
+		case "name":
+			c.Name, ok = stringValue(v)
+		case "args":
+			// An object or an array, as DecodeArgs keeps them; null and
+			// the other kinds are its to word.
+			if ok = v[0] == '{' || v[0] == '['; ok {
+				c.Args = v
+			}
+		case "risk":
+			c.Risk, ok = known(v, RiskRead, RiskWrite, RiskDestructive)
+		case "confirm":
+			c.Confirm, ok = known(v, ConfirmNone, ConfirmHost, ConfirmApp)
+		case "timeout_ms":
+			var end int
+			c.TimeoutMS, end, ok = strictjson.Int(v, 0)
+			ok = ok && end == len(v)
+		case "context_id":
+			c.ContextID, ok = stringValue(v)
+		case "caller":
+			c.Caller, ok = stringValue(v)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// known is stringValue that spares the usual words a copy each.
+func known(v []byte, words ...string) (string, bool) {
+	if len(v) > 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		for _, w := range words {
+			if string(v[1:len(v)-1]) == w {
+				return w, true
+			}
+		}
+	}
+	return stringValue(v)
 }
