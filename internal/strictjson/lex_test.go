@@ -3,6 +3,8 @@ package strictjson
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,14 +79,16 @@ func TestObjectIn(t *testing.T) {
 	}
 }
 
-// FuzzLex holds the hand reader to jsontext's: whatever Value takes,
-// jsontext takes as one value with the same end, and the members
-// fastMembers finds are those readGeneral finds; the primitives read
-// what jsontext reads.
+// FuzzLex holds the hand reader to jsontext's: Check and Object accept
+// what jsontext alone accepts, with the same members; whatever Value
+// takes, jsontext takes as one value with the same end; the primitives
+// read what jsontext reads. Seeded with the golden lines of the hub and
+// the control socket.
 func FuzzLex(f *testing.F) {
 	for _, s := range usualTexts {
 		f.Add([]byte(s))
 	}
+	addGoldenLines(f, "../../peer/testdata/golden/*.json", "../../control/testdata/golden/*.jsonl")
 	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `[1,{"b":[true,null,"\ud800"]},-0.5E-7]`, `{"a":1} x`, `123456789012345678`, `"é\u00e9"`} {
 		f.Add([]byte(s))
 	}
@@ -93,13 +97,17 @@ func FuzzLex(f *testing.F) {
 			return
 		}
 		start := Space(data, 0)
+		if start == len(data) {
+			return
+		}
+		sameVerdict(t, data)
 		if end, ok := Value(data, start, 0); ok {
 			if _, _, err := readGeneral(data[:end], false, "", nil, nil); err != nil {
 				t.Fatalf("Value took %q; jsontext refuses it: %v", data[:end], err)
 			}
 		}
 		checkPrimitives(t, data, start)
-		if start == len(data) || data[start] != '{' {
+		if data[start] != '{' {
 			return
 		}
 		inner := firstName(data)
@@ -115,6 +123,48 @@ func FuzzLex(f *testing.F) {
 			t.Fatalf("%q: by hand %q %q, by jsontext %q %q", data, fm, fin, gm, gin)
 		}
 	})
+}
+
+// sameVerdict: read, the hand reader first, gives the verdict and the
+// members jsontext alone gives.
+func sameVerdict(t *testing.T, data []byte) {
+	_, _, err := read(data, false, "", nil, nil)
+	_, _, gerr := readGeneral(data, false, "", nil, nil)
+	if (err == nil) != (gerr == nil) {
+		t.Fatalf("Check(%q) = %v; jsontext %v", data, err, gerr)
+	}
+	if err != nil || data[Space(data, 0)] != '{' {
+		return
+	}
+	inner := firstName(data)
+	m, in, err := read(data, true, inner, nil, nil)
+	gm, gin, gerr := readGeneral(data, true, inner, nil, nil)
+	if err != nil || gerr != nil || !sameMembers(m, gm) || !sameMembers(in, gin) {
+		t.Fatalf("ObjectIn(%q) = %q %q %v; jsontext %q %q %v", data, m, in, err, gm, gin, gerr)
+	}
+}
+
+// addGoldenLines seeds f with each line of the files the patterns match
+// (a control transcript's "> " and "< " taken off).
+func addGoldenLines(f *testing.F, patterns ...string) {
+	for _, p := range patterns {
+		files, err := filepath.Glob(p)
+		if err != nil || len(files) == 0 {
+			f.Fatalf("no golden files %s: %v", p, err)
+		}
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				line = bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("> ")), []byte("< "))
+				if len(bytes.TrimSpace(line)) > 0 {
+					f.Add(line)
+				}
+			}
+		}
+	}
 }
 
 func checkPrimitives(t *testing.T, data []byte, i int) {
