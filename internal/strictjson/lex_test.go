@@ -3,6 +3,7 @@ package strictjson
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +78,19 @@ func TestObjectIn(t *testing.T) {
 	if _, _, err := ObjectIn([]byte(`{"env":{"a":1,"a":2}}`), "env", nil, nil); err == nil {
 		t.Error("ObjectIn took a name twice in the inner object")
 	}
+	// The inner object is a level of its own: 2 levels, and 30 more in
+	// it, are the most.
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, esc := range []string{"a", `\u0061`} { // by hand, by jsontext
+		for n, want := range map[int]Kind{MaxDepth - 2: 0, MaxDepth - 1: TooDeep} {
+			s := `{"env":{"` + esc + `":` + deep(n) + `}}`
+			_, _, err := ObjectIn([]byte(s), "env", nil, nil)
+			var e *Error
+			if (want == 0) != (err == nil) || (want != 0 && (!errors.As(err, &e) || e.Kind != want)) {
+				t.Errorf("ObjectIn(%s) = %v, want kind %d", s, err, want)
+			}
+		}
+	}
 }
 
 // FuzzLex holds the hand reader to jsontext's: Check and Object accept
@@ -133,14 +147,18 @@ func sameVerdict(t *testing.T, data []byte) {
 	if (err == nil) != (gerr == nil) {
 		t.Fatalf("Check(%q) = %v; jsontext %v", data, err, gerr)
 	}
-	if err != nil || data[Space(data, 0)] != '{' {
+	if data[Space(data, 0)] != '{' {
 		return
 	}
+	// ObjectIn, either way, gives Check's verdict and the same members.
 	inner := firstName(data)
-	m, in, err := read(data, true, inner, nil, nil)
-	gm, gin, gerr := readGeneral(data, true, inner, nil, nil)
-	if err != nil || gerr != nil || !sameMembers(m, gm) || !sameMembers(in, gin) {
-		t.Fatalf("ObjectIn(%q) = %q %q %v; jsontext %q %q %v", data, m, in, err, gm, gin, gerr)
+	m, in, oerr := read(data, true, inner, nil, nil)
+	gm, gin, goerr := readGeneral(data, true, inner, nil, nil)
+	if (oerr == nil) != (err == nil) || (goerr == nil) != (err == nil) {
+		t.Fatalf("ObjectIn(%q) = %v, by jsontext %v; Check %v", data, oerr, goerr, err)
+	}
+	if !sameMembers(m, gm) || !sameMembers(in, gin) {
+		t.Fatalf("ObjectIn(%q) = %q %q; jsontext %q %q", data, m, in, gm, gin)
 	}
 }
 
