@@ -379,13 +379,20 @@ const requestShape = `a request is one JSON object {"id": N, "op": "...", "args"
 // that the answer can be attributed; otherwise the ID is 0, which an
 // answer carries as "id": null. The request's Args alias line.
 func DecodeRequest(line []byte) (Request, error) {
-	// The usual line is decoded in one pass; any other (a bad request, or
-	// an unusual spelling of a good one) goes through encoding/json,
-	// which gives the verdict and its message.
-	if req, ok := fastRequest(line); ok {
+	// A line is read strictly (strictjson); a refusal is worded by
+	// decodeRequestSlow, which also finds the id to answer with.
+	req, ok, strictErr := strictRequest(line)
+	if ok {
 		return req, nil
 	}
-	return decodeRequestSlow(line)
+	req, err := decodeRequestSlow(line)
+	if err == nil && strictErr != nil {
+		// What encoding/json takes but strictjson does not: a key
+		// twice deeper in, a byte that is not UTF-8, nesting past the
+		// limit.
+		return req, badRequest("the line is not valid JSON (%v): %s", strictErr, requestShape)
+	}
+	return req, err
 }
 
 // decodeRequestSlow is DecodeRequest by encoding/json.

@@ -79,9 +79,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		// The one-pass decoder accepts only what encoding/json accepts,
+		// The strict reading accepts only what encoding/json accepts,
 		// as the same request.
-		if fast, ok := fastRequest(line); ok {
+		if fast, ok, _ := strictRequest(line); ok {
 			slow, err := decodeRequestSlow(line)
 			if err != nil {
 				t.Fatalf("fast path accepted %q as %+v; encoding/json refuses it: %v", line, fast, err)

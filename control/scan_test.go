@@ -47,8 +47,8 @@ func TestDecodeToolCallArgs(t *testing.T) {
 	}
 }
 
-// FuzzDecodeToolCallArgs holds the one-pass decoder to DecodeArgs: what
-// it accepts, DecodeArgs accepts as the same args.
+// FuzzDecodeToolCallArgs holds the strict decoder to DecodeArgs: what it
+// accepts, DecodeArgs accepts as the same args.
 func FuzzDecodeToolCallArgs(f *testing.F) {
 	for _, s := range []string{
 		`{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{"q":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":"ctx","caller":"k"}}`,
@@ -63,7 +63,7 @@ func FuzzDecodeToolCallArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, args []byte) {
-		fast, ok := fastToolCallArgs(args)
+		fast, ok := strictToolCallArgs(args)
 		if !ok {
 			return
 		}

@@ -201,7 +201,7 @@ type JailData struct {
 // by DecodeArgs, which gives the verdict and its message. The call's
 // Args alias args.
 func DecodeToolCallArgs(args json.RawMessage) (ToolCallArgs, error) {
-	if a, ok := fastToolCallArgs(args); ok {
+	if a, ok := strictToolCallArgs(args); ok {
 		return a, nil
 	}
 	var a ToolCallArgs

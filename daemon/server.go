@@ -16,6 +16,7 @@ import (
 
 	"octosup/control"
 	"octosup/internal/linewriter"
+	"octosup/internal/strictjson"
 	"octosup/jail"
 	"octosup/supervisor"
 )
@@ -331,10 +332,14 @@ func readRequestLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err e
 	}
 }
 
-// encodeResponse is json.Marshal of a Response without validating and
-// compacting Data a second time: it was marshaled by the daemon itself.
+// encodeResponse is json.Marshal of a Response, with the usual Data
+// checked, not compacted a second time.
 func encodeResponse(resp control.Response) ([]byte, error) {
-	if !resp.OK || len(resp.Data) == 0 {
+	// The usual answer's Data is the daemon's own json.Marshal output,
+	// which json.Marshal would write again as it is (strictjson's
+	// Verbatim says so, strictly): it is appended, not compacted a second
+	// time. Any other answer is json.Marshal's.
+	if !resp.OK || resp.ID <= 0 || resp.Error != nil || !strictjson.Verbatim(resp.Data) {
 		return json.Marshal(resp)
 	}
 	line := make([]byte, 0, len(resp.Data)+40)

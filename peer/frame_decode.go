@@ -5,51 +5,48 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
-)
+	"sync"
 
-// maxDepth bounds nesting in a frame; deeper lines are bad_frame rather
-// than a reason to recurse without end.
-const maxDepth = 128
+	"octosup/internal/strictjson"
+)
 
 // ParseLine classifies one hub line (without its newline). A peer-link
 // frame is decoded strictly into up; any other well-formed JSON object is
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	if r, ok := fastToolResult(line); ok {
-		return r, false, nil
-	}
-	return parseLineStrict(line)
-}
-
-// parseLineStrict is ParseLine for every line.
-func parseLineStrict(line []byte) (up Up, passthrough bool, err error) {
-	top, err := topMembers(line)
+	// The line and its envelope are read in one pass, into arrays kept
+	// for the next line: no allocation for the members of the usual one.
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
+	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
 	if err != nil {
-		return nil, false, err
+		return nil, false, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	env, ok := top[Envelope]
+	env, ok := fields(top).get(Envelope)
 	if !ok {
 		// A key that is the envelope but for case is a mistyped peer
 		// frame, not a pass-through one: the app hears bad_frame instead
 		// of its request vanishing into the shell.
-		for k := range top {
-			if strings.EqualFold(k, Envelope) {
+		for _, m := range top {
+			if k := string(m.Name); strings.EqualFold(k, Envelope) {
 				// Still attributed: the app meant a peer-link frame, and
 				// the rule for req_id is the same as for a correct key.
-				return nil, false, &FrameError{ReqID: attributableReqID(top[k]), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+				return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
 			}
 		}
 		return nil, true, nil
 	}
 	if len(top) > 1 {
-		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope)) + " beside " + Envelope}
+		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope)) + " beside " + Envelope}
 	}
-	up, err = decodeUp(env)
+	o := object{where: Envelope, m: members}
+	if env[0] != '{' {
+		o.err = errors.New(Envelope + ": want an object")
+	}
+	up, err = decodeUp(&o)
 	if err != nil {
 		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: err.Error()}
 	}
@@ -72,65 +69,125 @@ func DecodeUp(line []byte) (Up, error) {
 // strictness the daemon applies to apps. Apps written in Go (and the tests)
 // use it.
 func DecodeDown(line []byte) (Down, error) {
-	top, err := topMembers(line)
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
+	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
 	if err != nil {
-		return nil, err
+		return nil, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	env, ok := top[Envelope]
+	env, ok := fields(top).get(Envelope)
 	if !ok {
 		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
 	}
 	if len(top) > 1 {
-		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(firstOtherKey(top, Envelope))}
+		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope))}
 	}
-	d, err := decodeDown(env)
+	o := object{where: Envelope, m: members}
+	if env[0] != '{' {
+		o.err = errors.New(Envelope + ": want an object")
+	}
+	d, err := decodeDown(&o)
 	if err != nil {
 		return nil, &FrameError{Reason: err.Error()}
 	}
 	return d, nil
 }
 
-// topMembers checks a whole line (UTF-8, one JSON object, no duplicate key
-// at any depth, bounded nesting) and returns its top-level members.
-func topMembers(line []byte) (map[string]json.RawMessage, error) {
-	if !utf8.Valid(line) {
-		return nil, &FrameError{Reason: "not valid UTF-8"}
-	}
-	m, err := members(line)
-	if err != nil {
-		return nil, &FrameError{Reason: err.Error()}
-	}
-	return m, nil
+// scratch holds the members of one line while it is decoded; the
+// decoded frame keeps copies.
+type scratch struct {
+	top [2]strictjson.Member
+	env [10]strictjson.Member // a tool_call's members, the most of any
 }
 
-// checkAny verifies that data is exactly one JSON value with no duplicate
-// key in any object and at most maxDepth levels of nesting (kernel data and
-// events). encoding/json would silently keep the last of two duplicate keys
-// and match keys case-insensitively; both would let a sender smuggle a
-// member past a reader that sees the other copy.
-func checkAny(data []byte) error { return scanTop(data, false, nil) }
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
-// members returns the members of a JSON object (checking it on the way).
-func members(data []byte) (map[string]json.RawMessage, error) {
-	m := make(map[string]json.RawMessage, 8)
-	if err := scanTop(data, true, m); err != nil {
-		return nil, err
-	}
-	return m, nil
+func (sc *scratch) release() {
+	*sc = scratch{} // not keep the line alive
+	scratches.Put(sc)
 }
 
-func firstOtherKey(m map[string]json.RawMessage, except string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		if k != except {
-			keys = append(keys, k)
+// fields are an object's members. Objects in frames have a few: a look
+// through them is quicker than a map's hashing, and costs no allocation.
+type fields []strictjson.Member
+
+func (f fields) get(name string) (json.RawMessage, bool) {
+	for _, m := range f {
+		if string(m.Name) == name {
+			return m.Value, true
 		}
 	}
-	sort.Strings(keys)
-	if len(keys) == 0 {
-		return ""
+	return nil, false
+}
+
+func (f *fields) del(name string) {
+	for i, m := range *f {
+		if string(m.Name) == name {
+			last := len(*f) - 1
+			(*f)[i] = (*f)[last]
+			*f = (*f)[:last]
+			return
+		}
 	}
-	return keys[0]
+}
+
+// firstOther is the first name but except in sort order, so that a
+// refusal names the same member whatever the order written.
+func (f fields) firstOther(except string) string {
+	first := ""
+	for _, m := range f {
+		if string(m.Name) != except && (first == "" || string(m.Name) < first) {
+			first = string(m.Name)
+		}
+	}
+	return first
+}
+
+// checkAny verifies that data is exactly one JSON value, strictly
+// (strictjson: no duplicate key in any object, at most strictjson.MaxDepth
+// levels of nesting), for kernel data and events. encoding/json would
+// silently keep the last of two duplicate keys and match keys
+// case-insensitively; both would let a sender smuggle a member past a
+// reader that sees the other copy.
+func checkAny(data []byte) error { return frameJSONError(data, strictjson.Check(data)) }
+
+// members returns the members of a JSON object (checking it on the way).
+// Their values alias data.
+func members(data []byte) (map[string]json.RawMessage, error) {
+	list, err := strictjson.Object(data, nil)
+	if err != nil {
+		return nil, frameJSONError(data, err)
+	}
+	m := make(map[string]json.RawMessage, len(list))
+	for _, mm := range list {
+		m[string(mm.Name)] = mm.Value
+	}
+	return m, nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// frameJSONError words strictjson's refusal of data the way bad_frame
+// reasons have always read (docs/protocol.md).
+func frameJSONError(data []byte, err error) error {
+	var e *strictjson.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch e.Kind {
+	case strictjson.Empty:
+		return errors.New("empty line: want one JSON value")
+	case strictjson.Truncated:
+		return errors.New("malformed JSON: the line ends inside a value")
+	case strictjson.Syntax:
+		return fmt.Errorf("malformed JSON: %v at byte %d", e, e.Offset)
+	case strictjson.Trailing:
+		if strictjson.Check(data[e.Offset:]) == nil {
+			return errors.New("a second JSON value follows the object on the same line")
+		}
+		return fmt.Errorf("malformed JSON: text after the value at byte %d", e.Offset)
+	}
+	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
 // attributableReqID returns the envelope's req_id when it is a well-formed
@@ -139,12 +196,13 @@ func attributableReqID(env json.RawMessage) string {
 	if len(env) == 0 || env[0] != '{' {
 		return ""
 	}
-	m, err := members(env)
+	var few [8]strictjson.Member
+	f, err := strictjson.Object(env, few[:0])
 	if err != nil {
 		return ""
 	}
 	var id string
-	if raw, ok := m["req_id"]; ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
+	if raw, ok := fields(f).get("req_id"); ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
 		return id
 	}
 	return ""
@@ -152,21 +210,35 @@ func attributableReqID(env json.RawMessage) string {
 
 // object reads the members of one JSON object by their exact names. Every
 // getter removes what it read; done reports any member left over, so an
-// unknown or case-variant key is an error rather than ignored.
+// unknown or case-variant key is an error rather than ignored. Its
+// members alias the line they were read from: what a frame keeps is
+// copied (string, bytes.Clone).
 type object struct {
 	where string
-	m     map[string]json.RawMessage
+	m     fields
 	err   error
 }
 
+// newObject reads the members of raw, a request's args.
 func newObject(where string, raw json.RawMessage) *object {
-	o := &object{where: where}
+	h := new(struct {
+		o   object
+		few [10]strictjson.Member
+	})
+	h.o = objectOf(where, raw, h.few[:0])
+	return &h.o
+}
+
+// objectOf reads raw's members into dst.
+func objectOf(where string, raw json.RawMessage, dst []strictjson.Member) object {
 	if len(raw) == 0 || raw[0] != '{' {
-		o.err = fmt.Errorf("%s: want an object", where)
-		return o
+		return object{where: where, err: fmt.Errorf("%s: want an object", where)}
 	}
-	o.m, o.err = members(raw)
-	return o
+	m, err := strictjson.Object(raw, dst)
+	if err != nil {
+		return object{where: where, err: frameJSONError(raw, err)}
+	}
+	return object{where: where, m: m}
 }
 
 func (o *object) fail(format string, args ...any) {
@@ -179,19 +251,19 @@ func (o *object) take(name string, required bool) (json.RawMessage, bool) {
 	if o.err != nil {
 		return nil, false
 	}
-	v, ok := o.m[name]
+	v, ok := o.m.get(name)
 	if !ok {
 		if required {
 			o.fail("missing %q", name)
 		}
 		return nil, false
 	}
-	delete(o.m, name)
+	o.m.del(name)
 	return v, true
 }
 
 func (o *object) has(name string) bool {
-	_, ok := o.m[name]
+	_, ok := o.m.get(name)
 	return ok
 }
 
@@ -218,7 +290,7 @@ func (o *object) str(name string, required bool) string {
 }
 
 func (o *object) id(name string, required bool) string {
-	_, present := o.m[name]
+	_, present := o.m.get(name)
 	s := o.str(name, required)
 	if o.err == nil && present && !ValidID(s) {
 		o.fail("%q: want 1 to 128 printable ASCII characters", name)
@@ -273,7 +345,8 @@ func (o *object) wireError(name string, required bool) *Error {
 	if !ok || o.err != nil {
 		return nil
 	}
-	eo := newObject(o.where+"."+name, v)
+	var few [4]strictjson.Member
+	eo := objectOf(o.where+"."+name, v, few[:0])
 	e := &Error{Code: eo.str("code", true), Message: eo.str("message", true)}
 	if err := eo.done(); err != nil {
 		o.err = err
@@ -290,20 +363,19 @@ func (o *object) done() error {
 		return o.err
 	}
 	if len(o.m) > 0 {
-		return fmt.Errorf("%s: unknown member %q", o.where, firstOtherKey(o.m, ""))
+		return fmt.Errorf("%s: unknown member %q", o.where, o.m.firstOther(""))
 	}
 	return nil
 }
 
-func decodeUp(env json.RawMessage) (Up, error) {
-	// The members alias their line, which the caller's reader reuses: the
-	// frame gets its own copy.
-	o := newObject(Envelope, bytes.Clone(env))
+// decodeUp decodes the envelope's members. They alias the line, which
+// the caller's reader reuses: the frame gets its own copy of each.
+func decodeUp(o *object) (Up, error) {
 	switch t := o.str("type", true); {
 	case o.err != nil:
 		return nil, o.err
 	case t == TypeRequest:
-		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: o.obj("args", false)}
+		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: bytes.Clone(o.obj("args", false))}
 		if err := o.done(); err != nil {
 			return nil, err
 		}
@@ -343,7 +415,7 @@ func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.Ra
 		return o.err
 	}
 	if *ok {
-		*data = o.raw("data", false)
+		*data = bytes.Clone(o.raw("data", false))
 		if o.has("error") {
 			o.fail(`"error" cannot go with "ok": true`)
 		}
@@ -356,8 +428,8 @@ func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.Ra
 	return o.done()
 }
 
-func decodeDown(env json.RawMessage) (Down, error) {
-	o := newObject(Envelope, bytes.Clone(env))
+// decodeDown decodes the envelope's members, copied as decodeUp's.
+func decodeDown(o *object) (Down, error) {
 	var d Down
 	switch t := o.str("type", true); {
 	case o.err != nil:
@@ -370,12 +442,12 @@ func decodeDown(env json.RawMessage) (Down, error) {
 		}
 		return r, nil
 	case t == TypeEvent:
-		d = &Event{ReqID: o.id("req_id", true), Event: o.raw("event", true)}
+		d = &Event{ReqID: o.id("req_id", true), Event: bytes.Clone(o.raw("event", true))}
 	case t == TypeToolCall:
 		d = &ToolCall{
 			CallID:          o.id("call_id", true),
 			Name:            o.str("name", true),
-			Args:            o.obj("args", true),
+			Args:            bytes.Clone(o.obj("args", true)),
 			Risk:            o.str("risk", true),
 			ConfirmRequired: o.boolean("confirm_required", true),
 			TimeoutMS:       o.integer("timeout_ms", true),

@@ -1,11 +1,12 @@
 package peer
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+
+	"octosup/internal/strictjson"
 )
 
 // The encoders write members in the order of docs/protocol.md's tables, compact,
@@ -106,17 +107,7 @@ func (e *enc) key(k string) {
 
 func (e *enc) str(k, v string) {
 	e.key(k)
-	if plainJSON(v) {
-		e.b = append(e.b, '"')
-		e.b = append(e.b, v...)
-		e.b = append(e.b, '"')
-		return
-	}
-	s, err := json.Marshal(v)
-	if err != nil && e.err == nil {
-		e.err = err
-	}
-	e.b = append(e.b, s...)
+	e.b = strictjson.AppendString(e.b, v)
 }
 
 func (e *enc) boolean(k string, v bool) {
@@ -133,31 +124,10 @@ func (e *enc) raw(k string, v json.RawMessage, required bool) {
 		}
 	}
 	e.key(k)
-	if !hasSpace(v) && checkAny(v) == nil {
-		// Compact already (what the daemon sends is): json.Compact
-		// would copy it as it is.
-		e.b = append(e.b, v...)
-		return
-	}
-	buf := bytes.NewBuffer(e.b)
-	err := json.Compact(buf, v)
-	e.b = buf.Bytes()
-	if err != nil && e.err == nil {
+	var err error
+	if e.b, err = strictjson.AppendRaw(e.b, v); err != nil && e.err == nil {
 		e.err = fmt.Errorf("%s: %w", k, err)
 	}
-}
-
-// plainJSON says whether json.Marshal would write s as its bytes between
-// quotes: printable ASCII without '"', '\\' and the HTML characters it
-// escapes.
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		}
-	}
-	return true
 }
 
 func (e *enc) outcome(ok bool, data json.RawMessage, werr *Error) {
@@ -173,13 +143,10 @@ func (e *enc) outcome(ok bool, data json.RawMessage, werr *Error) {
 		return
 	}
 	e.key("error")
-	e.b = append(e.b, '{')
-	e.b = append(e.b, `"code":`...)
-	c, _ := json.Marshal(werr.Code)
-	e.b = append(e.b, c...)
+	e.b = append(e.b, `{"code":`...)
+	e.b = strictjson.AppendString(e.b, werr.Code)
 	e.b = append(e.b, `,"message":`...)
-	m, _ := json.Marshal(werr.Message)
-	e.b = append(e.b, m...)
+	e.b = strictjson.AppendString(e.b, werr.Message)
 	e.b = append(e.b, '}')
 }
 

@@ -1,15 +1,18 @@
 package peer
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 )
 
+// The tool_result lines of TestFastToolResult were those of the one-pass
+// decoder the hub once had; ParseLine still decodes each of them this way.
 func TestFastToolResult(t *testing.T) {
 	tests := []struct {
 		name string
 		line string
-		want *ToolResult // nil: left to the strict decoder
+		want *ToolResult // nil: refused
 	}{
 		{"ok with data", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"data":{"hits":[1,"x"]}}}`,
 			&ToolResult{CallID: "c1", OK: true, Data: []byte(`{"hits":[1,"x"]}`)}},
@@ -18,11 +21,11 @@ func TestFastToolResult(t *testing.T) {
 			&ToolResult{CallID: "c 1", OK: true, Data: []byte(`null`)}},
 		{"awaiting", `{"octos_peer":{"type":"tool_result","call_id":"c1","awaiting_confirmation":true}}`,
 			&ToolResult{CallID: "c1", AwaitingConfirmation: true}},
-		{"error result", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":false,"error":{"code":"x","message":"y"}}}`, nil},
-		{"request", `{"octos_peer":{"type":"request","req_id":"r","method":"m"}}`, nil},
+		{"error result", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":false,"error":{"code":"x","message":"y"}}}`,
+			&ToolResult{CallID: "c1", Error: &Error{Code: "x", Message: "y"}}},
+		{"escaped key", `{"octos_peer":{"type":"tool_result","call_\u0069d":"c1","ok":true}}`, &ToolResult{CallID: "c1", OK: true}},
 		{"duplicate key", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"ok":true}}`, nil},
 		{"duplicate key in data", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"data":{"a":1,"a":2}}}`, nil},
-		{"escaped key", `{"octos_peer":{"type":"tool_result","call_\u0069d":"c1","ok":true}}`, nil},
 		{"unknown member", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"app":"x"}}`, nil},
 		{"second top member", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true},"x":1}`, nil},
 		{"awaiting and ok", `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"awaiting_confirmation":true}}`, nil},
@@ -33,43 +36,54 @@ func TestFastToolResult(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := fastToolResult([]byte(tt.line))
+			got, pass, err := ParseLine([]byte(tt.line))
 			if tt.want == nil {
-				if ok {
-					t.Fatalf("fastToolResult(%s) = %+v, want it left to the strict decoder", tt.line, got)
+				if err == nil {
+					t.Fatalf("ParseLine(%s) = %+v, %v; want it refused", tt.line, got, pass)
 				}
 				return
 			}
-			if !ok || !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("fastToolResult(%s) = %+v, %v; want %+v", tt.line, got, ok, tt.want)
-			}
-			strict, pass, err := parseLineStrict([]byte(tt.line))
-			if err != nil || pass || !reflect.DeepEqual(strict, got) {
-				t.Fatalf("the strict decoder gives %+v, %v, %v", strict, pass, err)
+			if err != nil || pass || !reflect.DeepEqual(got, Up(tt.want)) {
+				t.Fatalf("ParseLine(%s) = %+v, %v, %v; want %+v", tt.line, got, pass, err, tt.want)
 			}
 		})
 	}
 }
 
-// FuzzFastToolResult holds the one-pass tool_result decoder to the
-// strict one: whatever it accepts, parseLineStrict accepts as the same
-// frame.
+// FuzzFastToolResult holds ParseLine's tool results to encoding/json's
+// reading of the same line: whatever ParseLine accepts as a tool_result,
+// encoding/json reads as the same members.
 func FuzzFastToolResult(f *testing.F) {
 	addGoldenSeeds(f)
 	f.Add([]byte(`{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"data":{"a":[1,{"b":null}]}}}`))
 	f.Add([]byte(`{"octos_peer":{"type":"tool_result","call_id":"c1","awaiting_confirmation":true}}`))
 	f.Add([]byte(`{"octos_peer":{"ok":true,"type":"tool_result","call_id":"c1","data":"\u00e9"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		fast, ok := fastToolResult(line)
-		if !ok {
+		up, _, err := ParseLine(line)
+		got, ok := up.(*ToolResult)
+		if err != nil || !ok {
 			return
 		}
-		strict, pass, err := parseLineStrict(line)
-		if err != nil || pass {
-			t.Fatalf("fast path accepted %q as %+v; the strict decoder: passthrough %v, %v", line, fast, pass, err)
+		var ref struct {
+			Peer struct {
+				Type                 string          `json:"type"`
+				CallID               string          `json:"call_id"`
+				AwaitingConfirmation bool            `json:"awaiting_confirmation"`
+				OK                   bool            `json:"ok"`
+				Data                 json.RawMessage `json:"data"`
+				Error                *Error          `json:"error"`
+			} `json:"octos_peer"`
 		}
-		if !reflect.DeepEqual(Up(fast), strict) {
-			t.Fatalf("fast path decoded %q as %+v; the strict decoder as %+v", line, fast, strict)
+		if err := json.Unmarshal(line, &ref); err != nil {
+			t.Fatalf("ParseLine accepted %q as %+v; encoding/json refuses it: %v", line, got, err)
+		}
+		p := ref.Peer
+		want := &ToolResult{CallID: p.CallID, AwaitingConfirmation: p.AwaitingConfirmation, OK: p.OK, Data: p.Data, Error: p.Error}
+		if len(want.Data) == 0 {
+			want.Data = nil
+		}
+		if p.Type != TypeToolResult || !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseLine decoded %q as %+v; encoding/json as %+v (type %q)", line, got, want, p.Type)
 		}
 	})
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"octosup/internal/strictjson"
 )
 
-// oracleCheck is the scanner's reference: encoding/json's token stream,
+// oracleCheck is the frame reader's reference: encoding/json's token stream,
 // with duplicate keys and depth tracked on the side. Slow, but its syntax
 // verdicts are encoding/json's own.
 func oracleCheck(data []byte) error {
@@ -39,7 +41,7 @@ func oracleCheck(data []byte) error {
 			return err
 		}
 		if !first && len(stack) == 0 {
-			return errSecondValue
+			return errors.New("second value")
 		}
 		first = false
 		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
@@ -58,7 +60,7 @@ func oracleCheck(data []byte) error {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxDepth {
+			if len(stack) >= strictjson.MaxDepth {
 				return errors.New("deep")
 			}
 			stack = append(stack, &level{object: tok == json.Delim('{'), wantKey: true, keys: map[string]bool{}})
@@ -84,23 +86,23 @@ func TestScanner(t *testing.T) {
 		{`{"a":tru}`, false}, {`{"a":"\x"}`, false}, {`{"a":"\u12"}`, false}, {"{\"a\":\"\t\"}", false},
 		{`{"a":1,}`, false}, {`{,}`, false}, {`{"a"}`, false}, {`{"a":[1,]}`, false}, {`{"a":[1 2]}`, false},
 		{`{"a":1}}`, false}, {`{"a":1} {}`, false}, {`{"a":"x`, false}, {`{`, false},
-		{strings.Repeat(`[`, 127) + strings.Repeat(`]`, 127), true},
-		{`{"a":` + strings.Repeat(`[`, 127) + strings.Repeat(`]`, 127) + `}`, true},
-		{`{"a":` + strings.Repeat(`[`, 128) + strings.Repeat(`]`, 128) + `}`, false},
+		{strings.Repeat(`[`, strictjson.MaxDepth) + strings.Repeat(`]`, strictjson.MaxDepth), true},
+		{`{"a":` + strings.Repeat(`[`, strictjson.MaxDepth-1) + strings.Repeat(`]`, strictjson.MaxDepth-1) + `}`, true},
+		{`{"a":` + strings.Repeat(`[`, strictjson.MaxDepth) + strings.Repeat(`]`, strictjson.MaxDepth) + `}`, false},
 	}
 	for _, tt := range tests {
-		got := scanTop([]byte(tt.in), false, nil)
+		got := checkAny([]byte(tt.in))
 		if (got == nil) != tt.ok {
-			t.Errorf("scan %q: %v, want ok=%v", tt.in, got, tt.ok)
+			t.Errorf("checkAny %q: %v, want ok=%v", tt.in, got, tt.ok)
 		}
 		if want := oracleCheck([]byte(tt.in)); (want == nil) != (got == nil) {
-			t.Errorf("scan %q: %v, oracle %v", tt.in, got, want)
+			t.Errorf("checkAny %q: %v, oracle %v", tt.in, got, want)
 		}
 	}
 }
 
-// FuzzScanMatchesEncodingJSON: on valid UTF-8 the scanner accepts exactly
-// what the oracle accepts, and finds the members encoding/json finds.
+// FuzzScanMatchesEncodingJSON: on valid UTF-8 the frame reader accepts
+// exactly what the oracle accepts, and finds the members encoding/json finds.
 func FuzzScanMatchesEncodingJSON(f *testing.F) {
 	addGoldenSeeds(f)
 	f.Add([]byte(`{"a":1,"\u0061":2}`))
@@ -109,10 +111,10 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		if !utf8.Valid(data) {
 			return
 		}
-		got := scanTop(data, false, nil)
+		got := checkAny(data)
 		want := oracleCheck(data)
 		if (got == nil) != (want == nil) {
-			t.Fatalf("%q: scanner %v, oracle %v", data, got, want)
+			t.Fatalf("%q: checkAny %v, oracle %v", data, got, want)
 		}
 		if got != nil || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
 			return

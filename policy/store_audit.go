@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"octosup/internal/strictjson"
 )
 
 // DefaultAuditKeep is how many audit entries the store keeps: older ones
@@ -153,41 +155,15 @@ func (s *Store) Audit(app string, limit int) ([]AuditEntry, error) {
 	return out, nil
 }
 
-// The bytes json.Marshal writes as they are in a string, one bit each:
-// ' ' to DEL but '"' and '\\' (JSON's escapes) and '&', '<' and '>'
-// (which json.Marshal escapes for HTML). jsonPlainLow is bytes 0 to 63,
-// jsonPlainHigh 64 to 127; none from 128 on (UTF-8, which json.Marshal
-// checks). A bit test instead of seven comparisons: ~10 % of the
-// encoding (BenchmarkAppendAuditEntry).
-const (
-	jsonPlainLow  = 0xafffffbb00000000
-	jsonPlainHigh = 0xffffffffefffffff
-)
-
-// jsonPlain says whether json.Marshal writes s as its bytes.
-func jsonPlain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		m := uint64(jsonPlainLow)
-		if c >= 64 {
-			m = jsonPlainHigh
-		}
-		if c >= 128 || m>>(c&63)&1 == 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // appendAuditEntry appends e as json.Marshal writes it, without its
 // reflection for the usual entry (plain strings, a time and a duration
 // json.Marshal writes plainly); any other goes through json.Marshal.
 func appendAuditEntry(b []byte, e *AuditEntry) []byte {
 	d := math.Abs(e.DurationMS)
 	if y := e.Started.Year(); y < 0 || y > 9999 || (d != 0 && (d < 1e-6 || d >= 1e21)) || math.IsNaN(d) ||
-		!jsonPlain(e.App) || !jsonPlain(e.Tool) || !jsonPlain(e.CallID) || !jsonPlain(e.Risk) || !jsonPlain(e.Confirm) ||
-		!jsonPlain(e.Decision) || !jsonPlain(e.Approved) || !jsonPlain(e.Outcome) || !jsonPlain(e.Error) || !jsonPlain(e.End) ||
-		!jsonPlain(e.Account) || !jsonPlain(e.ContextID) || !jsonPlain(e.Caller) {
+		!strictjson.Plain(e.App) || !strictjson.Plain(e.Tool) || !strictjson.Plain(e.CallID) || !strictjson.Plain(e.Risk) || !strictjson.Plain(e.Confirm) ||
+		!strictjson.Plain(e.Decision) || !strictjson.Plain(e.Approved) || !strictjson.Plain(e.Outcome) || !strictjson.Plain(e.Error) || !strictjson.Plain(e.End) ||
+		!strictjson.Plain(e.Account) || !strictjson.Plain(e.ContextID) || !strictjson.Plain(e.Caller) {
 		data, err := json.Marshal(e)
 		if err != nil {
 			// Only a NaN or a year past 9999 gets here; neither is an

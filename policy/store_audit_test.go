@@ -48,21 +48,6 @@ func TestAppendAuditEntryIsJSONMarshal(t *testing.T) {
 	}
 }
 
-// jsonPlain's bits are json.Marshal's: every byte alone is plain exactly
-// when json.Marshal writes it as itself.
-func TestJSONPlainIsJSONMarshal(t *testing.T) {
-	for c := range 256 {
-		s := string([]byte{byte(c)})
-		data, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := string(data) == `"`+s+`"`; jsonPlain(s) != want {
-			t.Errorf("jsonPlain(%q) = %v, json.Marshal writes %s", s, !want, data)
-		}
-	}
-}
-
 // The trim keeps exactly the newest keep entries whatever the batches
 // and however many leaves they span (an entry here is ~180 bytes: a
 // 4 KiB page holds about twenty, so thousands of entries are hundreds of

@@ -130,37 +130,9 @@ func (v *validator) translate(doc any, e *jsonschema.ValidationError) []finding 
 	case *kind.Const:
 		return one(fmt.Sprintf("must be %s, not %s", short(k.Want), short(k.Got)))
 	case *kind.Required:
-		props, _ := sub["properties"].(map[string]any)
-		var out []finding
-		for _, name := range k.Missing {
-			f := finding{at: at.child(name), msg: "is missing", fix: fmt.Sprintf("add %q", name)}
-			if p, ok := props[name].(map[string]any); ok {
-				if ex, ok := p["examples"].([]any); ok && len(ex) > 0 {
-					b, _ := json.Marshal(ex[0])
-					f.fix = fmt.Sprintf("add it, e.g. %q: %s", name, b)
-				}
-			}
-			out = append(out, f)
-		}
-		return out
+		return missingFindings(at, sub, k.Missing)
 	case *kind.AdditionalProperties:
-		props, _ := sub["properties"].(map[string]any)
-		known := make([]string, 0, len(props))
-		for name := range props {
-			known = append(known, name)
-		}
-		sort.Strings(known)
-		var out []finding
-		for _, name := range k.Properties {
-			f := finding{at: at.child(name), msg: "is not a field octosup knows", unknown: true}
-			if near := suggest.Nearest(name, known); near != "" {
-				f.fix = fmt.Sprintf("rename it to %q", near)
-			} else {
-				f.fix = "remove it; the fields here are " + strings.Join(known, ", ")
-			}
-			out = append(out, f)
-		}
-		return out
+		return unknownFindings(at, sub, k.Properties)
 	case *kind.UniqueItems:
 		first, dup := k.Duplicates[0], k.Duplicates[1]
 		item := at.at(dup)
@@ -180,6 +152,46 @@ func (v *validator) translate(doc any, e *jsonschema.ValidationError) []finding 
 		return withValue(xmsg)
 	}
 	return withValue(e.ErrorKind.LocalizedString(english))
+}
+
+// missingFindings are the required fields missing at at, each with the
+// schema's example of it as the fix when it has one.
+func missingFindings(at jsonPath, sub map[string]any, missing []string) []finding {
+	props, _ := sub["properties"].(map[string]any)
+	var out []finding
+	for _, name := range missing {
+		f := finding{at: at.child(name), msg: "is missing", fix: fmt.Sprintf("add %q", name)}
+		if p, ok := props[name].(map[string]any); ok {
+			if ex, ok := p["examples"].([]any); ok && len(ex) > 0 {
+				b, _ := json.Marshal(ex[0])
+				f.fix = fmt.Sprintf("add it, e.g. %q: %s", name, b)
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// unknownFindings are the fields at at the schema does not know, each
+// with the nearest known name, or the known names, as the fix.
+func unknownFindings(at jsonPath, sub map[string]any, names []string) []finding {
+	props, _ := sub["properties"].(map[string]any)
+	known := make([]string, 0, len(props))
+	for name := range props {
+		known = append(known, name)
+	}
+	sort.Strings(known)
+	var out []finding
+	for _, name := range names {
+		f := finding{at: at.child(name), msg: "is not a field octosup knows", unknown: true}
+		if near := suggest.Nearest(name, known); near != "" {
+			f.fix = fmt.Sprintf("rename it to %q", near)
+		} else {
+			f.fix = "remove it; the fields here are " + strings.Join(known, ", ")
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // subschema is the part of the schema's source a SchemaURL points at.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"octosup/internal/strictjson"
 )
 
 // finding is a problem before it is attributed to an app: where, what, fix.
@@ -36,8 +38,9 @@ type scanned struct {
 }
 
 // maxDepth bounds nesting: a manifest nests 6 levels deep, and each
-// level costs the walk a copy of the path.
-const maxDepth = 32
+// level costs the walk a copy of the path. It is the limit of every JSON
+// octosup reads (strictjson.MaxDepth, docs/manifest.md).
+const maxDepth = strictjson.MaxDepth
 
 // frame is an object or array the walk is inside of.
 type frame struct {
@@ -55,30 +58,14 @@ type frame struct {
 // read as one of them.
 func scan(data []byte) scanned {
 	s := scanned{offsets: map[string]int64{}}
-	fatal := func(off int64, msg, fix string) scanned {
-		s.findings = []finding{{msg: where(data, off) + msg, fix: fix}}
+	fatal := func(f finding) scanned {
+		s.findings = []finding{f}
 		s.fatal = true
 		return s
 	}
-	if len(data) > MaxManifestSize {
-		s.findings = []finding{{
-			msg: fmt.Sprintf("the manifest is larger than %d bytes", MaxManifestSize),
-			fix: "check that this is the right file: a manifest of hundreds of apps stays far below the limit",
-		}}
-		s.fatal = true
-		return s
+	if f, bad := unreadable(data); bad {
+		return fatal(f)
 	}
-	if off := invalidUTF8(data); off >= 0 {
-		return fatal(int64(off), "the file is not valid UTF-8",
-			"save the file as UTF-8 (an editor's encoding setting, or iconv -t UTF-8)")
-	}
-	if len(bytes.Trim(data, " \t\r\n")) == 0 {
-		s.findings = []finding{{msg: "the manifest is empty",
-			fix: `write at least {"version": 1, "apps": []}; configs/native-apps.example.json is a starting point`}}
-		s.fatal = true
-		return s
-	}
-
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var stack []*frame
@@ -86,16 +73,7 @@ func scan(data []byte) scanned {
 		off := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return fatal(int64(len(data)), "the file ends in the middle of the manifest",
-					"close every open string, [ and {")
-			}
-			var serr *json.SyntaxError
-			if errors.As(err, &serr) {
-				return fatal(syntaxOffset(data, serr), serr.Error(),
-					"correct the JSON there: a missing or extra comma, quote or bracket is the usual cause")
-			}
-			return fatal(off, err.Error(), "correct the JSON there")
+			return fatal(syntaxFinding(data, off, err))
 		}
 		top := (*frame)(nil)
 		if len(stack) > 0 {
@@ -110,16 +88,7 @@ func scan(data []byte) scanned {
 				continue
 			}
 			key, _ := tok.(string) // the decoder allows only strings here
-			at := top.at.child(key)
-			if top.keys[key] {
-				s.findings = append(s.findings, finding{at: at,
-					msg: fmt.Sprintf("the key %q appears twice in the same object", key),
-					fix: "keep one of them: JSON readers disagree on which one counts"})
-			}
-			top.keys[key] = true
-			top.key = key
-			top.wantKy = false
-			s.checkString(at, key, data[off:dec.InputOffset()])
+			s.key(top, key, data[off:dec.InputOffset()])
 			continue
 		}
 		if tok == json.Delim(']') {
@@ -129,23 +98,14 @@ func scan(data []byte) scanned {
 			}
 			continue
 		}
-		var at jsonPath
-		switch {
-		case top == nil:
-			at = jsonPath{}
-		case top.object:
-			at = top.at.child(top.key)
-		default:
-			at = top.at.at(top.next)
-		}
+		at := valuePath(top)
 		if _, seen := s.offsets[at.String()]; !seen {
 			s.offsets[at.String()] = off
 		}
-		switch v := tok.(type) {
-		case json.Delim:
+		if v, ok := tok.(json.Delim); ok {
 			if len(stack) == maxDepth {
-				return fatal(off, fmt.Sprintf("the manifest nests deeper than %d levels", maxDepth),
-					"check that this is the right file: a manifest nests 6 levels at most")
+				return fatal(finding{msg: where(data, off) + fmt.Sprintf("the manifest nests deeper than %d levels", maxDepth),
+					fix: "check that this is the right file: a manifest nests 6 levels at most"})
 			}
 			f := &frame{at: at, object: v == '{'}
 			if f.object {
@@ -154,37 +114,102 @@ func scan(data []byte) scanned {
 			}
 			stack = append(stack, f)
 			continue
-		case string:
-			s.checkString(at, v, data[off:dec.InputOffset()])
-		case json.Number:
-			// Every number in a manifest is a whole number, and
-			// encoding/json refuses 443.0 or 4.43e2 for an integer field
-			// although the schema, rightly, calls them integers.
-			if strings.ContainsAny(string(v), ".eE") {
-				fix := "write a whole number, without a fraction or an exponent"
-				if n, ok := wholeNumber(string(v)); ok {
-					fix = "write " + n
-				}
-				s.findings = append(s.findings, finding{at: at,
-					msg: fmt.Sprintf("%s is not written as a whole number", v), fix: fix})
-			}
 		}
+		s.scalar(at, tok, data[off:dec.InputOffset()])
 		if s.valueDone(stack) {
 			break
 		}
 	}
-	rest := dec.InputOffset()
-	if trail := bytes.TrimLeft(data[rest:], " \t\r\n"); len(trail) > 0 {
-		off := int64(len(data) - len(trail))
-		s.findings = append(s.findings, finding{
-			msg: where(data, off) + "there is more after the manifest's closing }",
-			fix: "remove it: a manifest is exactly one JSON object"})
+	if trail := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(trail) > 0 {
 		// What follows is not part of the manifest; nothing in it can be
 		// attributed, and checking the first value alone would hide it.
-		s.findings = s.findings[len(s.findings)-1:]
-		s.fatal = true
+		return fatal(finding{
+			msg: where(data, int64(len(data)-len(trail))) + "there is more after the manifest's closing }",
+			fix: "remove it: a manifest is exactly one JSON object"})
 	}
 	return s
+}
+
+// unreadable is the one problem of a text that is no manifest before its
+// JSON is read: too large, not UTF-8, empty.
+func unreadable(data []byte) (finding, bool) {
+	if len(data) > MaxManifestSize {
+		return finding{
+			msg: fmt.Sprintf("the manifest is larger than %d bytes", MaxManifestSize),
+			fix: "check that this is the right file: a manifest of hundreds of apps stays far below the limit",
+		}, true
+	}
+	if off := invalidUTF8(data); off >= 0 {
+		return finding{msg: where(data, int64(off)) + "the file is not valid UTF-8",
+			fix: "save the file as UTF-8 (an editor's encoding setting, or iconv -t UTF-8)"}, true
+	}
+	if len(bytes.Trim(data, " \t\r\n")) == 0 {
+		return finding{msg: "the manifest is empty",
+			fix: `write at least {"version": 1, "apps": []}; configs/native-apps.example.json is a starting point`}, true
+	}
+	return finding{}, false
+}
+
+// syntaxFinding words the decoder's error at off: where and what.
+func syntaxFinding(data []byte, off int64, err error) finding {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return finding{msg: where(data, int64(len(data))) + "the file ends in the middle of the manifest",
+			fix: "close every open string, [ and {"}
+	}
+	var serr *json.SyntaxError
+	if errors.As(err, &serr) {
+		return finding{msg: where(data, syntaxOffset(data, serr)) + serr.Error(),
+			fix: "correct the JSON there: a missing or extra comma, quote or bracket is the usual cause"}
+	}
+	return finding{msg: where(data, off) + err.Error(), fix: "correct the JSON there"}
+}
+
+// valuePath is the path of the value that comes next inside top (nil:
+// the top-level value).
+func valuePath(top *frame) jsonPath {
+	switch {
+	case top == nil:
+		return jsonPath{}
+	case top.object:
+		return top.at.child(top.key)
+	default:
+		return top.at.at(top.next)
+	}
+}
+
+// key records a key of the object top, raw as written: a second one of
+// the same name is a finding.
+func (s *scanned) key(top *frame, key string, raw []byte) {
+	at := top.at.child(key)
+	if top.keys[key] {
+		s.findings = append(s.findings, finding{at: at,
+			msg: fmt.Sprintf("the key %q appears twice in the same object", key),
+			fix: "keep one of them: JSON readers disagree on which one counts"})
+	}
+	top.keys[key] = true
+	top.key = key
+	top.wantKy = false
+	s.checkString(at, key, raw)
+}
+
+// scalar checks a string or number at at, raw as written.
+func (s *scanned) scalar(at jsonPath, tok json.Token, raw []byte) {
+	switch v := tok.(type) {
+	case string:
+		s.checkString(at, v, raw)
+	case json.Number:
+		// Every number in a manifest is a whole number, and
+		// encoding/json refuses 443.0 or 4.43e2 for an integer field
+		// although the schema, rightly, calls them integers.
+		if strings.ContainsAny(string(v), ".eE") {
+			fix := "write a whole number, without a fraction or an exponent"
+			if n, ok := wholeNumber(string(v)); ok {
+				fix = "write " + n
+			}
+			s.findings = append(s.findings, finding{at: at,
+				msg: fmt.Sprintf("%s is not written as a whole number", v), fix: fix})
+		}
+	}
 }
 
 // valueDone records that a value ended inside stack's top and reports

@@ -1,0 +1,71 @@
+package strictjson
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// The writing half. octosup's wire bytes are encoding/json's (the golden
+// files pin them), so these append what encoding/json writes; the usual
+// value, which it writes as it is, is appended without it.
+// FuzzAppendString and FuzzAppendRaw hold them to encoding/json.
+
+// plainLow and plainHigh hold one bit per ASCII byte json.Marshal writes
+// as itself in a string: ' ' to DEL but '"' and '\\' (JSON's escapes) and
+// '&', '<' and '>' (escaped for HTML). A bit test instead of seven
+// comparisons.
+const (
+	plainLow  = 0xafffffbb00000000 // bytes 0 to 63
+	plainHigh = 0xffffffffefffffff // bytes 64 to 127
+)
+
+// Plain reports whether json.Marshal writes s as its bytes between quotes.
+func Plain[S ~string | ~[]byte](s S) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		m := uint64(plainLow)
+		if c >= 64 {
+			m = plainHigh
+		}
+		if c >= 128 || m>>(c&63)&1 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendString appends s as json.Marshal writes it.
+func AppendString(dst []byte, s string) []byte {
+	if Plain(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	b, _ := json.Marshal(s) // a string always marshals
+	return append(dst, b...)
+}
+
+// Verbatim reports whether json.Marshal writes the raw value v as its
+// bytes: one strictly valid value (Check), with no space to compact away
+// and nothing it escapes in a raw value (<, >, & and U+2028 and U+2029,
+// whose encodings start with 0xE2).
+func Verbatim(v []byte) bool {
+	for _, c := range v {
+		switch c {
+		case ' ', '\t', '\n', '\r', '<', '>', '&', 0xE2:
+			return false
+		}
+	}
+	return Check(v) == nil
+}
+
+// AppendRaw appends the raw value v as json.Compact writes it: compact,
+// otherwise as it is (no HTML escapes), refusing what is not JSON.
+func AppendRaw(dst, v []byte) ([]byte, error) {
+	if !bytes.ContainsAny(v, " \t\r\n") && Check(v) == nil {
+		return append(dst, v...), nil
+	}
+	buf := bytes.NewBuffer(dst)
+	err := json.Compact(buf, v)
+	return buf.Bytes(), err
+}

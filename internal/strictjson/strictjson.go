@@ -1,0 +1,309 @@
+// Package strictjson reads JSON the one strict way octosup takes it from
+// apps, clients and manifest files, and writes the bytes encoding/json
+// writes, so that every wire and file format has one reader and one set of
+// limits. It is a thin layer over jsontext (github.com/go-json-experiment/
+// json), which already refuses what octosup must refuse: a name given twice
+// in one object (also when spelled "a" and "\u0061"), invalid UTF-8,
+// malformed JSON and anything after the value.
+//
+// The limits (docs/protocol.md, docs/control.md, docs/manifest.md):
+// MaxDepth levels of nesting. A line's or a file's size is its format's own
+// limit, checked before the bytes get here.
+package strictjson
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// MaxDepth is how deep objects and arrays may nest, the outermost one
+// counted: a manifest nests 6 levels, a frame's envelope and a request take
+// 2 or 3 of their own, and a deeper value is a mistake or an attack on the
+// reader, not data.
+const MaxDepth = 32
+
+// Kind says what is wrong with a text, for callers that word it their way.
+type Kind int
+
+const (
+	// Syntax is malformed JSON (also a value cut short, see Truncated).
+	Syntax Kind = iota + 1
+	// Truncated is a text that ends inside its value.
+	Truncated
+	// Empty is a text with no value at all, only space.
+	Empty
+	// NotObject is a value that is not the object the caller asked for.
+	NotObject
+	// Duplicate is a name given twice in one object.
+	Duplicate
+	// TooDeep is nesting past MaxDepth.
+	TooDeep
+	// InvalidUTF8 is a byte sequence that is not UTF-8.
+	InvalidUTF8
+	// Trailing is more text after the value.
+	Trailing
+)
+
+// Error is a text refused. Its message is encoding/json's wording for a
+// syntax error (the wording the docs quote) and octosup's for the rest.
+type Error struct {
+	Kind Kind
+	// Offset is the byte the problem is at: the offending character, the
+	// start of the nesting past MaxDepth, of a duplicate name, of the
+	// trailing text.
+	Offset int64
+	// Name is the duplicate name, unescaped (Kind Duplicate).
+	Name string
+	msg  string
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Member is one member of an object: its name, unescaped, and its value's
+// bytes. Both alias the text they were read from (a name with an escape
+// is a copy): no allocation for the usual member.
+type Member struct {
+	Name  []byte
+	Value []byte
+}
+
+// Check reports whether data is exactly one JSON value, strictly (see the
+// package comment), with space around it at most.
+func Check(data []byte) error {
+	_, _, err := read(data, false, "", nil, nil)
+	return err
+}
+
+// Object checks data as Check does and appends the members of the object
+// it must be to dst, in the order written (a caller's array spares the
+// usual small object an allocation).
+func Object(data []byte, dst []Member) ([]Member, error) {
+	m, _, err := read(data, true, "", dst, nil)
+	return m, err
+}
+
+// ObjectIn is Object that also appends to in the members of the member
+// named inner, when its value is an object: the line and its envelope
+// read in one pass.
+func ObjectIn(data []byte, inner string, dst, in []Member) ([]Member, []Member, error) {
+	return read(data, true, inner, dst, in)
+}
+
+// decoders keeps jsontext's decoders (a few hundred bytes of state each)
+// for the next text: every hub line and request is read by one.
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+type decoder struct {
+	buf bytes.Buffer
+	dec jsontext.Decoder
+}
+
+// The input is checked to be UTF-8 before jsontext reads it: what is left
+// for AllowInvalidUTF8 is a \u escape of half a surrogate pair, which
+// encoding/json has always taken (as U+FFFD) and so have octosup's readers.
+var options = jsontext.AllowInvalidUTF8(true)
+
+func read(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
+	if !utf8.Valid(data) {
+		return nil, nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
+	}
+	start := skipSpace(data, 0)
+	if start == len(data) {
+		return nil, nil, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
+	}
+	if object && data[start] != '{' {
+		return nil, nil, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
+	}
+	if m, mi, ok := readFast(data, start, object, inner, members, in); ok {
+		return m, mi, nil
+	}
+	return readGeneral(data, object, inner, members, in)
+}
+
+// readGeneral is read by jsontext, for any text.
+func readGeneral(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
+	d := decoders.Get().(*decoder)
+	defer func() {
+		d.buf = bytes.Buffer{} // not keep data alive
+		decoders.Put(d)
+	}()
+	d.buf = *bytes.NewBuffer(data)
+	d.dec.Reset(&d.buf, options)
+	var err error
+	if object {
+		members, in, err = readObject(&d.dec, data, 1, inner, members, in)
+	} else {
+		_, err = readValue(&d.dec, data, 0)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if end := skipSpace(data, int(d.dec.InputOffset())); end != len(data) {
+		return nil, nil, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
+	}
+	return members, in, nil
+}
+
+// readFast is read by hand (lex.go), for the usual text; ok is false for
+// any other, and members and in are then as they were.
+func readFast(data []byte, start int, object bool, inner string, members, in []Member) ([]Member, []Member, bool) {
+	var end int
+	ok := false
+	if object {
+		var m, mi []Member
+		if m, mi, end, ok = fastMembers(data, start, 1, inner, members, in); ok {
+			members, in = m, mi
+		}
+	} else {
+		end, ok = Value(data, start, 0)
+	}
+	if !ok || skipSpace(data, end) != len(data) {
+		return members, in, false
+	}
+	return members, in, true
+}
+
+// readObject reads the object the decoder is at, which opens level
+// depth, member by member: those of its member inner (an object) go to
+// in, read in the same pass.
+func readObject(d *jsontext.Decoder, data []byte, depth int, inner string, members, in []Member) ([]Member, []Member, error) {
+	if _, err := d.ReadToken(); err != nil {
+		return nil, nil, wrap(err, data)
+	}
+	for d.PeekKind() != '}' {
+		quoted, err := d.ReadValue() // a name, as written
+		if err != nil {
+			return nil, nil, wrap(err, data)
+		}
+		name := quoted[1 : len(quoted)-1 : len(quoted)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			name, _ = jsontext.AppendUnquote(nil, quoted) // checked: it unquotes
+		}
+		var start int
+		if inner != "" && string(name) == inner && d.PeekKind() == '{' {
+			start = valueStart(data, int(d.InputOffset()))
+			in, _, err = readObject(d, data, depth+1, "", in, nil)
+		} else {
+			start, err = readValue(d, data, depth)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		end := int(d.InputOffset())
+		members = append(members, Member{Name: name, Value: data[start:end:end]})
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, nil, wrap(err, data)
+	}
+	return members, in, nil
+}
+
+// valueStart is where the value after offset i (a name's end) starts.
+func valueStart(data []byte, i int) int {
+	i = skipSpace(data, i)
+	if i < len(data) && data[i] == ':' {
+		i = skipSpace(data, i+1)
+	}
+	return i
+}
+
+// readValue reads the value the decoder is at, inside depth levels, and
+// returns where it starts.
+func readValue(d *jsontext.Decoder, data []byte, depth int) (int, error) {
+	start := valueStart(data, int(d.InputOffset()))
+	v, err := d.ReadValue()
+	if err != nil {
+		return start, wrap(err, data)
+	}
+	if k := v.Kind(); k == '{' || k == '[' {
+		if at := tooDeep(v, depth); at >= 0 {
+			return start, &Error{Kind: TooDeep, Offset: int64(start + at),
+				msg: fmt.Sprintf("nested deeper than %d levels", MaxDepth)}
+		}
+	}
+	return start, nil
+}
+
+// tooDeep returns the offset in v, a valid JSON value inside depth
+// levels, of the first '{' or '[' past MaxDepth, or -1.
+func tooDeep(v []byte, depth int) int {
+	inString := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > MaxDepth {
+				return i
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return -1
+}
+
+// legacyWords turns jsontext's wording of a syntax error into
+// encoding/json's, which docs/manifest.md and the errors clients have seen
+// quote (jsontext's own v1 package does the same).
+var legacyWords = strings.NewReplacer(
+	"object name", "object key",
+	"at start of value", "looking for beginning of value",
+	"at start of string", "looking for beginning of object key string",
+	"after object value", "after object key:value pair",
+	"in number", "in numeric literal",
+)
+
+func wrap(err error, data []byte) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &Error{Kind: Truncated, Offset: int64(len(data)), msg: "unexpected EOF"}
+	}
+	var serr *jsontext.SyntacticError
+	if !errors.As(err, &serr) {
+		return &Error{Kind: Syntax, msg: err.Error()}
+	}
+	if serr.Err == jsontext.ErrDuplicateName {
+		name := serr.JSONPointer.LastToken()
+		return &Error{Kind: Duplicate, Offset: serr.ByteOffset, Name: name, msg: fmt.Sprintf("duplicate key %q", name)}
+	}
+	if errors.Is(serr.Err, io.ErrUnexpectedEOF) {
+		return &Error{Kind: Truncated, Offset: int64(len(data)), msg: "unexpected EOF"}
+	}
+	msg := serr.Err.Error()
+	if i := strings.Index(msg, " (expecting"); i >= 0 && !strings.Contains(msg, " in literal") {
+		msg = msg[:i]
+	}
+	return &Error{Kind: Syntax, Offset: serr.ByteOffset, msg: legacyWords.Replace(msg)}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// invalidAt is the offset of the first byte that is not UTF-8.
+func invalidAt(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
+}
