@@ -43,15 +43,18 @@ type link struct {
 	// prev is the link this one replaced: its teardown ends before this
 	// link handles a line.
 	prev *link
-	// slots holds one token per open request (and one for the request
-	// being read): a full one stops the reader, so the socket slows an
-	// app that keeps too many requests open.
+	// slots holds one token per open request (and one for each request
+	// read and not yet handled): a full one stops the reader, so the
+	// socket slows an app that keeps too many requests open.
 	slots chan struct{}
-	spare bool // the reader's token is not yet taken by a request (m.mu)
-	// opening counts session.open requests at the store (m.mu).
-	opening int
+	// backlog holds one token per other line read and not yet handled:
+	// the reader never runs far ahead of its peer.
+	backlog chan struct{}
 
-	// Guarded by m.mu.
+	// Owned by the peer's serial.
+	spare bool // the handled request's token is not yet taken by a request
+	// opening counts session.open requests at the store.
+	opening  int
 	requests map[string]*request    // open requests, by req_id
 	contexts map[string]*appContext // contexts this process opened
 	calls    map[string]*call       // outstanding tool calls, by call_id
@@ -67,6 +70,7 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	l := &link{
 		m: m, p: p, appID: p.app.ID, conn: conn, prev: prev,
 		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
+		backlog:  make(chan struct{}, maxBacklog),
 		kick:     make(chan struct{}, 1),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
@@ -190,8 +194,7 @@ func (l *link) pushFrame(f Down, now bool) error {
 
 // sendReply sends the reply of a request that is done: written at once
 // (sendNow) when it was the link's only open request, the app then
-// waiting on it alone; else queued for the writer, which gathers. m.mu
-// is held.
+// waiting on it alone; else queued for the writer, which gathers.
 func (l *link) sendReply(rp *Reply) {
 	if len(l.requests) == 0 {
 		l.sendFrameNow(rp)
@@ -282,13 +285,17 @@ func (l *link) writeLoop() {
 }
 
 // open registers r as an open request of the link, holding the reader's
-// token (see slots) until r is done. m.mu is held.
+// token (see slots) until r is done.
 func (l *link) open(r *request) {
 	l.requests[r.id] = r
 	if !r.slot && l.spare {
 		r.slot, l.spare = true, false
 	}
 }
+
+// maxBacklog bounds the lines other than requests that a link's reader
+// has handed its peer and the peer has not handled yet.
+const maxBacklog = 64
 
 func (l *link) readLoop() {
 	if l.prev != nil {
@@ -299,7 +306,7 @@ func (l *link) readLoop() {
 	for {
 		line, err := r.Next()
 		if errors.Is(err, ErrFrameTooLong) {
-			l.m.withLock(func() {
+			l.toPeer(func() {
 				l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", MaxFrame)})
 			})
 			continue
@@ -318,17 +325,45 @@ func (l *link) readLoop() {
 	if f := l.m.beforeTeardown; f != nil {
 		f()
 	}
-	l.m.teardown(l)
-	close(l.done)
+	// Close waits for done before it closes the peer's serial.
+	l.p.post(func() {
+		l.p.teardown(l)
+		l.p.publish()
+		close(l.done)
+	})
 }
 
+// toPeer hands the peer a line's handling (f), holding a backlog token
+// until it ran; false when the link was shut meanwhile.
+func (l *link) toPeer(f func()) bool {
+	select {
+	case l.backlog <- struct{}{}:
+	case <-l.closing:
+		return false
+	}
+	var run func()
+	run = func() {
+		if l.p.consentReading {
+			// Behind a request that waits for the consent read.
+			l.p.parked = append(l.p.parked, run)
+			return
+		}
+		f()
+		<-l.backlog
+	}
+	l.p.post(run)
+	return true
+}
+
+// handleLine decodes a line on the reader and hands it to the peer; the
+// frames are the peer's to handle, in the order they came.
 func (l *link) handleLine(line []byte) {
 	up, pass, err := ParseLine(line)
 	switch {
 	case err != nil:
 		var fe *FrameError
 		errors.As(err, &fe)
-		l.m.withLock(func() {
+		l.toPeer(func() {
 			l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
 	case pass:
@@ -343,29 +378,9 @@ func (l *link) handleLine(line []byte) {
 			case <-l.closing:
 				return
 			}
-			l.m.mu.Lock()
-			l.spare = true
-			l.m.mu.Unlock()
-			// The consent decision is read off the Manager's lock,
-			// once per app (and after a revoke).
-			var consentErr error
-			for !l.m.onRequest(l, f, consentErr) {
-				consentErr = l.m.loadConsent(l.p)
-			}
-			l.m.mu.Lock()
-			if l.spare {
-				l.spare = false
-				<-l.slots
-			}
-			l.m.mu.Unlock()
+			l.p.post(func() { l.p.onRequestLine(l, f) })
 		case *ToolResult:
-			l.m.onToolResult(l, f)
+			l.toPeer(func() { l.p.onToolResult(l, f) })
 		}
 	}
-}
-
-func (m *Manager) withLock(f func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f()
 }

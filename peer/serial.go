@@ -1,0 +1,83 @@
+package peer
+
+import "sync"
+
+// serial runs the functions posted to it one at a time, in the order
+// posted, on a goroutine of its own that exists only while some are
+// queued: what a serial's functions touch has one owner at any moment
+// (the goroutine draining it), and posting never blocks. Every app's state
+// (peer), every app's store I/O and the Kernel and ToolRelay callbacks
+// (feed) each have one.
+//
+// mu guards the queue alone: nothing runs, and nothing else is locked,
+// while it is held.
+type serial struct {
+	mu      sync.Mutex
+	q       []func()
+	running bool
+	closed  bool
+	stopped chan struct{} // closed when the current goroutine exits
+	spare   []func()      // the drained batch's array, for the next one
+}
+
+// post queues f; false when the serial is closed and nothing will run it.
+func (s *serial) post(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.q = append(s.q, f)
+	if !s.running {
+		s.running = true
+		s.stopped = make(chan struct{})
+		go s.run(s.stopped)
+	}
+	return true
+}
+
+func (s *serial) run(stopped chan struct{}) {
+	defer close(stopped)
+	for {
+		s.mu.Lock()
+		if len(s.q) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		batch := s.q
+		s.q, s.spare = s.spare, nil
+		s.mu.Unlock()
+		for i, f := range batch {
+			f()
+			batch[i] = nil
+		}
+		s.mu.Lock()
+		if s.spare == nil && cap(batch) <= 1024 {
+			s.spare = batch[:0]
+		}
+		s.mu.Unlock()
+	}
+}
+
+// call runs f on the serial and waits for it: false, f not run, when the
+// serial is closed. It must not be called from the serial itself.
+func (s *serial) call(f func()) bool {
+	done := make(chan struct{})
+	if !s.post(func() { f(); close(done) }) {
+		return false
+	}
+	<-done
+	return true
+}
+
+// close refuses new functions and returns once the queued ones ran.
+func (s *serial) close() {
+	s.mu.Lock()
+	s.closed = true
+	running, stopped := s.running, s.stopped
+	s.mu.Unlock()
+	if running {
+		<-stopped
+	}
+}
