@@ -166,121 +166,170 @@ type node struct {
 }
 
 // place decides on the process pid, held by pidfd; bound, when not zero,
-// is the clock tick by which it had started.
+// is the clock tick by which it had started. It walks from the process up
+// its ancestors, each held by a pidfd, until one is the daemon or init
+// (outside every app), or one is an app's (inside); a step it cannot
+// take fails closed.
 func (pl placer) place(pid, pidfd int, bound uint64) error {
-	unplaced := func(format string, a ...any) error {
-		return &PeerError{Pid: pid, Reason: fmt.Sprintf(format, a...)}
-	}
+	w := &walk{pl: pl, pid: pid, cur: node{pid: pid, fd: pidfd}}
 	if pid <= 0 {
-		return unplaced("the kernel gave no pid for it (it is in a pid namespace the daemon does not see)")
+		return w.unplaced("the kernel gave no pid for it (it is in a pid namespace the daemon does not see)")
 	}
-	cur := node{pid: pid, fd: pidfd}
-	var child *node
-	defer func() {
-		for _, n := range []*node{&cur, child} {
-			if n != nil && n.owned {
-				pl.src.close(n.fd)
-			}
-		}
-	}()
+	defer w.close()
 	for depth := 0; ; depth++ {
 		if depth > maxPeerDepth {
-			return unplaced("it has more than %d ancestors", maxPeerDepth)
+			return w.unplaced("it has more than %d ancestors", maxPeerDepth)
 		}
+		cg, err := w.read(depth, bound)
+		if err != nil {
+			return err
+		}
+		if done, err := w.judge(depth, cg); done {
+			return err
+		}
+		if err := w.up(); err != nil {
+			return err
+		}
+	}
+}
+
+// walk is one place: the process being checked (cur) and, above the
+// first step, the child it was reached from.
+type walk struct {
+	pl    placer
+	pid   int // the peer's
+	cur   node
+	child *node
+}
+
+func (w *walk) unplaced(format string, a ...any) error {
+	return &PeerError{Pid: w.pid, Reason: fmt.Sprintf(format, a...)}
+}
+
+func (w *walk) close() {
+	for _, n := range []*node{&w.cur, w.child} {
+		if n != nil && n.owned {
+			w.pl.src.close(n.fd)
+		}
+	}
+}
+
+// read reads cur's stat and cgroup, then checks they were of the very
+// process its pidfd holds, and that cur is the parent its child named.
+func (w *walk) read(depth int, bound uint64) (cg string, err error) {
+	who := "it"
+	if depth > 0 {
+		who = fmt.Sprintf("its ancestor %d", w.cur.pid)
+	}
+	gone := func(err error) error {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return w.unplaced("%s exited before the daemon could check it (a connection is checked when it is accepted, and must come from a running process)", who)
+		}
+		return w.unplaced("cannot read %s: %v", who, err)
+	}
+	st, err := w.pl.src.stat(w.cur.pid)
+	if err != nil {
+		return "", gone(err)
+	}
+	if w.pl.own != "" {
+		if cg, err = w.pl.src.cgroup(w.cur.pid); err != nil {
+			return "", gone(err)
+		}
+	}
+	// After the reads: they were of this very process only if it still
+	// runs.
+	if err := w.pl.src.alive(w.cur.fd); err != nil {
+		return "", gone(err)
+	}
+	if st.state == 'Z' || st.state == 'X' {
+		return "", w.unplaced("%s has exited (a zombie)", who)
+	}
+	w.cur.st = st
+	if depth == 0 && bound > 0 && st.start > bound {
+		return "", w.unplaced("the process at pid %d started after the connection was accepted: the pid was reused", w.pid)
+	}
+	return cg, w.checkChild()
+}
+
+// checkChild: cur was opened on the parent pid the child named; it is
+// that parent only if the child, still running, names it again.
+func (w *walk) checkChild() error {
+	child := w.child
+	if child == nil {
+		return nil
+	}
+	cst, err := w.pl.src.stat(child.pid)
+	if err == nil {
+		err = w.pl.src.alive(child.fd)
+	}
+	if err != nil || cst.state == 'Z' || cst.state == 'X' {
+		return w.unplaced("process %d exited while its ancestors were being checked", child.pid)
+	}
+	if cst.ppid != w.cur.pid {
+		return w.unplaced("the parent of process %d changed while it was being checked", child.pid)
+	}
+	if w.cur.st.start > child.st.start {
+		return w.unplaced("process %d started after its child %d: the pid was reused", w.cur.pid, child.pid)
+	}
+	if child.owned {
+		w.pl.src.close(child.fd)
+	}
+	w.child = nil
+	return nil
+}
+
+// judge decides on cur, in cgroup cg: done with an *PeerError when it is
+// an app's (or the walk cannot go on), done with nil when it is the
+// daemon or has no parent to go to.
+func (w *walk) judge(depth int, cg string) (done bool, err error) {
+	cur := w.cur
+	via := ""
+	if depth > 0 {
+		via = fmt.Sprintf("descends from process %d, which ", cur.pid)
+	}
+	inside := func(app, format string, a ...any) error {
+		return &PeerError{Pid: w.pid, Inside: true, App: app, Reason: via + fmt.Sprintf(format, a...)}
+	}
+	if in, ours, leaf := w.pl.inApps(cg); in {
+		switch id, _, _ := strings.Cut(leaf, "."); {
+		case !ours:
+			return true, inside("", "is in another octosup daemon's apps' cgroup %s", cg)
+		case id != "" && w.pl.appNamed(id):
+			return true, inside(id, "belongs to app %q (its cgroup %s is in the apps' subtree)", id, cg)
+		default:
+			return true, inside("", "is in the apps' cgroup subtree (%s), though in no known app's leaf", cg)
+		}
+	}
+	rec := w.pl.lookup(cur.pid, cur.st.pgid)
+	switch {
+	case rec.app != "" && rec.group:
+		return true, inside(rec.app, "is in the process group of app %q", rec.app)
+	case rec.app != "":
+		return true, inside(rec.app, "is the main process of app %q", rec.app)
+	case rec.starting && cur.st.ppid == w.pl.self:
 		who := "it"
 		if depth > 0 {
 			who = fmt.Sprintf("its ancestor %d", cur.pid)
 		}
-		gone := func(err error) error {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-				return unplaced("%s exited before the daemon could check it (a connection is checked when it is accepted, and must come from a running process)", who)
-			}
-			return unplaced("cannot read %s: %v", who, err)
-		}
-		st, err := pl.src.stat(cur.pid)
-		if err != nil {
-			return gone(err)
-		}
-		var cg string
-		if pl.own != "" {
-			if cg, err = pl.src.cgroup(cur.pid); err != nil {
-				return gone(err)
-			}
-		}
-		// After the reads: they were of this very process only if it
-		// still runs.
-		if err := pl.src.alive(cur.fd); err != nil {
-			return gone(err)
-		}
-		if st.state == 'Z' || st.state == 'X' {
-			return unplaced("%s has exited (a zombie)", who)
-		}
-		cur.st = st
-		if depth == 0 && bound > 0 && st.start > bound {
-			return unplaced("the process at pid %d started after the connection was accepted: the pid was reused", pid)
-		}
-		if child != nil {
-			// cur was opened on the parent pid the child named: it is that
-			// parent only if the child, still running, names it again.
-			cst, err := pl.src.stat(child.pid)
-			if err == nil {
-				err = pl.src.alive(child.fd)
-			}
-			if err != nil || cst.state == 'Z' || cst.state == 'X' {
-				return unplaced("process %d exited while its ancestors were being checked", child.pid)
-			}
-			if cst.ppid != cur.pid {
-				return unplaced("the parent of process %d changed while it was being checked", child.pid)
-			}
-			if st.start > child.st.start {
-				return unplaced("process %d started after its child %d: the pid was reused", cur.pid, child.pid)
-			}
-			if child.owned {
-				pl.src.close(child.fd)
-			}
-			child = nil
-		}
-
-		via := ""
-		if depth > 0 {
-			via = fmt.Sprintf("descends from process %d, which ", cur.pid)
-		}
-		inside := func(app, format string, a ...any) error {
-			return &PeerError{Pid: pid, Inside: true, App: app, Reason: via + fmt.Sprintf(format, a...)}
-		}
-		if in, ours, leaf := pl.inApps(cg); in {
-			switch id, _, _ := strings.Cut(leaf, "."); {
-			case !ours:
-				return inside("", "is in another octosup daemon's apps' cgroup %s", cg)
-			case id != "" && pl.appNamed(id):
-				return inside(id, "belongs to app %q (its cgroup %s is in the apps' subtree)", id, cg)
-			default:
-				return inside("", "is in the apps' cgroup subtree (%s), though in no known app's leaf", cg)
-			}
-		}
-		rec := pl.lookup(cur.pid, st.pgid)
-		switch {
-		case rec.app != "" && rec.group:
-			return inside(rec.app, "is in the process group of app %q", rec.app)
-		case rec.app != "":
-			return inside(rec.app, "is the main process of app %q", rec.app)
-		case rec.starting && st.ppid == pl.self:
-			return unplaced("%s is a child of the daemon while an app is being started, which may be that app's process: try again", who)
-		}
-		if cur.pid == pl.self || st.ppid <= 1 {
-			return nil
-		}
-		fd, err := pl.src.open(st.ppid)
-		if err != nil {
-			if errors.Is(err, unix.ESRCH) {
-				return unplaced("its ancestor %d exited while it was being checked", st.ppid)
-			}
-			return unplaced("cannot open a pidfd of its ancestor %d: %v", st.ppid, err)
-		}
-		prev := cur
-		child = &prev
-		cur = node{pid: st.ppid, fd: fd, owned: true}
+		return true, w.unplaced("%s is a child of the daemon while an app is being started, which may be that app's process: try again", who)
 	}
+	return cur.pid == w.pl.self || cur.st.ppid <= 1, nil
+}
+
+// up moves the walk to cur's parent, held by a pidfd of its own.
+func (w *walk) up() error {
+	ppid := w.cur.st.ppid
+	fd, err := w.pl.src.open(ppid)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return w.unplaced("its ancestor %d exited while it was being checked", ppid)
+		}
+		return w.unplaced("cannot open a pidfd of its ancestor %d: %v", ppid, err)
+	}
+	prev := w.cur
+	w.child = &prev
+	w.cur = node{pid: ppid, fd: fd, owned: true}
+	return nil
 }
 
 // inApps says whether the cgroup cg is an apps' subtree of the daemon's

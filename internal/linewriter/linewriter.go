@@ -1,0 +1,453 @@
+package linewriter
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"octosup/internal/trywrite"
+)
+
+// ErrClosed is what Put answers once the writer was closed, aborted or
+// failed: the line was not queued.
+var ErrClosed = errors.New("the connection's writer is closed")
+
+// ErrFull is what a Put with Opt.Soft answers past the soft bound (as a
+// *Full): the line was not queued and the writer stays up.
+var ErrFull = errors.New("the connection's write queue is full")
+
+// Full is ErrFull with the figures a message needs.
+type Full struct {
+	Lines, Bytes int // queued and being written
+	Next         int // the refused line's bytes
+}
+
+func (f *Full) Error() string {
+	return fmt.Sprintf("%v: %d lines (%d bytes) queued", ErrFull, f.Lines, f.Bytes)
+}
+
+// Is makes errors.Is(err, ErrFull) hold.
+func (f *Full) Is(target error) bool { return target == ErrFull }
+
+// Config bounds a Writer. Zero bounds mean none.
+type Config struct {
+	// WriteTimeout is how long one blocking write of the loop may take
+	// before the writer fails (Failure.Timeout).
+	WriteTimeout time.Duration
+	// MaxLines and MaxBytes are the hard bound: what is queued and being
+	// written. A Put past it fails the writer unless it has Opt.Wait.
+	MaxLines, MaxBytes int
+	// SoftLines and SoftBytes bound Opt.Soft puts (0: the hard bound).
+	SoftLines, SoftBytes int
+	// OnFail is called once when the writer fails, with no lock held.
+	// The queued lines are dropped; the owner closes the connection.
+	OnFail func(*Failure)
+}
+
+// Failure is why a writer failed.
+type Failure struct {
+	Err      error // the write's error, or ErrFull for an overflow
+	Timeout  bool  // a write blocked for Config.WriteTimeout
+	Overflow bool  // a Put went past the hard bound
+	// Lines and Bytes are what was queued, Next the line that did not
+	// fit (Overflow only).
+	Lines, Bytes, Next int
+}
+
+func (f *Failure) Error() string {
+	switch {
+	case f.Overflow:
+		return fmt.Sprintf("%d lines (%d bytes) queued, and the next %d bytes pass the bound", f.Lines, f.Bytes, f.Next)
+	case f.Timeout:
+		return "the peer did not read: " + f.Err.Error()
+	}
+	return "write failed: " + f.Err.Error()
+}
+
+// Opt says how one line is put.
+type Opt struct {
+	// Now has the caller write the line at once, non-blocking and off the
+	// lock, when nothing is queued or being written and no Hold is on.
+	// What the socket does not take goes to the loop.
+	Now bool
+	// Soft refuses the line with a *Full past the soft bound.
+	Soft bool
+	// Wait, past the hard bound, waits for room until Wait is closed
+	// (then ErrClosed) instead of failing the writer.
+	Wait <-chan struct{}
+	// Then runs under the queue lock right after the line is queued; see
+	// the package doc.
+	Then func(q *Queue)
+}
+
+// Queue is the queue as a Then callback sees it.
+type Queue struct{ w *Writer }
+
+// Put queues another line behind the one being put, in the same step. It
+// counts toward the bounds but is never refused.
+func (q *Queue) Put(line []byte) { q.w.appendLocked(line) }
+
+// writeBatch caps the bytes of one blocking write: the deadline is
+// checked (and moved) between them.
+const writeBatch = 64 << 10
+
+// Writer is one socket's write queue. Use New.
+type Writer struct {
+	conn net.Conn
+	raw  syscall.RawConn // nil: every line goes through the loop
+	cfg  Config
+
+	// mu guards the fields below; it is never held across a write.
+	mu      sync.Mutex
+	pending []byte // queued lines, back to back
+	lines   int    // lines in pending
+	// out and outLines are what a writer (the loop or a direct writer)
+	// took and has not written yet; writing says one holds the socket.
+	out, outLines int
+	writing       bool
+	spare         []byte // the buffer a direct write gave back
+	held          int
+	closed        bool // Close: nothing more is taken; the loop writes the rest
+	done          bool // failed or aborted: nothing more is written
+	room          chan struct{}
+	quitClosed    bool
+
+	// afterTake, when a test sets it before Run, runs each time the loop
+	// took the queue, before it writes.
+	afterTake func()
+	// duringDirect, when a test sets it, runs in a direct write between
+	// taking the queue and writing it, off the lock.
+	duringDirect func()
+
+	kick     chan struct{} // wakes the loop (capacity 1)
+	quit     chan struct{} // closed by Close, Abort or a failure
+	failOnce sync.Once
+}
+
+// New returns a Writer for conn. Its owner runs Run.
+func New(conn net.Conn, cfg Config) *Writer {
+	w := &Writer{conn: conn, cfg: cfg, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	if sc, ok := conn.(syscall.Conn); ok {
+		w.raw, _ = sc.SyscallConn()
+	}
+	return w
+}
+
+// Put queues line; a newline is added when it lacks one. It never blocks
+// but for room with Opt.Wait. A nil error means queued (or written).
+func (w *Writer) Put(line []byte, o Opt) error {
+	size := lineSize(line)
+	w.mu.Lock()
+	if err := w.admitLocked(size, o); err != nil {
+		return err // admit unlocked
+	}
+	idle := len(w.pending) == 0 && !w.writing && w.held == 0
+	w.appendLocked(line)
+	if o.Then != nil {
+		o.Then(&Queue{w})
+	}
+	if o.Now && idle && w.raw != nil {
+		return w.flushLocked()
+	}
+	kick := w.held == 0 || w.lines >= max(1, w.cfg.MaxLines/4) || len(w.pending) >= writeBatch
+	w.mu.Unlock()
+	if kick {
+		w.wake()
+	}
+	return nil
+}
+
+// admitLocked checks the bounds for a line of size bytes, waiting for
+// room with o.Wait. It returns with mu held when the line may be queued,
+// and with mu released otherwise.
+func (w *Writer) admitLocked(size int, o Opt) error {
+	for {
+		if w.closed || w.done {
+			w.mu.Unlock()
+			return ErrClosed
+		}
+		lines, bytes := w.lines+w.outLines, len(w.pending)+w.out
+		if sl, sb := w.soft(); o.Soft && over(lines, bytes+size, sl, sb) {
+			w.mu.Unlock()
+			return &Full{Lines: lines, Bytes: bytes, Next: size}
+		}
+		if !over(lines, bytes+size, w.cfg.MaxLines, w.cfg.MaxBytes) {
+			return nil
+		}
+		if o.Wait == nil {
+			f := &Failure{Err: ErrFull, Overflow: true, Lines: lines, Bytes: bytes, Next: size}
+			w.failLocked()
+			w.mu.Unlock()
+			w.report(f)
+			return ErrClosed
+		}
+		if w.room == nil {
+			w.room = make(chan struct{})
+		}
+		room := w.room
+		w.mu.Unlock()
+		select {
+		case <-room: // the loop took the queue, or the writer ended
+		case <-o.Wait:
+			return ErrClosed
+		}
+		w.mu.Lock()
+	}
+}
+
+func (w *Writer) soft() (int, int) {
+	l, b := w.cfg.SoftLines, w.cfg.SoftBytes
+	if l == 0 {
+		l = w.cfg.MaxLines
+	}
+	if b == 0 {
+		b = w.cfg.MaxBytes
+	}
+	return l, b
+}
+
+// over says whether lines queued plus one, or bytes, pass a bound (0:
+// none). The line count is checked before the line is added: a bound of
+// N lines holds N.
+func over(lines, bytes, maxLines, maxBytes int) bool {
+	return (maxLines > 0 && lines >= maxLines) || (maxBytes > 0 && bytes > maxBytes)
+}
+
+func lineSize(line []byte) int {
+	if len(line) > 0 && line[len(line)-1] == '\n' {
+		return len(line)
+	}
+	return len(line) + 1
+}
+
+func (w *Writer) appendLocked(line []byte) {
+	w.pending = append(w.pending, line...)
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		w.pending = append(w.pending, '\n')
+	}
+	w.lines++
+}
+
+// flushLocked writes what is queued without blocking, off the lock, and
+// hands the loop what the socket did not take. mu is held and no writer
+// holds the socket; flushLocked releases mu.
+func (w *Writer) flushLocked() error {
+	buf := w.pending
+	w.pending, w.spare = w.spare[:0], nil
+	w.out, w.outLines, w.lines, w.writing = len(buf), w.lines, 0, true
+	w.mu.Unlock()
+	if w.duringDirect != nil {
+		w.duringDirect()
+	}
+
+	n, err := trywrite.Write(w.raw, buf)
+
+	w.mu.Lock()
+	w.writing = false
+	if err != nil {
+		w.failLocked()
+		w.mu.Unlock()
+		w.report(&Failure{Err: err})
+		return ErrClosed
+	}
+	if w.done {
+		w.mu.Unlock()
+		return nil
+	}
+	kick := len(w.pending) > 0 || w.closed
+	if n < len(buf) {
+		// The rest goes back in front of what queued meanwhile.
+		rest := buf[:copy(buf, buf[n:])]
+		w.pending, w.spare = append(rest, w.pending...), w.pending[:0]
+		w.lines += w.outLines
+		kick = true
+	} else {
+		w.spare = buf[:0]
+	}
+	w.out, w.outLines = 0, 0
+	w.wakeRoomLocked()
+	w.mu.Unlock()
+	if kick {
+		w.wake()
+	}
+	return nil
+}
+
+// Hold corks the writer: what is put meanwhile is queued, not written,
+// until the last Release (the loop still takes it once it passes a
+// batch). It is for batching a burst into one write, not for ordering.
+func (w *Writer) Hold() {
+	w.mu.Lock()
+	w.held++
+	w.mu.Unlock()
+}
+
+// Release ends a Hold. The last one writes what queued meanwhile, off
+// the lock, or hands it to the loop.
+func (w *Writer) Release() {
+	w.mu.Lock()
+	w.held--
+	if w.held > 0 || len(w.pending) == 0 || w.done {
+		w.mu.Unlock()
+		return
+	}
+	if w.writing || w.raw == nil || w.closed {
+		w.mu.Unlock()
+		w.wake()
+		return
+	}
+	w.flushLocked()
+}
+
+// Queued is what is queued and being written.
+func (w *Writer) Queued() (lines, bytes int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lines + w.outLines, len(w.pending) + w.out
+}
+
+// Close has the loop write what is queued and return; later Puts are
+// ErrClosed.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	w.wakeRoomLocked()
+	w.closeQuitLocked()
+	w.mu.Unlock()
+}
+
+// Abort drops what is queued: nothing more is written and Run returns
+// (once a blocked write returns: the owner closes the connection).
+func (w *Writer) Abort() {
+	w.mu.Lock()
+	w.failLocked()
+	w.mu.Unlock()
+}
+
+func (w *Writer) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default: // the loop is awake already
+	}
+}
+
+func (w *Writer) wakeRoomLocked() {
+	if w.room != nil {
+		close(w.room)
+		w.room = nil
+	}
+}
+
+func (w *Writer) closeQuitLocked() {
+	if !w.quitClosed {
+		w.quitClosed = true
+		close(w.quit)
+	}
+}
+
+// failLocked ends the writer: what is queued is dropped, nobody waits
+// for room. mu is held.
+func (w *Writer) failLocked() {
+	w.done = true
+	w.pending, w.spare, w.lines, w.out, w.outLines = nil, nil, 0, 0, 0
+	w.wakeRoomLocked()
+	w.closeQuitLocked()
+}
+
+func (w *Writer) report(f *Failure) {
+	w.failOnce.Do(func() {
+		if w.cfg.OnFail != nil {
+			w.cfg.OnFail(f)
+		}
+	})
+}
+
+// Run is the write loop: at each wake-up it writes all that is queued,
+// one write per burst under load. It returns after Close once the queue
+// is written, after Abort, or when a write fails.
+func (w *Writer) Run() {
+	var buf []byte
+	// The deadline moves at most every tenth of WriteTimeout, not at
+	// every write (moving it is a timer update of its own): every write
+	// still has at least nine tenths of it.
+	var armedAt time.Time
+	quit := w.quit
+	for {
+		select {
+		case <-w.kick:
+		case <-quit:
+			quit = nil // from now on a direct writer's kick says when it is done
+		}
+		for {
+			w.mu.Lock()
+			if w.done {
+				w.mu.Unlock()
+				return
+			}
+			if w.writing || len(w.pending) == 0 {
+				// Nothing to take: idle, or a direct writer holds the
+				// socket and wakes the loop when it is done.
+				end := w.closed && !w.writing
+				w.mu.Unlock()
+				if end {
+					return
+				}
+				break
+			}
+			// The written batch's buffer takes the next lines.
+			buf, w.pending = w.pending, buf[:0]
+			w.out, w.outLines, w.lines, w.writing = len(buf), w.lines, 0, true
+			w.wakeRoomLocked()
+			w.mu.Unlock()
+			if w.afterTake != nil {
+				w.afterTake()
+			}
+			if !w.writeAll(buf, &armedAt) {
+				return
+			}
+			if cap(buf) > 2*writeBatch {
+				buf = nil // a burst's buffer is not kept
+			}
+		}
+	}
+}
+
+// writeAll writes buf in batches, blocking, off the lock. It reports
+// false when the writer failed.
+func (w *Writer) writeAll(buf []byte, armedAt *time.Time) bool {
+	for off := 0; off < len(buf); {
+		end := min(off+writeBatch, len(buf))
+		if t := w.cfg.WriteTimeout; t > 0 {
+			if now := time.Now(); now.Sub(*armedAt) >= t/10 {
+				w.conn.SetWriteDeadline(now.Add(t))
+				*armedAt = now
+			}
+		}
+		_, err := w.conn.Write(buf[off:end])
+		w.mu.Lock()
+		if err != nil || w.done {
+			w.failLocked()
+			w.writing = false
+			w.mu.Unlock()
+			if err != nil {
+				w.report(&Failure{Err: err, Timeout: errors.Is(err, os.ErrDeadlineExceeded)})
+			}
+			return false
+		}
+		w.out -= end - off
+		if w.out == 0 {
+			w.outLines = 0
+		}
+		w.wakeRoomLocked() // a Put waiting for room counts what is being written
+		w.mu.Unlock()
+		off = end
+	}
+	w.mu.Lock()
+	w.writing = false
+	w.mu.Unlock()
+	return true
+}
