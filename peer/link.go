@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"octosup/internal/trywrite"
-	"os"
 	"sync"
-	"syscall"
-	"time"
 
 	"go.uber.org/zap"
+
+	"octosup/internal/linewriter"
 )
 
 // link is one process's hub. Its reader handles one line at a time, so an
@@ -26,19 +24,9 @@ type link struct {
 	appID string
 	conn  net.Conn
 
-	// The write queue, guarded by wmu: the frames waiting for the writer,
-	// back to back in one buffer, which the writer swaps for its own
-	// and writes in one go (one write per burst under load). A frame
-	// sent while the writer is idle and nothing waits may be written at
-	// once by its sender (sendNow), without waking the writer.
-	wmu     sync.Mutex
-	pending []byte
-	frames  int           // frames in pending
-	batch   int           // bytes the writer took and has not written yet
-	batchN  int           // frames in the batch the writer took, until all of it is written
-	writing bool          // the writer holds a batch not yet written
-	kick    chan struct{} // wakes the writer (capacity 1)
-	raw     syscall.RawConn
+	// w is the write queue: bounded, one write per burst, and the frame
+	// the app alone waits on written by its sender (Opt.Now).
+	w *linewriter.Writer
 
 	// prev is the link this one replaced: its teardown ends before this
 	// link handles a line.
@@ -68,10 +56,9 @@ type link struct {
 
 func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	l := &link{
-		m: m, p: p, appID: p.app.ID, conn: conn, prev: prev,
+		m: m, p: p, appID: p.id, conn: conn, prev: prev,
 		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
 		backlog:  make(chan struct{}, maxBacklog),
-		kick:     make(chan struct{}, 1),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
 		calls:    map[string]*call{},
@@ -79,10 +66,33 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 		wrote:    make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if sc, ok := conn.(syscall.Conn); ok {
-		l.raw, _ = sc.SyscallConn() // without it, every frame goes through the writer
-	}
+	l.w = linewriter.New(conn, linewriter.Config{
+		WriteTimeout: m.cfg.WriteTimeout,
+		MaxLines:     m.cfg.QueueFrames, MaxBytes: m.cfg.QueueBytes,
+		SoftLines: m.pushFrames, SoftBytes: m.pushBytes,
+		OnFail: l.failed,
+	})
 	return l
+}
+
+// failed shuts a link whose writer failed, saying why.
+func (l *link) failed(f *linewriter.Failure) {
+	reason := "hub write failed: " + f.Err.Error()
+	switch {
+	case f.Overflow:
+		reason = fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
+			f.Lines, f.Bytes, f.Next, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
+		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
+	case f.Timeout:
+		reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
+	}
+	l.shut(reason)
+}
+
+// writeLoop runs the write queue until the link is shut.
+func (l *link) writeLoop() {
+	defer close(l.wrote)
+	l.w.Run()
 }
 
 // shut closes the hub; the reader then tears the link down. The first
@@ -91,6 +101,7 @@ func (l *link) shut(reason string) {
 	l.closeOnce.Do(func() {
 		l.reason = reason
 		close(l.closing)
+		l.w.Abort() // nothing more is written: the hub is gone
 		l.conn.Close()
 	})
 }
@@ -125,45 +136,14 @@ func (l *link) sendNow(line []byte) bool { return l.write(line, true, false) == 
 func (l *link) push(line []byte, now bool) error { return l.write(line, now, true) }
 
 func (l *link) write(line []byte, now, push bool) error {
-	if l.isShut() {
-		return ErrNotConnected
-	}
-	l.wmu.Lock()
-	if now && l.raw != nil && !l.writing && len(l.pending) == 0 {
-		n, err := trywrite.Write(l.raw, line)
-		if err != nil {
-			l.wmu.Unlock()
-			l.shut("hub write failed: " + err.Error())
-			return ErrNotConnected
-		}
-		if n == len(line) {
-			l.wmu.Unlock()
-			return nil
-		}
-		line = line[n:]
-	}
-	// The bound counts what the writer holds too: a hub that does not
-	// read must not get a second queue's worth while the first is stuck.
-	q, n, frames := len(l.pending)+l.batch, len(line), l.frames+l.batchN
-	if push && (q+n > l.m.pushBytes || frames >= l.m.pushFrames) {
-		l.wmu.Unlock()
+	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
+	var full *linewriter.Full
+	switch {
+	case errors.As(err, &full):
 		return fmt.Errorf("%w: %d frames (%d bytes) are queued for app %s, and frames from outside the link may fill %d frames / %d bytes",
-			ErrQueueFull, frames, q, l.appID, l.m.pushFrames, l.m.pushBytes)
-	}
-	if q+n > l.m.cfg.QueueBytes || frames >= l.m.cfg.QueueFrames {
-		l.wmu.Unlock()
-		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
-			frames, q, n, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
-		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
-		l.shut(reason)
-		return ErrNotConnected
-	}
-	l.pending = append(l.pending, line...)
-	l.frames++
-	l.wmu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default: // the writer is awake already
+			ErrQueueFull, full.Lines, full.Bytes, l.appID, l.m.pushFrames, l.m.pushBytes)
+	case err != nil:
+		return ErrNotConnected // shut, or just failed (failed says why)
 	}
 	return nil
 }
@@ -221,67 +201,6 @@ func (l *link) encodeFrame(f Down) ([]byte, bool) {
 		}
 	}
 	return b, true
-}
-
-// writeBatch caps the bytes of one write: the write deadline is checked
-// (and moved) between them.
-const writeBatch = 64 << 10
-
-// writeLoop writes what is queued, all of it at each wake-up: one write
-// per burst under load, no added latency when idle.
-func (l *link) writeLoop() {
-	defer close(l.wrote)
-	var buf []byte
-	// The deadline moves at most every tenth of WriteTimeout, not at
-	// every write (moving it is a timer update of its own): every write
-	// still has at least nine tenths of it.
-	var armedAt time.Time
-	for {
-		select {
-		case <-l.closing:
-			return
-		case <-l.kick:
-		}
-		for {
-			l.wmu.Lock()
-			if len(l.pending) == 0 {
-				l.writing = false
-				l.wmu.Unlock()
-				break
-			}
-			// The written batch's buffer takes the next frames.
-			buf, l.pending = l.pending, buf[:0]
-			l.batchN, l.frames = l.frames, 0
-			l.batch = len(buf)
-			l.writing = true
-			l.wmu.Unlock()
-			for off := 0; off < len(buf); {
-				end := min(off+writeBatch, len(buf))
-				if now := time.Now(); now.Sub(armedAt) >= l.m.cfg.WriteTimeout/10 {
-					l.conn.SetWriteDeadline(now.Add(l.m.cfg.WriteTimeout))
-					armedAt = now
-				}
-				if _, err := l.conn.Write(buf[off:end]); err != nil {
-					reason := "hub write failed: " + err.Error()
-					if errors.Is(err, os.ErrDeadlineExceeded) {
-						reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
-					}
-					l.shut(reason)
-					return
-				}
-				off = end
-				l.wmu.Lock()
-				l.batch = len(buf) - off
-				if l.batch == 0 {
-					l.batchN = 0
-				}
-				l.wmu.Unlock()
-			}
-			if cap(buf) > 2*writeBatch {
-				buf = nil // a burst's buffer is not kept
-			}
-		}
-	}
 }
 
 // open registers r as an open request of the link, holding the reader's
