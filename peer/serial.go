@@ -61,13 +61,37 @@ func (s *serial) run(stopped chan struct{}) {
 }
 
 // call runs f on the serial and waits for it: false, f not run, when the
-// serial is closed. It must not be called from the serial itself.
+// serial is closed. A serial with nothing queued is taken by the caller,
+// which runs f itself (a round trip saved) and hands what was posted
+// meanwhile to a goroutine. It must not be called from the serial
+// itself, nor with a lock held that the serial's functions take.
 func (s *serial) call(f func()) bool {
-	done := make(chan struct{})
-	if !s.post(func() { f(); close(done) }) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return false
 	}
-	<-done
+	if s.running || len(s.q) > 0 {
+		done := make(chan struct{})
+		s.q = append(s.q, func() { f(); close(done) })
+		s.mu.Unlock()
+		<-done
+		return true
+	}
+	s.running = true
+	stopped := make(chan struct{})
+	s.stopped = stopped
+	s.mu.Unlock()
+	f()
+	s.mu.Lock()
+	if len(s.q) == 0 {
+		s.running = false
+		s.mu.Unlock()
+		close(stopped)
+		return true
+	}
+	s.mu.Unlock()
+	go s.run(stopped)
 	return true
 }
 

@@ -137,12 +137,36 @@ func (m *Manager) SetToolRelay(r ToolRelay) {
 // A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
 // ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
 func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
-	place, err := m.AcceptToolCall(app, kc)
+	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
 	}
-	place()
-	return nil
+	err = ErrClosed
+	p.call(func() {
+		var c *call
+		if c, err = p.acceptCall(kc, args, confirm); err == nil {
+			p.place(c) // nothing answers in between: placed in the same step
+		}
+	})
+	return err
+}
+
+// callee is the peer a call goes to, and what checkCall made of it.
+func (m *Manager) callee(app string, kc KernelToolCall) (*peer, json.RawMessage, string, error) {
+	m.mu.Lock()
+	closed, p := m.closed, m.peers[app]
+	m.mu.Unlock()
+	if closed {
+		return nil, nil, "", ErrClosed
+	}
+	args, confirm, err := m.checkCall(kc)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if p == nil {
+		return nil, nil, "", ErrNotConnected
+	}
+	return p, args, confirm, nil
 }
 
 // AcceptToolCall is ToolCall in two steps: it accepts (or refuses) the
@@ -155,18 +179,9 @@ func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
 // call's deadline runs from acceptance. A refusal does not repeat the app
 // and call id: the caller knows them.
 func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
-	m.mu.Lock()
-	closed, p := m.closed, m.peers[app]
-	m.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	args, confirm, err := m.checkCall(kc)
+	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return nil, err
-	}
-	if p == nil {
-		return nil, ErrNotConnected
 	}
 	var c *call
 	err = ErrClosed
