@@ -19,8 +19,8 @@ import (
 
 // ToolCallArgs are tool.call's args.
 type ToolCallArgs struct {
-	App  string              `json:"app"`
-	Call peer.KernelToolCall `json:"call"`
+	App  string           `json:"app"`
+	Call control.ToolCall `json:"call"`
 }
 
 // ContextsData is context.list's answer (args control.AppArgs): the
@@ -145,7 +145,7 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	args := ToolCallArgs{App: ca.App, Call: peer.KernelToolCall(ca.Call)}
+	args := ToolCallArgs{App: ca.App, Call: ca.Call}
 	if err := needApp(control.OpToolCall, args.App); err != nil {
 		return nil, err
 	}

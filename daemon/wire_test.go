@@ -25,7 +25,7 @@ func TestAnswersMarshalToControlTypes(t *testing.T) {
 		daemon any
 		wire   any
 	}{
-		{"tool.call args", ToolCallArgs{App: "a", Call: peer.KernelToolCall{CallID: "c", Name: "t", Args: json.RawMessage(`{"q":1}`), Risk: "read", Confirm: "host", TimeoutMS: 5, ContextID: "n-1", Caller: "k"}}, &control.ToolCallArgs{}},
+		{"tool.call args", ToolCallArgs{App: "a", Call: control.ToolCall{CallID: "c", Name: "t", Args: json.RawMessage(`{"q":1}`), Risk: "read", Confirm: "host", TimeoutMS: 5, ContextID: "n-1", Caller: "k"}}, &control.ToolCallArgs{}},
 		{"context.owner answer", peer.ContextOwner{Account: "personal", Client: "c"}, &control.ContextOwner{}},
 		{"context.list answer", ContextsData{Contexts: []peer.ContextInfo{{ContextID: "n-1", Account: "personal", Client: "c"}}}, &control.ContextsData{}},
 		{"rules answer", RulesData{Rules: []policy.Rule{{App: "a", Tool: "t", Decision: policy.Allow, At: at}}}, &control.RulesData{}},

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
@@ -27,7 +28,7 @@ type peer struct {
 	cur atomic.Pointer[link]
 	// status is what LinkStatus reports, published by in after each of
 	// its functions.
-	status atomic.Pointer[LinkStatus]
+	status atomic.Pointer[control.LinkStatus]
 
 	// Owned by in.
 	app     policy.App
@@ -63,7 +64,7 @@ type peer struct {
 func newPeer(m *Manager, id string) *peer {
 	p := &peer{m: m, id: id, app: policy.App{ID: id},
 		contexts: map[string]*appContext{}, approvals: map[string]*approval{}}
-	p.status.Store(&LinkStatus{})
+	p.status.Store(&control.LinkStatus{})
 	return p
 }
 
@@ -96,11 +97,11 @@ func (p *peer) publish() {
 	if p.link != p.cur.Load() {
 		return
 	}
-	var st LinkStatus
+	var st control.LinkStatus
 	if l := p.link; l != nil && p.serviceGranted(p.app) {
 		// A process without agent.octos has a hub (its pass-through
 		// frames flow) but no peer link: no request of it is served.
-		st = LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
+		st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
 	}
 	if *p.status.Load() != st {
 		p.status.Store(&st)

@@ -30,8 +30,8 @@
 // the audit trail in batches.
 //
 //	m.SetToolRelay(relay)   // or attach a Kernel that is also a ToolRelay
-//	err := m.ToolCall("notes", peer.KernelToolCall{CallID: "c1", Name: "notes.search",
-//		Args: args, Risk: peer.RiskRead, TimeoutMS: 30000, ContextID: ctx})
+//	err := m.ToolCall("notes", control.ToolCall{CallID: "c1", Name: "notes.search",
+//		Args: args, Risk: control.RiskRead, TimeoutMS: 30000, ContextID: ctx})
 //
 // Identity never comes from a frame: the app is the slot whose hub the
 // line arrived on, and strict decoding refuses members the protocol does

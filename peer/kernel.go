@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
@@ -543,7 +544,7 @@ func endReason(data json.RawMessage) string {
 
 // AcceptToolCall is Manager.AcceptToolCall for a call the kernel makes
 // (op tool.call); a detached session is refused ErrKernelDetached.
-func (s *KernelSession) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
+func (s *KernelSession) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
 	if !s.attached() {
 		return nil, ErrKernelDetached
 	}

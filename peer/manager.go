@@ -123,9 +123,6 @@ type Events interface {
 	AppFrame(app string, frame json.RawMessage)
 }
 
-// LinkStatus is the "link" member of an app in status.
-type LinkStatus = control.LinkStatus
-
 // Manager runs the peer links of all apps. It satisfies the supervisor's
 // LinkHandler (Attach, Detach). All methods are safe for concurrent use.
 //
@@ -357,7 +354,7 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	// The manifest's grants, not those of the entry the process's start
 	// read: a reload may have narrowed them since.
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
-	p.status.Store(&LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
+	p.status.Store(&control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
 	p.post(func() { p.attached(l, entry, dev) })
 	go l.readLoop()
 	go l.writeLoop()
@@ -442,11 +439,11 @@ func (m *Manager) Send(appID string, frame json.RawMessage) error {
 
 // LinkStatus reports an app's link for status: what its peer published
 // last, so that status never waits on an app.
-func (m *Manager) LinkStatus(appID string) LinkStatus {
+func (m *Manager) LinkStatus(appID string) control.LinkStatus {
 	if p := m.peerOf(appID); p != nil {
 		return *p.status.Load()
 	}
-	return LinkStatus{}
+	return control.LinkStatus{}
 }
 
 // HasLink reports whether app has a peer link: a process on its hub and

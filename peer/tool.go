@@ -7,22 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"octosup/control"
 	"octosup/policy"
-)
-
-// Risk levels of a tool call. A missing or unknown risk counts as
-// RiskDestructive; only RiskRead calls are treated as having no effect.
-const (
-	RiskRead        = "read"
-	RiskWrite       = "write"
-	RiskDestructive = "destructive"
-)
-
-// Confirmation modes of a tool call.
-const (
-	ConfirmNone = "none" // acknowledged when written to the app
-	ConfirmHost = "host" // acknowledged at once; a rule or the person decides before the app sees it
-	ConfirmApp  = "app"  // the app asks its person; its awaiting_confirmation acknowledges
 )
 
 // CodeDeclined is the error code of a tool call's outcome when a standing
@@ -44,20 +30,6 @@ const (
 	// maxArgsSummary bounds the args shown on a host confirmation sheet.
 	maxArgsSummary = 256
 )
-
-// KernelToolCall is a call the agent makes into an app (the "call" of op
-// tool.call). The account, client and context's owner come from the
-// daemon's own records of ContextID, never from here.
-type KernelToolCall struct {
-	CallID    string          `json:"call_id"`
-	Name      string          `json:"name"`
-	Args      json.RawMessage `json:"args,omitempty"`
-	Risk      string          `json:"risk,omitempty"`
-	Confirm   string          `json:"confirm,omitempty"` // none (or ""), host, app
-	TimeoutMS int64           `json:"timeout_ms"`
-	ContextID string          `json:"context_id"`
-	Caller    string          `json:"caller,omitempty"`
-}
 
 // Outcome is how a call ended.
 type Outcome int
@@ -136,7 +108,7 @@ func (m *Manager) SetToolRelay(r ToolRelay) {
 // Acknowledged and one Finished for it, possibly before ToolCall returns.
 // A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
 // ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
-func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
+func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
@@ -152,7 +124,7 @@ func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
 }
 
 // callee is the peer a call goes to, and what checkCall made of it.
-func (m *Manager) callee(app string, kc KernelToolCall) (*peer, json.RawMessage, string, error) {
+func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessage, string, error) {
 	m.mu.Lock()
 	closed, p := m.closed, m.peers[app]
 	m.mu.Unlock()
@@ -178,7 +150,7 @@ func (m *Manager) callee(app string, kc KernelToolCall) (*peer, json.RawMessage,
 // and takes no lock but the peer's queue's. It must be called once; the
 // call's deadline runs from acceptance. A refusal does not repeat the app
 // and call id: the caller knows them.
-func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
+func (m *Manager) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return nil, err

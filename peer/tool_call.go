@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
@@ -101,7 +102,7 @@ func (c *call) sent() bool { return c.state == callDelivered || c.state == callA
 // result: OutcomeUnknown when the app was sent it and it may have had an
 // effect (risk other than read), else Error{code}.
 func failResult(c *call, code, msg string) Result {
-	if c.sent() && c.risk != RiskRead {
+	if c.sent() && c.risk != control.RiskRead {
 		return Result{Outcome: OutcomeUnknown, Error: &Error{Code: code, Message: msg}}
 	}
 	return Result{Outcome: OutcomeError, Error: &Error{Code: code, Message: msg}}
@@ -109,15 +110,15 @@ func failResult(c *call, code, msg string) Result {
 
 func normalizeRisk(r string) string {
 	switch r {
-	case RiskRead, RiskWrite, RiskDestructive:
+	case control.RiskRead, control.RiskWrite, control.RiskDestructive:
 		return r
 	}
-	return RiskDestructive // fails safe: missing or unknown
+	return control.RiskDestructive // fails safe: missing or unknown
 }
 
 // checkCall checks what a call says, whatever its app: its args
 // compacted and its confirm normalized.
-func (m *Manager) checkCall(kc KernelToolCall) (json.RawMessage, string, error) {
+func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error) {
 	if !ValidID(kc.CallID) {
 		return nil, "", fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
 	}
@@ -137,10 +138,10 @@ func (m *Manager) checkCall(kc KernelToolCall) (json.RawMessage, string, error) 
 	confirm := kc.Confirm
 	switch confirm {
 	case "":
-		confirm = ConfirmNone
-	case ConfirmNone, ConfirmHost, ConfirmApp:
+		confirm = control.ConfirmNone
+	case control.ConfirmNone, control.ConfirmHost, control.ConfirmApp:
 	default:
-		return nil, "", fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, ConfirmNone, ConfirmHost, ConfirmApp, kc.Confirm)
+		return nil, "", fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, control.ConfirmNone, control.ConfirmHost, control.ConfirmApp, kc.Confirm)
 	}
 	args := kc.Args
 	if args == nil {
@@ -158,7 +159,7 @@ func (m *Manager) checkCall(kc KernelToolCall) (json.RawMessage, string, error) 
 
 // acceptCall checks a call against the app's state and, when it may go,
 // records it as accepted (not yet placed).
-func (p *peer) acceptCall(kc KernelToolCall, args json.RawMessage, confirm string) (*call, error) {
+func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm string) (*call, error) {
 	l := p.link
 	if l == nil {
 		return nil, ErrNotConnected
@@ -222,10 +223,10 @@ func (p *peer) place(c *call) {
 	}
 	c.ctx.calls[c.id] = c
 	switch c.confirm {
-	case ConfirmHost:
+	case control.ConfirmHost:
 		p.ack(c)
 		p.readRule(c)
-	case ConfirmApp:
+	case control.ConfirmApp:
 		p.deliver(c) // acknowledged by the app's awaiting_confirmation
 	default:
 		// Acknowledged when written; posted first, so that the relay
@@ -309,7 +310,7 @@ func (p *peer) deliver(c *call) bool {
 	}
 	f := &ToolCall{
 		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
-		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
+		ConfirmRequired: c.confirm == control.ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
 	}
 	// The only call out is written now rather than by the link's
@@ -440,7 +441,7 @@ func (p *peer) onToolResult(l *link, f *ToolResult) {
 		return
 	}
 	if f.AwaitingConfirmation {
-		if c.confirm != ConfirmApp || c.state == callAwaitingApp {
+		if c.confirm != control.ConfirmApp || c.state == callAwaitingApp {
 			p.m.log.Info("awaiting_confirmation ignored: the call did not ask for it, or it came twice",
 				zap.String("app", p.id), zap.String("call_id", c.id))
 			return
@@ -449,7 +450,7 @@ func (p *peer) onToolResult(l *link, f *ToolResult) {
 		p.ack(c)
 		return
 	}
-	if c.confirm == ConfirmApp && c.state == callDelivered {
+	if c.confirm == control.ConfirmApp && c.state == callDelivered {
 		p.m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
 			zap.String("app", p.id), zap.String("call_id", c.id))
 		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeConfirmationSkipped,
