@@ -335,8 +335,8 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 		return
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		conn.Close()
 		return
 	}
@@ -346,9 +346,6 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 		m.peers[app.ID] = p
 	}
 	old := p.cur.Load()
-	if old != nil {
-		old.shut("replaced by a new process")
-	}
 	l := newLink(m, p, conn, old)
 	p.cur.Store(l)
 	// The manifest's grants, not those of the entry the process's start
@@ -356,6 +353,10 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
 	p.status.Store(&control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
 	p.post(func() { p.attached(l, entry, dev) })
+	m.mu.Unlock()
+	if old != nil {
+		old.shut("replaced by a new process") // off m.mu: it closes a socket
+	}
 	go l.readLoop()
 	go l.writeLoop()
 }
