@@ -74,6 +74,11 @@ func (p *peer) post(f func()) bool {
 	return p.in.post(func() { f(); p.publish() })
 }
 
+// do runs f on the peer's serial, at once when it is idle (serial.do).
+func (p *peer) do(f func()) bool {
+	return p.in.do(func() { f(); p.publish() })
+}
+
 // call runs f on the peer's serial and waits for it; false when the
 // Manager is closed (f did not run). The peer's functions never block,
 // so neither does call for long.

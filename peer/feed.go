@@ -66,7 +66,7 @@ func (f *feed) deliver(n relayNote) {
 // request hands kr to s, which must still be the kernel; refused hears
 // why it could not take it.
 func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) {
-	f.in.post(func() {
+	f.in.do(func() {
 		if f.kernel != s {
 			refused(ErrKernelDetached)
 		} else if err := s.k.Request(kr); err != nil {
@@ -76,7 +76,7 @@ func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) 
 }
 
 func (f *feed) contextClosed(app, contextID, reason string) {
-	f.in.post(func() {
+	f.in.do(func() {
 		if f.kernel != nil {
 			f.kernel.k.ContextClosed(app, contextID, reason)
 		}
@@ -90,7 +90,7 @@ func (f *feed) sync() { f.in.call(func() {}) }
 // note hands a callback to the relay, or queues it while none is
 // installed.
 func (f *feed) note(n relayNote) {
-	f.in.post(func() {
+	f.in.do(func() {
 		if f.relay != nil {
 			f.deliver(n)
 		} else {

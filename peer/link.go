@@ -270,7 +270,7 @@ func (l *link) toPeer(f func()) bool {
 		f()
 		<-l.backlog
 	}
-	l.p.post(run)
+	l.p.do(run)
 	return true
 }
 
@@ -297,7 +297,7 @@ func (l *link) handleLine(line []byte) {
 			case <-l.closing:
 				return
 			}
-			l.p.post(func() { l.p.onRequestLine(l, f) })
+			l.p.do(func() { l.p.onRequestLine(l, f) })
 		case *ToolResult:
 			l.toPeer(func() { l.p.onToolResult(l, f) })
 		}

@@ -78,6 +78,32 @@ func (s *serial) call(f func()) bool {
 		<-done
 		return true
 	}
+	s.runHere(f)
+	return true
+}
+
+// do is post, but a serial with nothing queued is taken by the caller,
+// which runs f at once (a goroutine's wake-up saved). Like call, it must
+// not be called with a lock held that the serial's functions take: never
+// from a linewriter's Then (post there).
+func (s *serial) do(f func()) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if s.running || len(s.q) > 0 {
+		s.q = append(s.q, f)
+		s.mu.Unlock()
+		return true
+	}
+	s.runHere(f)
+	return true
+}
+
+// runHere runs f as the serial's owner, mu held and the serial idle; what
+// was posted meanwhile goes to a goroutine. It releases mu.
+func (s *serial) runHere(f func()) {
 	s.running = true
 	stopped := make(chan struct{})
 	s.stopped = stopped
@@ -88,11 +114,10 @@ func (s *serial) call(f func()) bool {
 		s.running = false
 		s.mu.Unlock()
 		close(stopped)
-		return true
+		return
 	}
 	s.mu.Unlock()
 	go s.run(stopped)
-	return true
 }
 
 // close refuses new functions and returns once the queued ones ran.
