@@ -100,7 +100,7 @@ func wireStoreStatus(h policy.Health) *control.StoreStatus {
 }
 
 func (p *peerLink) linkStatus(id string) control.LinkStatus {
-	return control.LinkStatus(p.m.LinkStatus(id))
+	return p.m.LinkStatus(id)
 }
 
 // register adds the peer link's ops to s and makes s the target of its

@@ -126,7 +126,7 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	place, err := ks.AcceptToolCall(ca.App, peer.KernelToolCall(ca.Call))
+	place, err := ks.AcceptToolCall(ca.App, ca.Call)
 	if err != nil {
 		return nil, toolError(err)
 	}

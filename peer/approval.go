@@ -45,12 +45,11 @@ type Approval struct {
 
 type approval struct {
 	Approval
-	peer  *peer
 	link  *link       // the process whose request raised it
 	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
 	call  *call       // a tool sheet's call
-	// deciding: Approve is persisting the answer (off m.mu); expiry and
-	// teardown leave the approval to it.
+	// deciding: Approve is persisting the answer (off the peer's serial);
+	// expiry and teardown leave the approval to it.
 	deciding bool
 }
 
@@ -61,93 +60,130 @@ type consentCache struct {
 	decision policy.Decision
 }
 
-// loadConsent reads an app's persisted decision into its cache, off
-// m.mu, unless it is cached already. A decision that changes meanwhile
-// (Approve caches its own, RevokeConsent moves consentGen) wins over the
-// read. A failed read leaves the cache empty.
-func (m *Manager) loadConsent(p *peer) error {
-	m.mu.Lock()
-	if p.consent.loaded {
-		m.mu.Unlock()
-		return nil
+// readConsent has the app's store serial read its persisted decision into
+// the cache, unless a read is under way; the parked lines run once it is
+// in. A decision that changes meanwhile (Approve caches its own,
+// RevokeConsent moves consentGen) wins over the read, which is then done
+// again. A failed read leaves the cache empty: the parked requests fail
+// internal, and the next request reads again.
+func (p *peer) readConsent() {
+	if p.consentReading {
+		return
 	}
-	gen, app := p.consentGen, p.app.ID
-	m.mu.Unlock()
-	c, ok, err := m.store.Consent(app)
-	if f := m.afterConsentRead; f != nil {
-		f()
+	p.consentReading = true
+	gen := p.consentGen
+	queued := p.store(func() {
+		c, ok, err := p.m.store.Consent(p.id)
+		if f := p.m.afterConsentRead; f != nil {
+			f()
+		}
+		p.post(func() { p.consentRead(gen, c, ok, err) })
+	})
+	if !queued {
+		p.consentRead(gen, policy.Consent{}, false, ErrClosed)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if !p.consent.loaded && p.consentGen == gen {
+}
+
+func (p *peer) consentRead(gen uint64, c policy.Consent, found bool, err error) {
+	p.consentReading = false
+	if err == nil && !p.consent.loaded {
+		if p.consentGen != gen {
+			p.readConsent() // revoked meanwhile: the read may be older
+			return
+		}
 		p.consent = consentCache{loaded: true}
-		if ok {
+		if found {
 			p.consent.decision = c.Decision
 		}
 	}
-	return nil
+	p.consentErr = err
+	parked := p.parked
+	p.parked = nil
+	for i, f := range parked {
+		if p.consentReading {
+			// A line run above needs another read: the rest waits again.
+			p.parked = append(p.parked, parked[i:]...)
+			break
+		}
+		f()
+	}
+	p.consentErr = nil
 }
 
 // askConsent raises the app's consent prompt unless one is open: requests
-// that arrive meanwhile wait on the same one. m.mu is held.
-func (m *Manager) askConsent(p *peer, r *request) {
+// that arrive meanwhile wait on the same one.
+func (p *peer) askConsent(r *request) {
 	if p.ask != nil {
 		return
 	}
-	m.nextApproval++
+	m := p.m
 	now := m.cfg.Now().UTC()
 	a := &approval{
 		Approval: Approval{
-			ID:      m.cfg.Nonce + "-a" + strconv.FormatUint(m.nextApproval, 10),
-			App:     p.app.ID,
+			ID:      m.approvalID(),
+			App:     p.id,
 			Kind:    KindConsent,
 			State:   ApprovalPending,
 			Method:  r.method,
 			Created: now,
 			Expires: now.Add(m.cfg.ConsentTimeout),
 		},
-		peer: p,
 		link: r.link,
 	}
-	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { m.expire(a) })
+	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { p.post(func() { p.expire(a) }) })
 	p.ask = a
-	m.approvals[a.ID] = a
-	m.log.Info("asking for consent", zap.String("app", p.app.ID), zap.String("approval_id", a.ID))
-	m.cfg.Events.Approval(a.Approval)
+	p.raise(a)
+	m.log.Info("asking for consent", zap.String("app", p.id), zap.String("approval_id", a.ID))
 }
 
-// settle closes an approval with a final state and publishes it. m.mu is
-// held.
-func (m *Manager) settle(a *approval, state string) {
+func (m *Manager) approvalID() string {
+	return m.cfg.Nonce + "-a" + strconv.FormatUint(m.nextApproval.Add(1), 10)
+}
+
+// raise makes a pending: the peer's, in the Manager's index, published.
+func (p *peer) raise(a *approval) {
+	p.approvals[a.ID] = a
+	p.m.mu.Lock()
+	p.m.approvals[a.ID] = pendingApproval{p: p, a: a.Approval}
+	p.m.mu.Unlock()
+	p.m.cfg.Events.Approval(a.Approval)
+}
+
+func (m *Manager) unindex(id string) {
+	m.mu.Lock()
+	delete(m.approvals, id)
+	m.mu.Unlock()
+}
+
+// settle closes an approval with a final state and publishes it.
+func (p *peer) settle(a *approval, state string) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	if m.approvals[a.ID] == a && a.Kind == KindTool {
-		a.peer.sheets--
+	if p.approvals[a.ID] == a {
+		if a.Kind == KindTool {
+			p.sheets--
+		}
+		delete(p.approvals, a.ID)
+		p.m.unindex(a.ID)
 	}
-	delete(m.approvals, a.ID)
-	if a.peer.ask == a {
-		a.peer.ask = nil
+	if p.ask == a {
+		p.ask = nil
 	}
 	a.State = state
-	m.cfg.Events.Approval(a.Approval)
+	p.m.cfg.Events.Approval(a.Approval)
 }
 
-func (m *Manager) expire(a *approval) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.approvals[a.ID] != a || a.deciding {
+func (p *peer) expire(a *approval) {
+	if p.approvals[a.ID] != a || a.deciding {
 		return
 	}
-	m.settle(a, ApprovalExpired)
-	waiting := a.peer.waiting
-	a.peer.waiting = nil
+	p.settle(a, ApprovalExpired)
+	waiting := p.waiting
+	p.waiting = nil
 	for _, r := range waiting {
 		if r.state == reqWaitingConsent {
-			m.finish(r, errorf(CodeConsentRequired, "nobody answered the consent prompt for app %s within %s; the next request asks again", a.App, m.cfg.ConsentTimeout))
+			p.finish(r, errorf(CodeConsentRequired, "nobody answered the consent prompt for app %s within %s; the next request asks again", a.App, p.m.cfg.ConsentTimeout))
 		}
 	}
 }
@@ -155,18 +191,19 @@ func (m *Manager) expire(a *approval) {
 // Approvals lists the pending approvals (op approvals), oldest first.
 func (m *Manager) Approvals() []Approval {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := make([]Approval, 0, len(m.approvals))
 	for _, a := range m.approvals {
-		out = append(out, a.Approval)
+		out = append(out, a.a)
 	}
+	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b Approval) int { return a.Created.Compare(b.Created) })
 	return out
 }
 
 // Approve answers a pending approval (op approve). The answer is
-// persisted (fsync'd) off the Manager's lock, and acted on only once it
-// is: when Approve returns nil, a daemon killed at any moment keeps it.
+// persisted (fsync'd) by the caller, on no serial and under no lock, and
+// acted on only once it is: when Approve returns nil, a daemon killed at
+// any moment keeps it.
 //
 // Consent: the decision is persisted always (remember does not matter);
 // the requests that waited on the prompt then run (allow) or fail
@@ -187,51 +224,71 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	m.mu.Lock()
-	a := m.approvals[id]
-	if a == nil || a.deciding {
-		m.mu.Unlock()
+	pa, ok := m.approvals[id]
+	m.mu.Unlock()
+	if !ok {
 		return ErrUnknownApproval
 	}
-	if a.Kind == KindConsent && (a.peer.link != a.link || a.link.isShut()) {
-		m.settle(a, ApprovalCancelled)
-		m.mu.Unlock()
-		return fmt.Errorf("%w: the process that asked has ended", ErrUnknownApproval)
+	p := pa.p
+	var a *approval
+	err := ErrUnknownApproval
+	p.call(func() { a, err = p.beginDecide(id) })
+	if err != nil {
+		return err
 	}
-	a.deciding = true
 	now := m.cfg.Now().UTC()
-	m.mu.Unlock()
-
-	var err error
 	switch {
 	case a.Kind == KindConsent:
 		err = m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: now})
 	case remember:
 		err = m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
 	}
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a.deciding = false
+	if !p.call(func() { p.decided(a, d, remember, err) }) {
+		return ErrClosed
+	}
+	m.feed.sync()
 	if err != nil {
 		return fmt.Errorf("keep the decision: %w", err)
 	}
-	if a.Kind == KindTool && remember {
-		m.rulesGen++ // a call placing now reads the rules again
+	return nil
+}
+
+// beginDecide marks a pending approval as being answered.
+func (p *peer) beginDecide(id string) (*approval, error) {
+	a := p.approvals[id]
+	if a == nil || a.deciding {
+		return nil, ErrUnknownApproval
+	}
+	if a.Kind == KindConsent && (p.link != a.link || a.link.isShut()) {
+		p.settle(a, ApprovalCancelled)
+		return nil, fmt.Errorf("%w: the process that asked has ended", ErrUnknownApproval)
+	}
+	a.deciding = true
+	return a, nil
+}
+
+// decided acts on an answer Approve persisted (err: it could not).
+func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error) {
+	a.deciding = false
+	if err != nil {
+		return
 	}
 	if a.Kind == KindTool {
-		m.answerTool(a, d, remember)
-		return nil
+		if remember {
+			p.rulesGen++ // a rule read under way is read again
+		}
+		p.answerTool(a, d, remember)
+		return
 	}
-	p := a.peer
 	p.consent = consentCache{loaded: true, decision: d}
 	state := ApprovalAllowed
 	if d == policy.Deny {
 		state = ApprovalDenied
 	}
-	if m.approvals[a.ID] == a {
-		m.settle(a, state)
+	if p.approvals[a.ID] == a {
+		p.settle(a, state)
 	}
-	m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))
+	p.m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))
 	waiting := p.waiting
 	p.waiting = nil
 	for _, r := range waiting {
@@ -239,12 +296,11 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 			continue
 		}
 		if d == policy.Allow {
-			m.dispatch(r)
+			p.dispatch(r)
 		} else {
-			m.finish(r, consentDenied(a.App))
+			p.finish(r, consentDenied(a.App))
 		}
 	}
-	return nil
 }
 
 // Consents lists the persisted decisions (op consent, action list).
@@ -253,64 +309,23 @@ func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents
 // RevokeConsent forgets an app's decision (op consent, action revoke): its
 // next request asks again. found reports whether there was one.
 func (m *Manager) RevokeConsent(app string) (found bool, err error) {
-	// Written off m.mu; a request that reads the cached decision before
-	// the cache is cleared below simply came before the revoke.
+	// Written first; a request that reads the cached decision before the
+	// cache is cleared below simply came before the revoke.
 	found, err = m.store.RevokeConsent(app)
 	if err != nil {
 		return false, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p := m.peers[app]; p != nil {
-		p.consent = consentCache{}
-		p.consentGen++
+	if p := m.peerOf(app); p != nil {
+		p.call(func() {
+			p.consent = consentCache{}
+			p.consentGen++
+		})
 	}
 	return found, nil
-}
-
-// teardown retires a link whose hub is closed: the consent prompt it raised
-// is withdrawn (nothing persisted), its contexts close (the kernel told),
-// and its open requests end. Nothing is written to the app: its hub is
-// gone.
-func (m *Manager) teardown(l *link) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := l.p
-	if a := p.ask; a != nil && a.link == l && !a.deciding {
-		m.settle(a, ApprovalCancelled)
-	}
-	if len(p.waiting) > 0 && p.waiting[0].link == l {
-		p.waiting = nil
-	}
-	contexts := make([]*appContext, 0, len(l.contexts))
-	for _, c := range l.contexts {
-		contexts = append(contexts, c)
-	}
-	slices.SortFunc(contexts, func(a, b *appContext) int {
-		if a.id < b.id {
-			return -1
-		}
-		return 1
-	})
-	for _, c := range contexts {
-		m.closeContext(c, "app_exited", false)
-	}
-	for _, r := range sortedRequests(l.requests) {
-		r.move(reqDone)
-	}
-	// Every call has a context, so none should be left; if one is, it
-	// still gets its outcome.
-	for _, c := range l.calls {
-		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's process ended"), "")
-	}
-	if p.link == l {
-		p.link = nil
-	}
-	m.log.Info("link down", zap.String("app", l.appID), zap.String("reason", l.reason))
 }
 
 // consentDenied is the answer to every request of an app the person
 // denied the agent service, the first ones as the later: what undoes it.
 func consentDenied(app string) *Error {
-	return errorf(CodeConsentDenied, "the person denied app %s the agent service; after `octosupctl consent revoke %s`, the app's next request asks again", app, app)
+	return errorf(CodeConsentDenied, "the person denied app %s the agent service; once its consent is revoked (control op consent, action revoke), the app's next request asks again", app)
 }

@@ -30,28 +30,41 @@
 // the audit trail in batches.
 //
 //	m.SetToolRelay(relay)   // or attach a Kernel that is also a ToolRelay
-//	err := m.ToolCall("notes", peer.KernelToolCall{CallID: "c1", Name: "notes.search",
-//		Args: args, Risk: peer.RiskRead, TimeoutMS: 30000, ContextID: ctx})
+//	err := m.ToolCall("notes", control.ToolCall{CallID: "c1", Name: "notes.search",
+//		Args: args, Risk: control.RiskRead, TimeoutMS: 30000, ContextID: ctx})
 //
 // Identity never comes from a frame: the app is the slot whose hub the
 // line arrived on, and strict decoding refuses members the protocol does
 // not define (an "app" or "account" member is bad_frame, not ignored).
 //
-// The Manager's lock is never held across disk I/O: sessions opened,
-// history read and turns recorded go through one queue of store jobs
-// (store_jobs.go) in order, Approve writes its answer (fsync'd) before it
-// acts on it, off the lock, and an app's consent decision (once) and a
-// host call's standing rule are read before the lock is taken to use
-// them (a revoke or a new rule meanwhile has them read again). Attach and Detach never wait for a
-// teardown: a new process's link handles no line before the old link's
-// teardown is done. Each link's writer gathers what is queued into one
-// write; a frame the app alone waits on (the only call out, the reply to
-// the only open request) is written by its sender instead, without
-// blocking: what the socket does not take at once goes to the writer.
+// # Concurrency
 //
-// Events.Approval and the Kernel's methods are called with the Manager's
-// lock held, so that the order they see is the order things happened in;
-// Events.AppFrame is called from the app's reader. All of them must return
-// promptly (queue, or drop for a slow subscriber) and must not call back
-// into the Manager.
+// Each app's state (its link, requests, contexts, tool calls, approvals,
+// consent cache and duplicate window) belongs to its peer and is touched
+// only by the functions run on the peer's serial (serial.go): one at a
+// time, in the order posted, by the serial's goroutine or by a caller
+// that found it idle; the app's store I/O runs on a second serial of its
+// own, and the Kernel, ToolRelay and their queue on a third, the feed,
+// shared by every app. The mutexes guard maps and queues only, and
+// nothing is called, read or written under them: Manager.mu the registry
+// of peers, the index of pending approvals, the manifest, closed and the
+// kernel's attach; each serial's mu its queue; auditLog.mu the audit
+// entries waiting for their batch (written on a serial of their own).
+// Lock order: Manager.mu, or a linewriter queue lock (a Then callback runs
+// a tool call's place), before a serial's mu, and nothing else nests:
+// posting to a serial, all that place does, never blocks.
+//
+// So no lock is held across disk or socket I/O: a consent decision, a
+// standing rule, sessions, history and turns are read and written on the
+// app's store serial, and a stalled store stalls that app alone; Approve
+// writes its answer (fsync'd) in its caller before the peer acts on it,
+// and the revokes theirs;
+// the hub's writes go through its linewriter, which holds no lock across
+// a write(2). Events.Approval is called on the app's serial and
+// Events.AppFrame on the app's reader; the Kernel and ToolRelay callbacks
+// on the feed, in the order each app's peer posted them. None is called
+// with a lock held; all must return promptly (queue, or drop for a slow
+// subscriber) and must not wait on the Manager. Attach and Detach never
+// wait for a teardown: a new process's link handles no line before the
+// old link's teardown is done.
 package peer

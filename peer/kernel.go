@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
 // Kernel is the agent kernel as the peer link sees it: the control
-// connection that ran kernel.attach. Its methods are called with the
-// Manager's lock held, in the order things happen: they must not block
-// (queue the event on the connection) and must not call the Manager.
+// connection that ran kernel.attach. Its methods are called from the
+// Manager's feed (feed.go), one at a time, in the order things happened
+// (per app), with no lock of the package held: they must not block
+// (queue the event on the connection) and must not wait on the Manager.
 type Kernel interface {
 	// Request hands over a turn request (event "request"). An error means
 	// the kernel cannot take it; the app is answered no_kernel.
@@ -64,7 +67,7 @@ const TurnEnd = "turn.end"
 type KernelSession struct {
 	m        *Manager
 	k        Kernel
-	detached bool // guarded by m.mu
+	detached atomic.Bool
 }
 
 // AttachKernel makes k the agent kernel. Only one is attached at a time.
@@ -73,19 +76,24 @@ type KernelSession struct {
 // Detach outcomes queue again until the next relay.
 func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if m.kernel != nil {
+	if m.kernel.Load() != nil {
+		m.mu.Unlock()
 		return nil, ErrKernelAttached
 	}
 	s := &KernelSession{m: m, k: k}
-	m.kernel = s
-	if r, ok := k.(ToolRelay); ok {
-		m.relayOwner = s
-		m.installRelay(r)
-	}
+	// The feed has s before any peer can see it (m.kernel).
+	installed := make(chan struct{})
+	m.feed.in.post(func() {
+		m.feed.attach(s)
+		close(installed)
+	})
+	m.kernel.Store(s)
+	m.mu.Unlock()
+	<-installed
 	m.log.Info("kernel attached")
 	return s, nil
 }
@@ -95,39 +103,49 @@ func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 // with reason kernel_detached after). Detaching twice is harmless.
 func (s *KernelSession) Detach() {
 	m := s.m
+	if s.detached.Swap(true) {
+		return
+	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s.detached {
+	if m.kernel.Load() != s {
+		m.mu.Unlock()
 		return
 	}
-	s.detached = true
-	if m.kernel != s {
-		return
-	}
-	m.kernel = nil
-	if m.relayOwner == s {
-		m.relayOwner = nil
-		m.installRelay(nil)
-	}
-	n := 0
+	m.kernel.Store(nil)
+	m.feed.in.post(func() { m.feed.detach(s) })
+	peers := make([]*peer, 0, len(m.peers))
 	for _, p := range m.peers {
-		if p.link == nil {
-			continue
-		}
-		for _, r := range sortedRequests(p.link.requests) {
-			if r.state == reqAtKernel || r.state == reqStreaming {
-				m.endRequest(r, "kernel_detached", errorf(CodeNoKernel, "the agent kernel detached before answering"))
-				n++
-			}
-		}
+		peers = append(peers, p)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, p := range peers {
+		p.call(func() { n += p.kernelDetached() })
 	}
 	m.log.Info("kernel detached", zap.Int("requests_failed", n))
 }
 
-// toKernel hands a turn request to the kernel. m.mu is held.
-func (m *Manager) toKernel(r *request) {
-	if m.kernel == nil {
-		m.finish(r, errorf(CodeNoKernel, "no agent kernel is attached"))
+// kernelDetached ends the requests the kernel held: how many.
+func (p *peer) kernelDetached() int {
+	if p.link == nil {
+		return 0
+	}
+	n := 0
+	for _, r := range sortedRequests(p.link.requests) {
+		if r.state == reqAtKernel || r.state == reqStreaming {
+			p.endRequest(r, "kernel_detached", errorf(CodeNoKernel, "the agent kernel detached before answering"))
+			n++
+		}
+	}
+	return n
+}
+
+// toKernel hands a turn request to the kernel.
+func (p *peer) toKernel(r *request) {
+	m := p.m
+	s := m.kernel.Load()
+	if s == nil {
+		p.finish(r, errorf(CodeNoKernel, "no agent kernel is attached"))
 		return
 	}
 	l := r.link
@@ -137,41 +155,58 @@ func (m *Manager) toKernel(r *request) {
 	if r.method == policy.MethodTurnStart {
 		r.turn = &policy.Turn{Input: r.args.Input, Started: m.cfg.Now().UTC(), Events: []json.RawMessage{}}
 	}
-	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { m.kernelTimeout(r) })
-	err := m.kernel.k.Request(KernelRequest{
-		App: l.appID, ReqID: r.id, Method: r.method, Args: r.args.raw,
+	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { p.post(func() { p.kernelTimeout(r) }) })
+	kr := KernelRequest{
+		App: p.id, ReqID: r.id, Method: r.method, Args: r.args.raw,
 		ContextID: r.ctx.id, Account: r.ctx.account,
-	})
-	if err != nil {
-		m.log.Warn("kernel refused a request", zap.String("app", l.appID), zap.String("req_id", r.id), zap.Error(err))
-		m.finish(r, errorf(CodeNoKernel, "the agent kernel could not take the request"))
 	}
+	m.feed.request(s, kr, func(err error) { p.post(func() { p.kernelRefused(r, err) }) })
 }
 
-func (m *Manager) kernelTimeout(r *request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// kernelRefused fails a request the kernel could not take.
+func (p *peer) kernelRefused(r *request, err error) {
+	if r.state != reqAtKernel || r.link.requests[r.id] != r {
+		return // ended meanwhile (the kernel detached)
+	}
+	p.m.log.Warn("kernel refused a request", zap.String("app", p.id), zap.String("req_id", r.id), zap.Error(err))
+	p.finish(r, errorf(CodeNoKernel, "the agent kernel could not take the request"))
+}
+
+func (p *peer) kernelTimeout(r *request) {
 	if r.state != reqAtKernel || r.link.requests[r.id] != r {
 		return
 	}
-	m.log.Warn("kernel did not answer in time", zap.String("app", r.link.appID), zap.String("req_id", r.id))
-	m.finish(r, errorf(CodeTimeout, "the agent kernel did not answer within %s", m.cfg.KernelTimeout))
+	p.m.log.Warn("kernel did not answer in time", zap.String("app", p.id), zap.String("req_id", r.id))
+	p.finish(r, errorf(CodeTimeout, "the agent kernel did not answer within %s", p.m.cfg.KernelTimeout))
 }
 
-// openRequest finds a request of app the kernel may still answer. m.mu is
-// held.
-func (s *KernelSession) openRequest(app, reqID string) (*request, error) {
-	m := s.m
-	if s.detached || m.kernel != s {
+// onPeer runs f on app's peer for the session: ErrKernelDetached when s
+// is not the attached kernel, ErrUnknownRequest when app never had a
+// process.
+func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
+	if !s.attached() {
+		return ErrKernelDetached
+	}
+	p := s.m.peerOf(app)
+	if p == nil {
+		return fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, app)
+	}
+	err := ErrClosed
+	p.call(func() { err = f(p) })
+	return err
+}
+
+// openRequest finds a request of the app the kernel may still answer.
+func (p *peer) openRequest(s *KernelSession, reqID string) (*request, error) {
+	if !s.attached() {
 		return nil, ErrKernelDetached
 	}
-	p := m.peers[app]
-	if p == nil || p.link == nil {
-		return nil, fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, app)
+	if p.link == nil {
+		return nil, fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, p.id)
 	}
 	r := p.link.requests[reqID]
 	if r == nil || (r.state != reqAtKernel && r.state != reqStreaming) {
-		return nil, fmt.Errorf("%w: app %s has no open turn request %q", ErrUnknownRequest, app, reqID)
+		return nil, fmt.Errorf("%w: app %s has no open turn request %q", ErrUnknownRequest, p.id, reqID)
 	}
 	return r, nil
 }
@@ -181,10 +216,11 @@ func (s *KernelSession) openRequest(app, reqID string) (*request, error) {
 // with Event. An ok reply to octos.turn.interrupt ends the interrupted
 // turn's stream first.
 func (s *KernelSession) Reply(rp KernelReply) error {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, err := s.openRequest(rp.App, rp.ReqID)
+	return s.onPeer(rp.App, func(p *peer) error { return p.kernelReply(s, rp) })
+}
+
+func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
+	r, err := p.openRequest(s, rp.ReqID)
 	if err != nil {
 		return err
 	}
@@ -195,7 +231,7 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 		if rp.Error == nil || !KnownCode(rp.Error.Code) || rp.Data != nil {
 			return fmt.Errorf("%w: a failed reply needs error {code, message} with one of the peer link's error codes (docs/protocol.md), and no data", ErrInvalid)
 		}
-		m.finish(r, rp.Error)
+		p.finish(r, rp.Error)
 		return nil
 	}
 	if rp.Error != nil {
@@ -223,11 +259,11 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 		r.move(reqStreaming)
 		r.turn.TurnID = turnID
 		r.ctx.turns[turnID] = r
-		r.ctx.useTurn(turnID, m.cfg.MaxTurns)
+		r.ctx.useTurn(turnID, p.m.cfg.MaxTurns)
 		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
 	case policy.MethodTurnInterrupt:
 		if t := r.ctx.turns[r.args.TurnID]; t != nil {
-			m.endTurn(t, "interrupted", true)
+			p.endTurn(t, "interrupted", true)
 		}
 		r.move(reqDone)
 		r.link.sendReply(&Reply{ReqID: r.id, OK: true, Data: data})
@@ -241,10 +277,11 @@ func (s *KernelSession) Reply(rp KernelReply) error {
 // Event streams one event of a turn to the app (op request.event), after
 // the turn's ok reply. An event of type "turn.end" is the turn's last.
 func (s *KernelSession) Event(ev KernelEvent) error {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, err := s.openRequest(ev.App, ev.ReqID)
+	return s.onPeer(ev.App, func(p *peer) error { return p.kernelEvent(s, ev) })
+}
+
+func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
+	r, err := p.openRequest(s, ev.ReqID)
 	if err != nil {
 		return err
 	}
@@ -268,20 +305,20 @@ func (s *KernelSession) Event(ev KernelEvent) error {
 	if n := len(line) - 1; n > MaxFrame {
 		// The app cannot take it, and a turn missing an event is not the
 		// turn the kernel meant: it ends, and the app hears why.
-		m.endTurn(r, "event_too_large", true)
+		p.endTurn(r, "event_too_large", true)
 		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, MaxFrame)
 	}
 	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
 		// As for an oversized event: the app is not reading, and a turn
 		// missing an event is not the turn the kernel meant.
-		m.endTurn(r, "queue_full", true)
+		p.endTurn(r, "queue_full", true)
 		return fmt.Errorf("%w: the turn was ended (queue_full)", err)
 	} else if err != nil {
 		return nil // the hub is gone: its teardown ends the turn
 	}
-	m.keepEvent(r, data)
+	keepEvent(r, data)
 	if isTurnEnd(data) {
-		m.endTurn(r, endReason(data), false)
+		p.endTurn(r, endReason(data), false)
 	}
 	return nil
 }
@@ -296,15 +333,15 @@ func frameSize(f Down) int {
 	return len(b) - 1
 }
 
-func (m *Manager) sendEvent(r *request, data json.RawMessage) {
-	m.keepEvent(r, data)
+func sendEvent(r *request, data json.RawMessage) {
+	keepEvent(r, data)
 	r.link.sendFrame(&Event{ReqID: r.id, Event: data})
 }
 
 // keepEvent adds a streamed event to its turn's history, within the
 // turn's bounds (maxTurnEvents, maxTurnBytes); past them the turn is
 // marked truncated.
-func (m *Manager) keepEvent(r *request, data json.RawMessage) {
+func keepEvent(r *request, data json.RawMessage) {
 	if len(r.turn.Events) < maxTurnEvents && r.turnBytes+len(data) <= maxTurnBytes {
 		r.turn.Events = append(r.turn.Events, data)
 		r.turnBytes += len(data)
@@ -315,49 +352,56 @@ func (m *Manager) keepEvent(r *request, data json.RawMessage) {
 
 // endRequest ends a request the kernel holds because of something else
 // (context closed, kernel detached): unanswered ones fail with e, streaming
-// turns end with a turn.end event. m.mu is held.
-func (m *Manager) endRequest(r *request, reason string, e *Error) {
+// turns end with a turn.end event.
+func (p *peer) endRequest(r *request, reason string, e *Error) {
 	switch r.state {
 	case reqAtKernel, reqAtStore, reqWaitingConsent, reqNew:
-		m.finish(r, e)
+		p.finish(r, e)
 	case reqStreaming:
-		m.endTurn(r, reason, true)
+		p.endTurn(r, reason, true)
 	}
 }
 
 // endTurn ends a streaming turn, records it in its session's history and
 // retires its request. When announce, the daemon sends the app the
 // turn.end event itself.
-func (m *Manager) endTurn(r *request, reason string, announce bool) {
+func (p *peer) endTurn(r *request, reason string, announce bool) {
 	if announce {
 		ev, _ := json.Marshal(map[string]string{"type": TurnEnd, "turn_id": r.turn.TurnID, "reason": reason})
-		m.sendEvent(r, ev)
+		sendEvent(r, ev)
 	}
 	r.turn.End = reason
-	r.turn.Ended = m.cfg.Now().UTC()
-	// Recorded off m.mu, before any history read queued after it.
-	turn, session, app := *r.turn, r.ctx.session.ID, r.link.appID
-	if !m.jobs.do(func() {
-		m.mu.Lock()
-		busy := m.busySessions(app)
-		m.mu.Unlock()
-		switch err := m.store.AppendTurn(session, turn, m.limits, busy); {
-		case errors.Is(err, policy.ErrLimit):
-			// The turn was streamed in full; its record does not fit
-			// what the app's other sessions leave it.
-			m.log.Warn("turn not recorded: the app is at its store limit", zap.String("app", app),
-				zap.String("turn_id", turn.TurnID), zap.Error(err))
-		case errors.Is(err, policy.ErrNoSession):
-			// Its context closed and the session was evicted before
-			// the record was written: nobody can read it any more.
-			m.log.Info("turn not recorded: its session was evicted", zap.String("app", app), zap.String("turn_id", turn.TurnID))
-		case err != nil:
-			m.log.Error("record turn", zap.String("app", app), zap.Error(err))
-		}
-	}) {
-		m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", app), zap.String("turn_id", turn.TurnID))
+	r.turn.Ended = p.m.cfg.Now().UTC()
+	// Recorded on the app's store serial, before any history read queued
+	// after it.
+	turn, session := *r.turn, r.ctx.session.ID
+	if !p.store(func() { p.recordTurn(session, turn) }) {
+		p.m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
 	}
 	r.move(reqDone)
+}
+
+// recordTurn is a store job: it writes an ended turn.
+func (p *peer) recordTurn(session uint64, turn policy.Turn) {
+	m := p.m
+	busy, ok := p.busy()
+	if !ok {
+		m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
+		return
+	}
+	switch err := m.store.AppendTurn(session, turn, m.limits, busy); {
+	case errors.Is(err, policy.ErrLimit):
+		// The turn was streamed in full; its record does not fit what
+		// the app's other sessions leave it.
+		m.log.Warn("turn not recorded: the app is at its store limit", zap.String("app", p.id),
+			zap.String("turn_id", turn.TurnID), zap.Error(err))
+	case errors.Is(err, policy.ErrNoSession):
+		// Its context closed and the session was evicted before the
+		// record was written: nobody can read it any more.
+		m.log.Info("turn not recorded: its session was evicted", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
+	case err != nil:
+		m.log.Error("record turn", zap.String("app", p.id), zap.Error(err))
+	}
 }
 
 func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) {
@@ -500,7 +544,7 @@ func endReason(data json.RawMessage) string {
 
 // AcceptToolCall is Manager.AcceptToolCall for a call the kernel makes
 // (op tool.call); a detached session is refused ErrKernelDetached.
-func (s *KernelSession) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
+func (s *KernelSession) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
 	if !s.attached() {
 		return nil, ErrKernelDetached
 	}
@@ -516,7 +560,5 @@ func (s *KernelSession) ToolCancel(app, callID string) error {
 }
 
 func (s *KernelSession) attached() bool {
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return !s.detached && s.m.kernel == s
+	return !s.detached.Load() && s.m.kernel.Load() == s
 }

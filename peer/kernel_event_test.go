@@ -11,9 +11,9 @@ import (
 
 // streamingTurn is the turn_id of app's streaming request reqID.
 func streamingTurn(ks *KernelSession, app, reqID string) string {
-	ks.m.mu.Lock()
-	defer ks.m.mu.Unlock()
-	return ks.m.peers[app].link.requests[reqID].turn.TurnID
+	var id string
+	ks.m.inspect(app, func(p *peer) { id = p.link.requests[reqID].turn.TurnID })
+	return id
 }
 
 // TestKernelEventsMustFitTheirTurn: request.event forwards only a

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"octosup/internal/trywrite"
-	"os"
 	"sync"
-	"syscall"
-	"time"
 
 	"go.uber.org/zap"
+
+	"octosup/internal/linewriter"
 )
 
 // link is one process's hub. Its reader handles one line at a time, so an
@@ -26,32 +24,25 @@ type link struct {
 	appID string
 	conn  net.Conn
 
-	// The write queue, guarded by wmu: the frames waiting for the writer,
-	// back to back in one buffer, which the writer swaps for its own
-	// and writes in one go (one write per burst under load). A frame
-	// sent while the writer is idle and nothing waits may be written at
-	// once by its sender (sendNow), without waking the writer.
-	wmu     sync.Mutex
-	pending []byte
-	frames  int           // frames in pending
-	batch   int           // bytes the writer took and has not written yet
-	batchN  int           // frames in the batch the writer took, until all of it is written
-	writing bool          // the writer holds a batch not yet written
-	kick    chan struct{} // wakes the writer (capacity 1)
-	raw     syscall.RawConn
+	// w is the write queue: bounded, one write per burst, and the frame
+	// the app alone waits on written by its sender (Opt.Now).
+	w *linewriter.Writer
 
 	// prev is the link this one replaced: its teardown ends before this
 	// link handles a line.
 	prev *link
-	// slots holds one token per open request (and one for the request
-	// being read): a full one stops the reader, so the socket slows an
-	// app that keeps too many requests open.
+	// slots holds one token per open request (and one for each request
+	// read and not yet handled): a full one stops the reader, so the
+	// socket slows an app that keeps too many requests open.
 	slots chan struct{}
-	spare bool // the reader's token is not yet taken by a request (m.mu)
-	// opening counts session.open requests at the store (m.mu).
-	opening int
+	// backlog holds one token per other line read and not yet handled:
+	// the reader never runs far ahead of its peer.
+	backlog chan struct{}
 
-	// Guarded by m.mu.
+	// Owned by the peer's serial.
+	spare bool // the handled request's token is not yet taken by a request
+	// opening counts session.open requests at the store.
+	opening  int
 	requests map[string]*request    // open requests, by req_id
 	contexts map[string]*appContext // contexts this process opened
 	calls    map[string]*call       // outstanding tool calls, by call_id
@@ -65,9 +56,9 @@ type link struct {
 
 func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	l := &link{
-		m: m, p: p, appID: p.app.ID, conn: conn, prev: prev,
+		m: m, p: p, appID: p.id, conn: conn, prev: prev,
 		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
-		kick:     make(chan struct{}, 1),
+		backlog:  make(chan struct{}, maxBacklog),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
 		calls:    map[string]*call{},
@@ -75,10 +66,33 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 		wrote:    make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if sc, ok := conn.(syscall.Conn); ok {
-		l.raw, _ = sc.SyscallConn() // without it, every frame goes through the writer
-	}
+	l.w = linewriter.New(conn, linewriter.Config{
+		WriteTimeout: m.cfg.WriteTimeout,
+		MaxLines:     m.cfg.QueueFrames, MaxBytes: m.cfg.QueueBytes,
+		SoftLines: m.pushFrames, SoftBytes: m.pushBytes,
+		OnFail: l.failed,
+	})
 	return l
+}
+
+// failed shuts a link whose writer failed, saying why.
+func (l *link) failed(f *linewriter.Failure) {
+	reason := "hub write failed: " + f.Err.Error()
+	switch {
+	case f.Overflow:
+		reason = fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
+			f.Lines, f.Bytes, f.Next, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
+		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
+	case f.Timeout:
+		reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
+	}
+	l.shut(reason)
+}
+
+// writeLoop runs the write queue until the link is shut.
+func (l *link) writeLoop() {
+	defer close(l.wrote)
+	l.w.Run()
 }
 
 // shut closes the hub; the reader then tears the link down. The first
@@ -87,6 +101,7 @@ func (l *link) shut(reason string) {
 	l.closeOnce.Do(func() {
 		l.reason = reason
 		close(l.closing)
+		l.w.Abort() // nothing more is written: the hub is gone
 		l.conn.Close()
 	})
 }
@@ -121,45 +136,14 @@ func (l *link) sendNow(line []byte) bool { return l.write(line, true, false) == 
 func (l *link) push(line []byte, now bool) error { return l.write(line, now, true) }
 
 func (l *link) write(line []byte, now, push bool) error {
-	if l.isShut() {
-		return ErrNotConnected
-	}
-	l.wmu.Lock()
-	if now && l.raw != nil && !l.writing && len(l.pending) == 0 {
-		n, err := trywrite.Write(l.raw, line)
-		if err != nil {
-			l.wmu.Unlock()
-			l.shut("hub write failed: " + err.Error())
-			return ErrNotConnected
-		}
-		if n == len(line) {
-			l.wmu.Unlock()
-			return nil
-		}
-		line = line[n:]
-	}
-	// The bound counts what the writer holds too: a hub that does not
-	// read must not get a second queue's worth while the first is stuck.
-	q, n, frames := len(l.pending)+l.batch, len(line), l.frames+l.batchN
-	if push && (q+n > l.m.pushBytes || frames >= l.m.pushFrames) {
-		l.wmu.Unlock()
+	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
+	var full *linewriter.Full
+	switch {
+	case errors.As(err, &full):
 		return fmt.Errorf("%w: %d frames (%d bytes) are queued for app %s, and frames from outside the link may fill %d frames / %d bytes",
-			ErrQueueFull, frames, q, l.appID, l.m.pushFrames, l.m.pushBytes)
-	}
-	if q+n > l.m.cfg.QueueBytes || frames >= l.m.cfg.QueueFrames {
-		l.wmu.Unlock()
-		reason := fmt.Sprintf("app is not reading its hub: %d frames (%d bytes) queued for it, and the next %d bytes would pass its bound of %d frames / %d bytes",
-			frames, q, n, l.m.cfg.QueueFrames, l.m.cfg.QueueBytes)
-		l.m.log.Warn("disconnecting app", zap.String("app", l.appID), zap.String("reason", reason))
-		l.shut(reason)
-		return ErrNotConnected
-	}
-	l.pending = append(l.pending, line...)
-	l.frames++
-	l.wmu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default: // the writer is awake already
+			ErrQueueFull, full.Lines, full.Bytes, l.appID, l.m.pushFrames, l.m.pushBytes)
+	case err != nil:
+		return ErrNotConnected // shut, or just failed (failed says why)
 	}
 	return nil
 }
@@ -190,8 +174,7 @@ func (l *link) pushFrame(f Down, now bool) error {
 
 // sendReply sends the reply of a request that is done: written at once
 // (sendNow) when it was the link's only open request, the app then
-// waiting on it alone; else queued for the writer, which gathers. m.mu
-// is held.
+// waiting on it alone; else queued for the writer, which gathers.
 func (l *link) sendReply(rp *Reply) {
 	if len(l.requests) == 0 {
 		l.sendFrameNow(rp)
@@ -220,75 +203,18 @@ func (l *link) encodeFrame(f Down) ([]byte, bool) {
 	return b, true
 }
 
-// writeBatch caps the bytes of one write: the write deadline is checked
-// (and moved) between them.
-const writeBatch = 64 << 10
-
-// writeLoop writes what is queued, all of it at each wake-up: one write
-// per burst under load, no added latency when idle.
-func (l *link) writeLoop() {
-	defer close(l.wrote)
-	var buf []byte
-	// The deadline moves at most every tenth of WriteTimeout, not at
-	// every write (moving it is a timer update of its own): every write
-	// still has at least nine tenths of it.
-	var armedAt time.Time
-	for {
-		select {
-		case <-l.closing:
-			return
-		case <-l.kick:
-		}
-		for {
-			l.wmu.Lock()
-			if len(l.pending) == 0 {
-				l.writing = false
-				l.wmu.Unlock()
-				break
-			}
-			// The written batch's buffer takes the next frames.
-			buf, l.pending = l.pending, buf[:0]
-			l.batchN, l.frames = l.frames, 0
-			l.batch = len(buf)
-			l.writing = true
-			l.wmu.Unlock()
-			for off := 0; off < len(buf); {
-				end := min(off+writeBatch, len(buf))
-				if now := time.Now(); now.Sub(armedAt) >= l.m.cfg.WriteTimeout/10 {
-					l.conn.SetWriteDeadline(now.Add(l.m.cfg.WriteTimeout))
-					armedAt = now
-				}
-				if _, err := l.conn.Write(buf[off:end]); err != nil {
-					reason := "hub write failed: " + err.Error()
-					if errors.Is(err, os.ErrDeadlineExceeded) {
-						reason = fmt.Sprintf("app did not read its hub for %s", l.m.cfg.WriteTimeout)
-					}
-					l.shut(reason)
-					return
-				}
-				off = end
-				l.wmu.Lock()
-				l.batch = len(buf) - off
-				if l.batch == 0 {
-					l.batchN = 0
-				}
-				l.wmu.Unlock()
-			}
-			if cap(buf) > 2*writeBatch {
-				buf = nil // a burst's buffer is not kept
-			}
-		}
-	}
-}
-
 // open registers r as an open request of the link, holding the reader's
-// token (see slots) until r is done. m.mu is held.
+// token (see slots) until r is done.
 func (l *link) open(r *request) {
 	l.requests[r.id] = r
 	if !r.slot && l.spare {
 		r.slot, l.spare = true, false
 	}
 }
+
+// maxBacklog bounds the lines other than requests that a link's reader
+// has handed its peer and the peer has not handled yet.
+const maxBacklog = 64
 
 func (l *link) readLoop() {
 	if l.prev != nil {
@@ -299,7 +225,7 @@ func (l *link) readLoop() {
 	for {
 		line, err := r.Next()
 		if errors.Is(err, ErrFrameTooLong) {
-			l.m.withLock(func() {
+			l.toPeer(func() {
 				l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", MaxFrame)})
 			})
 			continue
@@ -318,17 +244,45 @@ func (l *link) readLoop() {
 	if f := l.m.beforeTeardown; f != nil {
 		f()
 	}
-	l.m.teardown(l)
-	close(l.done)
+	// Close waits for done before it closes the peer's serial.
+	l.p.post(func() {
+		l.p.teardown(l)
+		l.p.publish()
+		close(l.done)
+	})
 }
 
+// toPeer hands the peer a line's handling (f), holding a backlog token
+// until it ran; false when the link was shut meanwhile.
+func (l *link) toPeer(f func()) bool {
+	select {
+	case l.backlog <- struct{}{}:
+	case <-l.closing:
+		return false
+	}
+	var run func()
+	run = func() {
+		if l.p.consentReading {
+			// Behind a request that waits for the consent read.
+			l.p.parked = append(l.p.parked, run)
+			return
+		}
+		f()
+		<-l.backlog
+	}
+	l.p.do(run)
+	return true
+}
+
+// handleLine decodes a line on the reader and hands it to the peer; the
+// frames are the peer's to handle, in the order they came.
 func (l *link) handleLine(line []byte) {
 	up, pass, err := ParseLine(line)
 	switch {
 	case err != nil:
 		var fe *FrameError
 		errors.As(err, &fe)
-		l.m.withLock(func() {
+		l.toPeer(func() {
 			l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
 	case pass:
@@ -343,29 +297,9 @@ func (l *link) handleLine(line []byte) {
 			case <-l.closing:
 				return
 			}
-			l.m.mu.Lock()
-			l.spare = true
-			l.m.mu.Unlock()
-			// The consent decision is read off the Manager's lock,
-			// once per app (and after a revoke).
-			var consentErr error
-			for !l.m.onRequest(l, f, consentErr) {
-				consentErr = l.m.loadConsent(l.p)
-			}
-			l.m.mu.Lock()
-			if l.spare {
-				l.spare = false
-				<-l.slots
-			}
-			l.m.mu.Unlock()
+			l.p.do(func() { l.p.onRequestLine(l, f) })
 		case *ToolResult:
-			l.m.onToolResult(l, f)
+			l.toPeer(func() { l.p.onToolResult(l, f) })
 		}
 	}
-}
-
-func (m *Manager) withLock(f func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f()
 }

@@ -308,9 +308,9 @@ func TestConsentOnce(t *testing.T) {
 	}
 	// Every request is read before the answer: list shows one approval.
 	until(t, "all requests waiting", func() bool {
-		h.m.mu.Lock()
-		defer h.m.mu.Unlock()
-		return len(h.m.peers["notes"].waiting) == 20
+		n := 0
+		h.m.inspect("notes", func(p *peer) { n = len(p.waiting) })
+		return n == 20
 	})
 	if got := h.m.Approvals(); len(got) != 1 || got[0].ID != ap.ID {
 		t.Fatalf("approvals: %+v", got)

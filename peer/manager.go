@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
@@ -122,15 +123,12 @@ type Events interface {
 	AppFrame(app string, frame json.RawMessage)
 }
 
-// LinkStatus is the "link" member of an app in status.
-type LinkStatus struct {
-	Connected        bool `json:"connected"`
-	Contexts         int  `json:"contexts"`
-	OutstandingCalls int  `json:"outstanding_calls"`
-}
-
 // Manager runs the peer links of all apps. It satisfies the supervisor's
 // LinkHandler (Attach, Detach). All methods are safe for concurrent use.
+//
+// It keeps a registry of the apps (peers) and the few indexes across
+// them; each app's state is its peer's, touched only on the peer's
+// serial (doc.go).
 type Manager struct {
 	cfg   Config
 	log   *zap.Logger
@@ -141,40 +139,37 @@ type Manager struct {
 	// frames pushed from outside the link may fill (Config.QueueFrames).
 	pushFrames, pushBytes int
 
-	mu      sync.Mutex
-	closed  bool
-	devMode bool
+	// mu guards the fields below it, and is held for nothing but their
+	// reads and writes (and posting to a serial, which never blocks).
+	mu     sync.Mutex
+	closed bool
 	// manifest is the one SetManifest applied last (nil before): an
 	// attaching process gets its entry's grants, whatever entry its start
 	// read.
-	manifest     *policy.Manifest
-	peers        map[string]*peer
-	contexts     map[string]*appContext // every open context, by id
-	approvals    map[string]*approval   // pending, by id
-	kernel       *KernelSession
-	nextHandle   uint64
-	nextApproval uint64
-	// rulesGen moves when a standing rule is set or revoked: a call that
-	// read its rule off the lock before then reads it again.
-	rulesGen uint64
+	manifest *policy.Manifest
+	peers    map[string]*peer
+	// approvals indexes every pending approval by id: the app whose peer
+	// holds it, and what Approvals lists.
+	approvals map[string]pendingApproval
 
-	// The tool relay: the installed one (nil: callbacks queue in relayQ),
-	// and the kernel session that installed it, if one did.
-	relay        ToolRelay
-	relayOwner   *KernelSession
-	relayQ       []relayNote
-	relayDropped int
+	// kernel is the attached kernel session (nil: none); it changes under
+	// mu, and is read without it.
+	kernel       atomic.Pointer[KernelSession]
+	nextHandle   atomic.Uint64
+	nextApproval atomic.Uint64
+
+	// feed calls the Kernel and the ToolRelay, in one order (feed.go).
+	feed feed
 
 	audit *auditLog
-	// jobs does the store I/O of requests and turns off m.mu.
-	jobs storeJobs
 	// beforeTeardown, when a test sets it before attaching, runs on a
 	// link's reader between its hub closing and its teardown.
 	beforeTeardown func()
 	// afterConsentRead and afterRuleRead, when a test sets them before
-	// the read, run between a consent or rule read (off m.mu) and the
-	// relock that uses it.
+	// the read, run on the app's store serial right after a consent or
+	// rule read; storeGate, before every store job of an app.
 	afterConsentRead, afterRuleRead func()
+	storeGate                       func(app string)
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to
@@ -183,22 +178,10 @@ type Manager struct {
 	timers     sync.WaitGroup
 }
 
-// peer is what the daemon keeps of an app across its processes.
-type peer struct {
-	app     policy.App
-	link    *link // nil while no process is attached
-	consent consentCache
-	// consentGen moves when the cached decision is dropped (revoke), so
-	// that a read from before does not fill the cache again.
-	consentGen uint64
-	ask        *approval  // the pending consent prompt, if any
-	waiting    []*request // requests waiting for that prompt, in arrival order
-	sheets     int        // its pending host sheets (Config.MaxPendingApprovals)
-
-	// The duplicate window: the last finished call ids, across processes.
-	recentCalls map[string]struct{}
-	recentRing  []string
-	recentNext  int
+// pendingApproval is an entry of Manager.approvals.
+type pendingApproval struct {
+	p *peer
+	a Approval
 }
 
 // New returns a Manager. It starts no goroutine until an app is attached.
@@ -263,7 +246,7 @@ func New(cfg Config) *Manager {
 		cfg.DuplicateWindow = DefaultDuplicateWindow
 	}
 	log := cfg.Log.Named("peer")
-	return &Manager{
+	m := &Manager{
 		cfg:        cfg,
 		limits:     policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
 		pushFrames: max(1, cfg.QueueFrames*3/4),
@@ -271,10 +254,11 @@ func New(cfg Config) *Manager {
 		log:        log,
 		store:      cfg.Store,
 		peers:      map[string]*peer{},
-		contexts:   map[string]*appContext{},
-		approvals:  map[string]*approval{},
+		approvals:  map[string]pendingApproval{},
 		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, log),
 	}
+	m.feed.init(cfg.RelayQueue, log)
+	return m
 }
 
 type nopEvents struct{}
@@ -290,10 +274,15 @@ func (nopEvents) AppFrame(string, json.RawMessage) {}
 // nothing (its process is being stopped). Call it at start and after
 // every successful reload, before the supervisor applies the manifest.
 func (m *Manager) SetManifest(man *policy.Manifest) {
+	var done []chan struct{}
+	defer func() {
+		for _, d := range done {
+			<-d
+		}
+		m.feed.sync()
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	oldDev := m.devMode
-	m.devMode = man.DeveloperMode
 	m.manifest = man
 	ids := make([]string, 0, len(m.peers))
 	for id := range m.peers {
@@ -302,9 +291,13 @@ func (m *Manager) SetManifest(man *policy.Manifest) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		p := m.peers[id]
-		old := p.app
-		p.app = m.entryOf(id, old)
-		m.narrow(p, old, oldDev)
+		app := m.entryOf(id, policy.App{ID: id})
+		// Posted under mu: every peer sees the manifests and the
+		// attaches in the order mu took them.
+		d := make(chan struct{})
+		if p.post(func() { p.setEntry(app, man.DeveloperMode, true); close(d) }) {
+			done = append(done, d)
+		}
 	}
 }
 
@@ -321,6 +314,13 @@ func (m *Manager) entryOf(id string, fallback policy.App) policy.App {
 	return policy.App{ID: id}
 }
 
+// peerOf is app's peer, nil when it never had a process.
+func (m *Manager) peerOf(app string) *peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peers[app]
+}
+
 // Attach takes over the daemon's end of a freshly started process's hub and
 // runs its link until Detach, the app closing its end, or the app not
 // reading. The peer is created on the app's first Attach and kept after.
@@ -335,26 +335,28 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 		return
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		conn.Close()
 		return
 	}
 	p := m.peers[app.ID]
 	if p == nil {
-		p = &peer{}
+		p = newPeer(m, app.ID)
 		m.peers[app.ID] = p
 	}
-	old := p.link
-	if old != nil {
-		old.shut("replaced by a new process")
-	}
+	old := p.cur.Load()
+	l := newLink(m, p, conn, old)
+	p.cur.Store(l)
 	// The manifest's grants, not those of the entry the process's start
 	// read: a reload may have narrowed them since.
-	p.app = m.entryOf(app.ID, app)
-	l := newLink(m, p, conn, old)
-	p.link = l
-	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", m.serviceGranted(p.app)))
+	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
+	p.status.Store(&control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
+	p.post(func() { p.attached(l, entry, dev) })
+	m.mu.Unlock()
+	if old != nil {
+		old.shut("replaced by a new process") // off m.mu: it closes a socket
+	}
 	go l.readLoop()
 	go l.writeLoop()
 }
@@ -362,21 +364,13 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 // Detach ends the app's link because its process ended. It returns once
 // the link is shut, without waiting for its teardown (open requests
 // failed, contexts closed and the kernel told, a pending consent prompt
-// withdrawn), which its reader finishes on its own. The peer stays.
+// withdrawn), which its peer finishes on its own. The peer stays.
 func (m *Manager) Detach(appID string) {
-	m.mu.Lock()
-	l := m.currentLink(appID)
-	m.mu.Unlock()
-	if l != nil {
-		l.shut("process exited")
+	if p := m.peerOf(appID); p != nil {
+		if l := p.cur.Load(); l != nil {
+			l.shut("process exited")
+		}
 	}
-}
-
-func (m *Manager) currentLink(appID string) *link {
-	if p := m.peers[appID]; p != nil {
-		return p.link
-	}
-	return nil
 }
 
 // Close ends every link and pending approval (outstanding calls get
@@ -385,29 +379,32 @@ func (m *Manager) currentLink(appID string) *link {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
-	var links []*link
+	peers := make([]*peer, 0, len(m.peers))
 	for _, p := range m.peers {
-		if p.link != nil {
-			links = append(links, p.link)
-		}
+		peers = append(peers, p)
 	}
 	m.mu.Unlock()
-	for _, l := range links {
-		l.shut("daemon stopping")
+	var links []*link
+	for _, p := range peers {
+		if l := p.cur.Load(); l != nil {
+			l.shut("daemon stopping")
+			links = append(links, l)
+		}
 	}
 	for _, l := range links {
 		<-l.done
 	}
-	m.mu.Lock()
-	for id, a := range m.approvals {
-		if a.timer != nil {
-			a.timer.Stop()
-		}
-		delete(m.approvals, id)
+	// The turns the teardowns recorded are written (their jobs ask their
+	// peers, which still run), then the peers end.
+	for _, p := range peers {
+		p.jobs.close()
 	}
-	m.mu.Unlock()
+	for _, p := range peers {
+		p.call(p.stopTimers)
+		p.in.close()
+	}
+	m.feed.in.close()
 	m.audit.close()
-	m.jobs.close() // the turns the teardowns recorded are written
 }
 
 // Send writes a pass-through frame (control op app.send) to the app. The
@@ -428,9 +425,10 @@ func (m *Manager) Send(appID string, frame json.RawMessage) error {
 		return fmt.Errorf("app.send to %s: %w: frame over %d bytes", appID, ErrInvalid, MaxFrame)
 	}
 	buf.WriteByte('\n')
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.currentLink(appID)
+	var l *link
+	if p := m.peerOf(appID); p != nil {
+		l = p.cur.Load()
+	}
 	if l == nil {
 		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
 	}
@@ -440,19 +438,15 @@ func (m *Manager) Send(appID string, frame json.RawMessage) error {
 	return nil
 }
 
-// LinkStatus reports an app's link for status.
-func (m *Manager) LinkStatus(appID string) LinkStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.currentLink(appID)
-	if l == nil || !m.serviceGranted(l.p.app) {
-		// A process without agent.octos has a hub (its pass-through
-		// frames flow) but no peer link: no request of it is served.
-		return LinkStatus{}
+// LinkStatus reports an app's link for status: what its peer published
+// last, so that status never waits on an app.
+func (m *Manager) LinkStatus(appID string) control.LinkStatus {
+	if p := m.peerOf(appID); p != nil {
+		return *p.status.Load()
 	}
-	return LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
+	return control.LinkStatus{}
 }
 
-func (m *Manager) serviceGranted(app policy.App) bool {
-	return m.devMode || slices.Contains(app.Grants.Services, policy.ServiceAgent)
-}
+// HasLink reports whether app has a peer link: a process on its hub and
+// the agent.octos grant (or developer_mode).
+func (m *Manager) HasLink(app string) bool { return m.LinkStatus(app).Connected }

@@ -17,7 +17,7 @@ const ReasonGrantRevoked = "grant_revoked"
 // narrow applies a reloaded entry's grants (p.app, already set) to what
 // the app's live link holds, which the grants it had (old, with the
 // developer mode oldDev) let it make: a reload applies to the running
-// process at once, not from its next start. m.mu is held.
+// process at once, not from its next start.
 //
 //   - Requests are checked against the grants when they arrive; those
 //     still waiting to be served (for the consent prompt) are checked
@@ -30,13 +30,13 @@ const ReasonGrantRevoked = "grant_revoked"
 //     turns and tool calls.
 //   - A tool call whose tool is no longer granted ends, the app told
 //     (tool_cancel) if it was sent it.
-func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
+func (p *peer) narrow(old policy.App, oldDev bool) {
 	l := p.link
 	if l == nil || l.isShut() {
 		return
 	}
 	app := p.app
-	service := m.serviceGranted(app)
+	service := p.serviceGranted(app)
 	lost := (oldDev || slices.Contains(old.Grants.Services, policy.ServiceAgent)) && !service
 	var revoked []string
 	for _, a := range old.Sandbox.Accounts {
@@ -55,8 +55,8 @@ func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
 	kept := p.waiting[:0]
 	for _, r := range p.waiting {
 		if r.state == reqWaitingConsent && r.link == l {
-			if e := m.granted(app, r.method); e != nil {
-				m.finish(r, e)
+			if e := p.granted(app, r.method); e != nil {
+				p.finish(r, e)
 				continue
 			}
 		}
@@ -66,7 +66,7 @@ func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
 	p.waiting = kept
 	if a := p.ask; lost && a != nil && a.link == l && !a.deciding {
 		// Nothing to consent to any more (its requests failed above).
-		m.settle(a, ApprovalCancelled)
+		p.settle(a, ApprovalCancelled)
 	}
 
 	// Contexts: all of them without the service, else those of a revoked
@@ -79,33 +79,32 @@ func (m *Manager) narrow(p *peer, old policy.App, oldDev bool) {
 	}
 	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
 	for _, c := range closing {
-		m.closeContext(c, ReasonGrantRevoked, true)
+		p.closeContext(c, ReasonGrantRevoked, true)
 	}
 
 	// Tool calls of a revoked tool, in the contexts left.
 	var ending []*call
 	for _, c := range l.calls {
-		if slices.Contains(tools, c.name) {
+		if c.placed && slices.Contains(tools, c.name) { // place checks the others
 			ending = append(ending, c)
 		}
 	}
 	slices.SortFunc(ending, func(a, b *call) int { return strings.Compare(a.id, b.id) })
 	for _, c := range ending {
-		m.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+l.appID+" (the manifest was reloaded)"), ReasonGrantRevoked)
+		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+l.appID+" (the manifest was reloaded)"), ReasonGrantRevoked)
 	}
 
 	if lost || len(revoked) > 0 || len(tools) > 0 || len(closing) > 0 {
-		m.log.Info("grants narrowed on a live link", zap.String("app", l.appID), zap.Bool("service_revoked", lost),
+		p.m.log.Info("grants narrowed on a live link", zap.String("app", l.appID), zap.Bool("service_revoked", lost),
 			zap.Strings("accounts_revoked", revoked), zap.Strings("tools_revoked", tools),
 			zap.Int("contexts_closed", len(closing)), zap.Int("calls_ended", len(ending)))
 	}
 }
 
 // granted is the refusal of a request for method under app's grants, nil
-// when they allow it: checks (2) and (4) of docs/protocol.md. m.mu is
-// held.
-func (m *Manager) granted(app policy.App, method string) *Error {
-	if !m.serviceGranted(app) {
+// when they allow it: checks (2) and (4) of docs/protocol.md.
+func (p *peer) granted(app policy.App, method string) *Error {
+	if !p.serviceGranted(app) {
 		return noService(app)
 	}
 	if !slices.Contains(app.Grants.Methods, method) {
@@ -125,10 +124,10 @@ func noMethod(app policy.App, method string) *Error {
 
 // stillGranted is the refusal of a request whose store work is done, when
 // a reload meanwhile took away its method, its service or the account of
-// the session it opens; nil when it may be answered. m.mu is held.
-func (m *Manager) stillGranted(r *request, account string) *Error {
-	app := r.link.p.app
-	if e := m.granted(app, r.method); e != nil {
+// the session it opens; nil when it may be answered.
+func (p *peer) stillGranted(r *request, account string) *Error {
+	app := p.app
+	if e := p.granted(app, r.method); e != nil {
 		return e
 	}
 	if r.method == policy.MethodSessionOpen && account != "" && !slices.Contains(app.Sandbox.Accounts, account) {

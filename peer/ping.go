@@ -3,26 +3,41 @@ package peer
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
-// Ping returns nil once the Manager's lock, which every link, the kernel
-// and every approval take for each step, was had within ctx: the
-// daemon's watchdog pings systemd only then. It takes the lock by tries,
-// not by waiting on it, so that a wedged Manager leaves no goroutine
-// behind.
+// Ping is a bounded round trip through the peer side, for the daemon's
+// watchdog: every app's peer and the feed each run a function of Ping's
+// before ctx is done. It reports the first that did not, by name.
 func (m *Manager) Ping(ctx context.Context) error {
-	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		if m.mu.TryLock() {
-			m.mu.Unlock()
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("the peer links' lock was not free within the watchdog's bound: a link, the kernel or an approval is stuck holding it")
+	m.mu.Lock()
+	peers := make([]*peer, 0, len(m.peers))
+	for _, p := range m.peers {
+		peers = append(peers, p)
+	}
+	m.mu.Unlock()
+	// Posted all at once, so that the bound is for the slowest, not the
+	// sum.
+	type pong struct {
+		name string
+		done chan struct{}
+	}
+	pongs := make([]pong, 0, len(peers)+1)
+	ping := func(name string, s *serial) {
+		done := make(chan struct{})
+		if s.post(func() { close(done) }) {
+			pongs = append(pongs, pong{name, done})
 		}
 	}
+	for _, p := range peers {
+		ping("app "+p.id, &p.in)
+	}
+	ping("the kernel feed", &m.feed.in)
+	for _, p := range pongs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return fmt.Errorf("the peer side did not answer (%s): %w", p.name, ctx.Err())
+		}
+	}
+	return nil
 }

@@ -2,36 +2,35 @@ package peer
 
 import (
 	"context"
-	"path/filepath"
+	"errors"
+	"strings"
 	"testing"
 	"time"
-
-	"octosup/policy"
 )
 
-// TestPing: Ping answers while the Manager's lock comes free, and fails
-// within its bound while something holds it.
+// TestPing: Ping answers through every app's peer, and names the one
+// that does not answer in time.
 func TestPing(t *testing.T) {
-	store, err := policy.OpenStore(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	m := New(Config{Store: store, Events: newFakeEvents()})
-	defer m.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	h := newHarness(t, nil)
+	h.attach(notesApp("notes"))
+	h.attach(notesApp("mail"))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if err := m.Ping(ctx); err != nil {
-		t.Fatalf("Ping of an idle Manager: %v", err)
+	if err := h.m.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
 	}
-	m.mu.Lock() // a wedged link
-	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancelShort()
-	if err := m.Ping(short); err == nil {
-		t.Fatal("Ping answered while the Manager's lock was held")
+	stop := make(chan struct{})
+	stuck := make(chan struct{})
+	h.m.peerOf("mail").post(func() { close(stuck); <-stop })
+	<-stuck
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	err := h.m.Ping(short)
+	close(stop)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "app mail") {
+		t.Fatalf("ping with a wedged peer: %v", err)
 	}
-	m.mu.Unlock()
-	if err := m.Ping(ctx); err != nil {
-		t.Fatalf("Ping once the lock is free again: %v", err)
+	if err := h.m.Ping(ctx); err != nil {
+		t.Fatalf("ping after: %v", err)
 	}
 }

@@ -234,9 +234,8 @@ func TestHistoryReadsOnlyWhatFits(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	h.grant(a)
 	ctx := a.open(map[string]any{"title": "huge"})
-	h.m.mu.Lock()
-	session := h.m.contexts[ctx].session.ID
-	h.m.mu.Unlock()
+	var session uint64
+	h.m.inspect("notes", func(p *peer) { session = p.contexts[ctx].session.ID })
 	const turns = 64
 	input := json.RawMessage(`"` + strings.Repeat("a", MaxFrame-4096) + `"`)
 	for i := range turns {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,7 +23,7 @@ import (
 //	streaming      -> done
 //
 // Session methods are answered by the daemon once its store did their
-// I/O (atStore), off the Manager's lock.
+// I/O (atStore), on the app's store serial.
 type reqState int
 
 const (
@@ -142,7 +143,7 @@ func (c *appContext) useTurn(id string, max int) {
 	}
 }
 
-func (m *Manager) reply(l *link, reqID string, data any) {
+func (p *peer) reply(l *link, reqID string, data any) {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		l.sendFrame(&Reply{ReqID: reqID, Error: errorf(CodeInternal, "encode reply: %v", err)})
@@ -151,64 +152,91 @@ func (m *Manager) reply(l *link, reqID string, data any) {
 	l.sendFrame(&Reply{ReqID: reqID, OK: true, Data: raw})
 }
 
-func (m *Manager) fail(l *link, reqID string, e *Error) {
+func (p *peer) fail(l *link, reqID string, e *Error) {
 	l.sendFrame(&Reply{ReqID: reqID, Error: e})
+}
+
+// onRequestLine handles a request frame the link's reader handed over,
+// with one of the link's tokens (slots), which the request keeps while it
+// is open.
+func (p *peer) onRequestLine(l *link, f *Request) {
+	l.spare = true
+	p.onRequest(l, f)
+	if l.spare {
+		l.spare = false
+		<-l.slots
+	}
 }
 
 // onRequest takes one request frame from the app's link: every request
 // gets exactly one reply (or, for a req_id still open, a duplicate error
-// frame that is not a reply). It returns false, having done nothing, when
-// the request needs the app's consent and the decision is not cached:
-// the caller reads it (loadConsent, off m.mu) and calls again, with the
-// read's error if it failed.
-func (m *Manager) onRequest(l *link, f *Request, consentErr error) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := l.p
+// frame that is not a reply). A request that needs the app's consent
+// while the decision is not cached waits, with the lines after it, for
+// the store to read it (readConsent).
+func (p *peer) onRequest(l *link, f *Request) {
 	if p.link != l || l.isShut() {
-		return true
+		return
+	}
+	if p.consentReading {
+		p.park(l, f)
+		return
 	}
 	if _, open := l.requests[f.ReqID]; open {
 		l.sendFrame(&ErrorFrame{Code: CodeDuplicate, ReqID: f.ReqID,
 			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
-		return true
+		return
 	}
-	if !m.serviceGranted(p.app) {
-		m.fail(l, f.ReqID, noService(p.app))
-		return true
-	}
-	if !slices.Contains(policy.KnownMethods(), f.Method) {
-		m.fail(l, f.ReqID, errorf(CodeUnknownMethod, "no method %q (known: %v)", f.Method, policy.KnownMethods()))
-		return true
-	}
-	if !slices.Contains(p.app.Grants.Methods, f.Method) {
-		m.fail(l, f.ReqID, noMethod(p.app, f.Method))
-		return true
+	if e := p.check(f.Method); e != nil {
+		p.fail(l, f.ReqID, e)
+		return
 	}
 	args, err := decodeArgs(f.Method, f.Args)
 	if err != nil {
-		m.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
-		return true
+		p.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
+		return
 	}
-	if !p.consent.loaded && consentErr == nil {
-		return false
+	if !p.consent.loaded && p.consentErr == nil {
+		p.park(l, f)
+		p.readConsent()
+		return
 	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
 	switch d := p.consent.decision; {
 	case !p.consent.loaded:
-		m.log.Error("read consent", zap.String("app", p.app.ID), zap.Error(consentErr))
-		m.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
+		p.m.log.Error("read consent", zap.String("app", p.id), zap.Error(p.consentErr))
+		p.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
 	case d == policy.Deny:
-		m.fail(l, f.ReqID, consentDenied(p.app.ID))
+		p.fail(l, f.ReqID, consentDenied(p.id))
 	case d == policy.Allow:
-		m.dispatch(r)
+		p.dispatch(r)
 	default:
 		r.move(reqWaitingConsent)
 		l.open(r)
 		p.waiting = append(p.waiting, r)
-		m.askConsent(p, r)
+		p.askConsent(r)
 	}
-	return true
+}
+
+// check is the refusal of a request for method under the app's grants
+// (docs/protocol.md, checks 1 to 4), nil when it may go on.
+func (p *peer) check(method string) *Error {
+	if !p.serviceGranted(p.app) {
+		return noService(p.app)
+	}
+	if !slices.Contains(policy.KnownMethods(), method) {
+		return errorf(CodeUnknownMethod, "no method %q (known: %v)", method, policy.KnownMethods())
+	}
+	if !slices.Contains(p.app.Grants.Methods, method) {
+		return noMethod(p.app, method)
+	}
+	return nil
+}
+
+// park keeps a request, with its token, until the consent decision is
+// read: it and the lines after it are handled then, in order.
+func (p *peer) park(l *link, f *Request) {
+	l.spare = false // the token waits with it
+	p.parked = append(p.parked, func() { p.onRequestLine(l, f) })
 }
 
 func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {
@@ -236,83 +264,84 @@ func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {
 	return a, o.done()
 }
 
-// dispatch runs a request whose app has consent. m.mu is held.
-func (m *Manager) dispatch(r *request) {
+// dispatch runs a request whose app has consent.
+func (p *peer) dispatch(r *request) {
 	l := r.link
 	if r.method != policy.MethodSessionOpen {
-		c := m.contexts[r.args.ContextID]
-		if c == nil || c.link != l {
+		c := l.contexts[r.args.ContextID]
+		if c == nil {
 			// Another app's, a closed or a made-up id: one answer for all,
 			// so an app learns nothing about contexts it does not own.
-			m.finish(r, errorf(CodeUnknownContext, "no context %q on this link", r.args.ContextID))
+			p.finish(r, errorf(CodeUnknownContext, "no context %q on this link", r.args.ContextID))
 			return
 		}
 		r.ctx = c
 	}
 	switch r.method {
 	case policy.MethodSessionOpen:
-		m.openSession(r)
+		p.openSession(r)
 	case policy.MethodSessionHistory:
-		m.history(r)
+		p.history(r)
 	case policy.MethodContextClose:
-		m.closeContext(r.ctx, "closed_by_app", true)
-		m.finishOK(r, struct{}{})
+		p.closeContext(r.ctx, "closed_by_app", true)
+		p.finishOK(r, struct{}{})
 	case policy.MethodTurnStart, policy.MethodTurnInterrupt:
-		m.toKernel(r)
+		p.toKernel(r)
 	}
 }
 
 // finish answers a request with an error and retires it.
-func (m *Manager) finish(r *request, e *Error) {
+func (p *peer) finish(r *request, e *Error) {
 	if r.state != reqDone {
 		r.move(reqDone)
 	}
-	m.fail(r.link, r.id, e)
+	p.fail(r.link, r.id, e)
 }
 
-func (m *Manager) finishOK(r *request, data any) {
+func (p *peer) finishOK(r *request, data any) {
 	if r.state != reqDone {
 		r.move(reqDone)
 	}
-	m.reply(r.link, r.id, data)
+	p.reply(r.link, r.id, data)
 }
 
-// atStore queues a request's store I/O: io runs off m.mu, then done
-// with m.mu held, unless the request ended meanwhile (its context closed,
-// its process died). m.mu is held.
-func (m *Manager) atStore(r *request, io func(), done func()) {
+// atStore queues a request's store I/O: io runs on the app's store
+// serial, then done on the peer's, unless the request ended meanwhile
+// (its context closed, its process died). The store serial waits for
+// done: the next job sees what this one made (a context).
+func (p *peer) atStore(r *request, io func(), done func()) {
 	r.move(reqAtStore)
 	r.link.open(r)
 	if r.ctx != nil {
 		r.ctx.requests[r.id] = r
 	}
-	queued := m.jobs.do(func() {
+	queued := p.store(func() {
 		io()
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if r.state == reqAtStore {
-			done()
-		}
+		p.call(func() {
+			if r.state == reqAtStore {
+				done()
+			}
+		})
 	})
 	if !queued {
-		m.finish(r, errorf(CodeInternal, "the daemon is stopping"))
+		p.finish(r, errorf(CodeInternal, "the daemon is stopping"))
 	}
 }
 
-func (m *Manager) history(r *request) {
+func (p *peer) history(r *request) {
 	var data json.RawMessage
 	var err error
 	sessionID := r.ctx.session.ID
-	m.atStore(r, func() {
-		data, err = m.historyData(r.id, sessionID)
+	p.atStore(r, func() {
+		data, err = p.m.historyData(r.id, sessionID)
 	}, func() {
-		if e := m.stillGranted(r, ""); e != nil {
-			m.finish(r, e)
+		if e := p.stillGranted(r, ""); e != nil {
+			p.finish(r, e)
 			return
 		}
 		if err != nil {
-			m.log.Error("read history", zap.String("app", r.link.appID), zap.Error(err))
-			m.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
+			p.m.log.Error("read history", zap.String("app", p.id), zap.Error(err))
+			p.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
 			return
 		}
 		r.move(reqDone)
@@ -364,17 +393,15 @@ func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, er
 	return buf.Bytes(), nil
 }
 
-// busySessions reports the sessions of app that have a live context:
+// busySessions reports the sessions of the app that have a live context:
 // the store never evicts those. It is a snapshot, taken by a store job
-// just before its I/O: contexts are only made by store jobs (which run
-// one at a time), so none appears on an evictable session meanwhile.
-// m.mu is held.
-func (m *Manager) busySessions(app string) policy.Busy {
+// just before its I/O (busy): contexts are only made by store jobs, which
+// run one at a time and end once the peer took their result, so none
+// appears on an evictable session meanwhile.
+func (p *peer) busySessions() policy.Busy {
 	busy := map[uint64]struct{}{}
-	for _, c := range m.contexts {
-		if c.link.appID == app {
-			busy[c.session.ID] = struct{}{}
-		}
+	for _, c := range p.contexts {
+		busy[c.session.ID] = struct{}{}
 	}
 	return func(id uint64) bool {
 		_, ok := busy[id]
@@ -382,33 +409,44 @@ func (m *Manager) busySessions(app string) policy.Busy {
 	}
 }
 
-func (m *Manager) openSession(r *request) {
+// busy is busySessions for a store job, asked of the peer; false when the
+// Manager is closed.
+func (p *peer) busy() (policy.Busy, bool) {
+	var b policy.Busy
+	ok := p.call(func() { b = p.busySessions() })
+	return b, ok
+}
+
+func (p *peer) openSession(r *request) {
 	l := r.link
-	accounts := l.p.app.Sandbox.Accounts
+	accounts := p.app.Sandbox.Accounts
 	account := r.args.Account
 	switch {
 	case account == "" && len(accounts) > 0:
 		account = accounts[0]
 	case account != "" && !slices.Contains(accounts, account):
-		m.finish(r, errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, l.appID))
+		p.finish(r, errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, p.id))
 		return
 	}
-	if n := len(l.contexts) + l.opening; n >= m.cfg.MaxContexts {
-		m.finish(r, errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
-			l.appID, n, policy.MethodContextClose))
+	if n := len(l.contexts) + l.opening; n >= p.m.cfg.MaxContexts {
+		p.finish(r, errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
+			p.id, n, policy.MethodContextClose))
 		return
 	}
 	l.opening++
 	var s policy.Session
 	var err error
-	app, title, now := l.appID, r.args.Title, m.cfg.Now()
-	m.atStore(r, func() {
-		m.mu.Lock()
-		busy := m.busySessions(app)
-		m.mu.Unlock()
-		s, err = m.store.OpenSession(app, account, title, now, m.limits, busy)
+	m := p.m
+	title, now := r.args.Title, m.cfg.Now()
+	p.atStore(r, func() {
+		busy, ok := p.busy()
+		if !ok {
+			err = ErrClosed
+			return
+		}
+		s, err = m.store.OpenSession(p.id, account, title, now, m.limits, busy)
 	}, func() {
-		m.opened(r, account, s, err)
+		p.opened(r, account, s, err)
 	})
 	if r.state == reqDone { // not queued: the daemon is stopping
 		l.opening--
@@ -416,59 +454,56 @@ func (m *Manager) openSession(r *request) {
 }
 
 // opened makes the context of a session.open whose session the store
-// returned. m.mu is held.
-func (m *Manager) opened(r *request, account string, s policy.Session, err error) {
+// returned.
+func (p *peer) opened(r *request, account string, s policy.Session, err error) {
 	l := r.link
 	l.opening--
-	if e := m.stillGranted(r, account); e != nil {
+	if e := p.stillGranted(r, account); e != nil {
 		// A reload took the grant away while the store worked: the
 		// session stays recorded, but this process gets no context.
-		m.finish(r, e)
+		p.finish(r, e)
 		return
 	}
 	var le *policy.LimitError
 	if errors.As(err, &le) {
-		m.log.Info("session refused: the app is at a limit", zap.String("app", l.appID), zap.Error(err))
-		m.finish(r, errorf(CodeQuotaExceeded, "%s", le.Error()))
+		p.m.log.Info("session refused: the app is at a limit", zap.String("app", p.id), zap.Error(err))
+		p.finish(r, errorf(CodeQuotaExceeded, "%s", le.Error()))
 		return
 	}
 	if err != nil {
-		m.log.Error("open session", zap.String("app", l.appID), zap.Error(err))
-		m.finish(r, errorf(CodeInternal, "the daemon could not record the session"))
+		p.m.log.Error("open session", zap.String("app", p.id), zap.Error(err))
+		p.finish(r, errorf(CodeInternal, "the daemon could not record the session"))
 		return
 	}
-	m.nextHandle++
 	c := &appContext{
-		id:       fmt.Sprintf("%s-%d", m.cfg.Nonce, m.nextHandle),
+		id:       fmt.Sprintf("%s-%d", p.m.cfg.Nonce, p.m.nextHandle.Add(1)),
 		link:     l,
 		account:  account,
-		client:   l.appID,
+		client:   p.id,
 		session:  s,
 		requests: map[string]*request{},
 		turns:    map[string]*request{},
 		calls:    map[string]*call{},
 	}
-	m.contexts[c.id] = c
+	p.contexts[c.id] = c
 	l.contexts[c.id] = c
-	m.finishOK(r, map[string]string{"context_id": c.id})
+	p.finishOK(r, map[string]string{"context_id": c.id})
 }
 
 // closeContext ends a context: its tool calls are cancelled (tool_cancel
 // each, when tell), its turns end (turn.end, or a cancelled reply for a
 // turn the kernel has not answered), then the app gets context_closed
 // (when tell, and its link is up) and the kernel context.closed.
-func (m *Manager) closeContext(c *appContext, reason string, tell bool) {
-	m.endContextCalls(c, reason, tell)
+func (p *peer) closeContext(c *appContext, reason string, tell bool) {
+	p.endContextCalls(c, reason, tell)
 	for _, r := range sortedRequests(c.requests) {
-		m.endRequest(r, reason, errorf(CodeCancelled, "context %s closed (%s)", c.id, reason))
+		p.endRequest(r, reason, errorf(CodeCancelled, "context %s closed (%s)", c.id, reason))
 	}
-	delete(m.contexts, c.id)
+	delete(p.contexts, c.id)
 	delete(c.link.contexts, c.id)
+	p.m.feed.contextClosed(p.id, c.id, reason)
 	if tell {
 		c.link.sendFrame(&ContextClosed{ContextID: c.id, Reason: reason})
-	}
-	if m.kernel != nil {
-		m.kernel.k.ContextClosed(c.link.appID, c.id, reason)
 	}
 }
 
@@ -479,14 +514,6 @@ func sortedRequests(rs map[string]*request) []*request {
 	for _, r := range rs {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *request) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *request) int { return strings.Compare(a.id, b.id) })
 	return out
 }

@@ -5,27 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
+	"octosup/control"
 	"octosup/policy"
-)
-
-// Risk levels of a tool call. A missing or unknown risk counts as
-// RiskDestructive; only RiskRead calls are treated as having no effect.
-const (
-	RiskRead        = "read"
-	RiskWrite       = "write"
-	RiskDestructive = "destructive"
-)
-
-// Confirmation modes of a tool call.
-const (
-	ConfirmNone = "none" // acknowledged when written to the app
-	ConfirmHost = "host" // acknowledged at once; a rule or the person decides before the app sees it
-	ConfirmApp  = "app"  // the app asks its person; its awaiting_confirmation acknowledges
 )
 
 // CodeDeclined is the error code of a tool call's outcome when a standing
@@ -47,20 +30,6 @@ const (
 	// maxArgsSummary bounds the args shown on a host confirmation sheet.
 	maxArgsSummary = 256
 )
-
-// KernelToolCall is a call the agent makes into an app (the "call" of op
-// tool.call). The account, client and context's owner come from the
-// daemon's own records of ContextID, never from here.
-type KernelToolCall struct {
-	CallID    string          `json:"call_id"`
-	Name      string          `json:"name"`
-	Args      json.RawMessage `json:"args,omitempty"`
-	Risk      string          `json:"risk,omitempty"`
-	Confirm   string          `json:"confirm,omitempty"` // none (or ""), host, app
-	TimeoutMS int64           `json:"timeout_ms"`
-	ContextID string          `json:"context_id"`
-	Caller    string          `json:"caller,omitempty"`
-}
 
 // Outcome is how a call ended.
 type Outcome int
@@ -97,8 +66,9 @@ type Result struct {
 
 // ToolRelay receives the life of the calls handed to ToolCall: exactly one
 // Acknowledged, then exactly one Finished, per accepted call. Its methods
-// are called with the Manager's lock held, in the order things happened:
-// they must return promptly and must not call the Manager.
+// are called from the Manager's feed (feed.go), one at a time, in the
+// order things happened, with no lock of the package held: they must
+// return promptly and must not wait on the Manager.
 type ToolRelay interface {
 	// Acknowledged: the call is in hand. confirm none: written to the
 	// app; host: accepted, before any sheet; app: the app reported
@@ -127,51 +97,10 @@ type relayNote struct {
 // to r first, in order. An attached kernel that implements ToolRelay is
 // the relay while it is attached; SetToolRelay replaces it.
 func (m *Manager) SetToolRelay(r ToolRelay) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.relayOwner = nil
-	m.installRelay(r)
-}
-
-// installRelay sets the relay and drains the queue into it. m.mu is held.
-func (m *Manager) installRelay(r ToolRelay) {
-	m.relay = r
-	if r == nil {
-		return
-	}
-	q := m.relayQ
-	m.relayQ = nil
-	for _, n := range q {
-		m.deliverNote(n)
-	}
-	if m.relayDropped > 0 {
-		m.log.Error("tool outcomes were lost while no relay was installed", zap.Int("dropped", m.relayDropped))
-		m.relayDropped = 0
-	}
-}
-
-func (m *Manager) deliverNote(n relayNote) {
-	if n.finished {
-		m.relay.Finished(n.app, n.callID, n.r)
-	} else {
-		m.relay.Acknowledged(n.app, n.callID)
-	}
-}
-
-// note hands a callback to the relay or queues it. The queue is bounded:
-// past RelayQueue the oldest note is dropped and counted (logged when a
-// relay comes), so a daemon without a kernel cannot grow without bound.
-// m.mu is held.
-func (m *Manager) note(n relayNote) {
-	if m.relay != nil {
-		m.deliverNote(n)
-		return
-	}
-	if len(m.relayQ) >= m.cfg.RelayQueue {
-		m.relayQ = slices.Delete(m.relayQ, 0, 1)
-		m.relayDropped++
-	}
-	m.relayQ = append(m.relayQ, n)
+	m.feed.in.call(func() {
+		m.feed.relayOwner = nil
+		m.feed.install(r)
+	})
 }
 
 // ToolCall hands a call to app (the relay seam). It returns nil once the
@@ -179,38 +108,60 @@ func (m *Manager) note(n relayNote) {
 // Acknowledged and one Finished for it, possibly before ToolCall returns.
 // A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
 // ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
-func (m *Manager) ToolCall(app string, kc KernelToolCall) error {
-	place, err := m.AcceptToolCall(app, kc)
+func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
+	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
 	}
-	place()
-	return nil
+	err = ErrClosed
+	p.call(func() {
+		var c *call
+		if c, err = p.acceptCall(kc, args, confirm); err == nil {
+			p.place(c) // nothing answers in between: placed in the same step
+		}
+	})
+	return err
+}
+
+// callee is the peer a call goes to, and what checkCall made of it.
+func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessage, string, error) {
+	m.mu.Lock()
+	closed, p := m.closed, m.peers[app]
+	m.mu.Unlock()
+	if closed {
+		return nil, nil, "", ErrClosed
+	}
+	args, confirm, err := m.checkCall(kc)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if p == nil {
+		return nil, nil, "", ErrNotConnected
+	}
+	return p, args, confirm, nil
 }
 
 // AcceptToolCall is ToolCall in two steps: it accepts (or refuses) the
 // call, and place sends it on its way (acknowledgement, rules, sheet,
-// delivery). The control socket answers "accepted" between the two, so
-// that the kernel hears of the acceptance before any event of the call.
-// The call's deadline runs from acceptance; place must be called once.
-// A refusal does not repeat the app and call id: the caller knows them.
-func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, err := m.acceptCall(app, kc)
+// delivery). The control socket answers "accepted" and calls place in the
+// one step that queues the answer, so that the kernel hears of the
+// acceptance before any event of the call: an accepted call has none
+// until it is placed. place only posts to the app's peer: it never blocks
+// and takes no lock but the peer's queue's. It must be called once; the
+// call's deadline runs from acceptance. A refusal does not repeat the app
+// and call id: the caller knows them.
+func (m *Manager) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
+	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return nil, err
 	}
-	return func() {
-		var rule ruleRead
-		if c.confirm == ConfirmHost {
-			rule = m.readRule(c) // returns with m.mu held
-		} else {
-			m.mu.Lock()
-		}
-		defer m.mu.Unlock()
-		m.place(c, rule)
-	}, nil
+	var c *call
+	err = ErrClosed
+	p.call(func() { c, err = p.acceptCall(kc, args, confirm) })
+	if err != nil {
+		return nil, err
+	}
+	return func() { p.post(func() { p.place(c) }) }, nil
 }
 
 // ToolCancel withdraws an outstanding call: the app gets tool_cancel if it
@@ -218,17 +169,27 @@ func (m *Manager) AcceptToolCall(app string, kc KernelToolCall) (place func(), e
 // the app may have acted on it, else Error{cancelled}). A call that is not
 // outstanding (finished, never made) is ErrUnknownCall.
 func (m *Manager) ToolCancel(app, callID string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.currentLink(app)
+	err := ErrUnknownCall
+	if p := m.peerOf(app); p != nil {
+		p.call(func() { err = p.cancelCall(callID) })
+		m.feed.sync()
+	}
+	return err
+}
+
+func (p *peer) cancelCall(callID string) error {
 	var c *call
-	if l != nil {
-		c = l.calls[callID]
+	if p.link != nil {
+		c = p.link.calls[callID]
 	}
-	if c == nil {
+	switch {
+	case c == nil:
 		return ErrUnknownCall
+	case !c.placed:
+		c.cancelled = true // its place ends it
+	default:
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "cancelled")
 	}
-	m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "cancelled")
 	return nil
 }
 
@@ -236,13 +197,19 @@ func (m *Manager) ToolCancel(app, callID string) error {
 // contexts. Another app's, a closed or a made-up id are ErrUnknownContext
 // alike.
 func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := m.contexts[contextID]
-	if c == nil || c.link != m.currentLink(app) {
-		return ContextOwner{}, fmt.Errorf("context %s of %s: %w", contextID, app, ErrUnknownContext)
+	var o ContextOwner
+	err := fmt.Errorf("context %s of %s: %w", contextID, app, ErrUnknownContext)
+	if p := m.peerOf(app); p != nil {
+		p.call(func() {
+			if p.link == nil {
+				return
+			}
+			if c := p.link.contexts[contextID]; c != nil {
+				o, err = ContextOwner{Account: c.account, Client: c.client}, nil
+			}
+		})
 	}
-	return ContextOwner{Account: c.account, Client: c.client}, nil
+	return o, err
 }
 
 // ContextInfo is one open context of an app (op context.list).
@@ -255,25 +222,19 @@ type ContextInfo struct {
 // Contexts lists app's open contexts, by id: what a kernel may name in a
 // tool call (octosupctl call picks one).
 func (m *Manager) Contexts(app string) []ContextInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := []ContextInfo{}
-	if l := m.currentLink(app); l != nil {
-		for _, c := range l.contexts {
-			out = append(out, ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
-		}
+	if p := m.peerOf(app); p != nil {
+		p.call(func() {
+			if p.link == nil {
+				return
+			}
+			for _, c := range p.link.contexts {
+				out = append(out, ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
+			}
+		})
 	}
 	slices.SortFunc(out, func(a, b ContextInfo) int { return strings.Compare(a.ContextID, b.ContextID) })
 	return out
-}
-
-// HasLink reports whether app has a peer link: a process on its hub and
-// the agent.octos grant (or developer_mode).
-func (m *Manager) HasLink(app string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.currentLink(app)
-	return l != nil && m.serviceGranted(l.p.app)
 }
 
 // CloseAccount signs app out of account: each of its contexts with that
@@ -281,21 +242,27 @@ func (m *Manager) HasLink(app string) bool {
 // context_closed; the kernel gets context.closed). It returns how many
 // contexts closed; an app without a process has none.
 func (m *Manager) CloseAccount(app, account string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.currentLink(app)
-	if l == nil {
+	n := 0
+	if p := m.peerOf(app); p != nil {
+		p.call(func() { n = p.closeAccount(account) })
+		m.feed.sync()
+	}
+	return n
+}
+
+func (p *peer) closeAccount(account string) int {
+	if p.link == nil {
 		return 0
 	}
 	var closing []*appContext
-	for _, c := range l.contexts {
+	for _, c := range p.link.contexts {
 		if c.account == account {
 			closing = append(closing, c)
 		}
 	}
 	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
 	for _, c := range closing {
-		m.closeContext(c, "account_closed", true)
+		p.closeContext(c, "account_closed", true)
 	}
 	return len(closing)
 }
@@ -309,8 +276,16 @@ func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rule
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 	rules, err := m.store.RevokeRules(app, tool)
 	m.mu.Lock()
-	m.rulesGen++ // a call placing now reads the rules again
+	var peers []*peer
+	for id, p := range m.peers {
+		if app == "" || id == app {
+			peers = append(peers, p)
+		}
+	}
 	m.mu.Unlock()
+	for _, p := range peers {
+		p.call(func() { p.rulesGen++ }) // a rule read under way is read again
+	}
 	return rules, err
 }
 
@@ -321,88 +296,4 @@ func (m *Manager) Audit(app string, limit int) ([]policy.AuditEntry, error) {
 		return nil, err
 	}
 	return m.store.Audit(app, limit)
-}
-
-// RecordingToolRelay is the test double of ToolRelay: it records every
-// callback in order. The zero value is ready; it is safe for concurrent
-// use.
-type RecordingToolRelay struct {
-	mu      sync.Mutex
-	events  []RelayEvent
-	changed chan struct{} // closed and replaced at each record
-}
-
-// RelayEvent is one recorded callback: Finished is nil for Acknowledged.
-type RelayEvent struct {
-	App      string
-	CallID   string
-	Finished *Result
-}
-
-// String is "ack APP CALL" or "fin APP CALL OUTCOME [CODE] [DATA]", the
-// form the tests compare.
-func (e RelayEvent) String() string {
-	if e.Finished == nil {
-		return "ack " + e.App + " " + e.CallID
-	}
-	s := "fin " + e.App + " " + e.CallID + " " + e.Finished.Outcome.String()
-	if e.Finished.Error != nil {
-		s += " " + e.Finished.Error.Code
-	}
-	if e.Finished.Outcome == OutcomeOK && e.Finished.Data != nil {
-		s += " " + string(e.Finished.Data)
-	}
-	return s
-}
-
-func (r *RecordingToolRelay) add(e RelayEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-	if r.changed != nil {
-		close(r.changed)
-		r.changed = nil
-	}
-}
-
-// Acknowledged records an acknowledgement.
-func (r *RecordingToolRelay) Acknowledged(app, callID string) {
-	r.add(RelayEvent{App: app, CallID: callID})
-}
-
-// Finished records an outcome.
-func (r *RecordingToolRelay) Finished(app, callID string, res Result) {
-	r.add(RelayEvent{App: app, CallID: callID, Finished: &res})
-}
-
-// Events returns what was recorded so far, in order.
-func (r *RecordingToolRelay) Events() []RelayEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events)
-}
-
-// WaitFor blocks until at least n events were recorded or timeout
-// passed, and returns what was recorded by then.
-func (r *RecordingToolRelay) WaitFor(n int, timeout time.Duration) []RelayEvent {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		if len(r.events) >= n {
-			out := slices.Clone(r.events)
-			r.mu.Unlock()
-			return out
-		}
-		if r.changed == nil {
-			r.changed = make(chan struct{})
-		}
-		changed := r.changed
-		r.mu.Unlock()
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return r.Events()
-		}
-	}
 }

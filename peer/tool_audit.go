@@ -45,8 +45,10 @@ type auditLog struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	wmu   sync.Mutex          // one batch at a time, in order
-	spare []policy.AuditEntry // guarded by wmu: the last batch's array, emptied, for the next pending
+	// writes runs one batch at a time, in order, with no lock held
+	// across the store's write.
+	writes serial
+	spare  []policy.AuditEntry // owned by writes: the last batch's array, emptied, for the next pending
 }
 
 func newAuditLog(store *policy.Store, keep int, log *zap.Logger) *auditLog {
@@ -114,8 +116,13 @@ func (a *auditLog) loop() {
 // flush writes what is pending; a failure is logged and returned (the
 // entries are lost: the trail must not hold the daemon back).
 func (a *auditLog) flush() error {
-	a.wmu.Lock()
-	defer a.wmu.Unlock()
+	var err error
+	a.writes.call(func() { err = a.write() })
+	return err
+}
+
+// write is flush on the writes serial.
+func (a *auditLog) write() error {
 	a.mu.Lock()
 	batch, dropped := a.pending, a.dropped
 	// The entries are copied into the store's transaction: the batch's

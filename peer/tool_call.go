@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/policy"
 )
 
@@ -54,19 +55,21 @@ type call struct {
 
 	state callState
 	acked bool
-	// placed is set when place runs; until then the call's relay notes
-	// (an end that came first: its deadline, its context or app gone) wait
-	// in held, so that nothing of the call reaches the kernel before the
-	// answer that accepted it, which is written between accept and place.
-	placed   bool
-	held     []relayNote
-	started  time.Time // monotonic: durations and the deadline
-	at       time.Time // Config.Now at acceptance, for the audit
-	deadline time.Time
-	timer    *time.Timer
-	approval *approval // the open host sheet, in awaitingHost
-	decision string    // audit: none, rule, sheet
-	approved policy.Decision
+	// placed is set when place runs. Until then the call is inert: it is
+	// outstanding (its id taken, counted) but in no context, and nothing
+	// ends it; place ends it if what it needs went meanwhile (cancelled:
+	// ToolCancel came first; expired: its deadline). So nothing of the
+	// call reaches the kernel before the answer that accepted it.
+	placed    bool
+	cancelled bool
+	expired   bool
+	started   time.Time // monotonic: durations and the deadline
+	at        time.Time // Config.Now at acceptance, for the audit
+	deadline  time.Time
+	timer     *time.Timer
+	approval  *approval // the open host sheet, in awaitingHost
+	decision  string    // audit: none, rule, sheet
+	approved  policy.Decision
 }
 
 // move is the one place a call changes state; an illegal move is a bug,
@@ -99,7 +102,7 @@ func (c *call) sent() bool { return c.state == callDelivered || c.state == callA
 // result: OutcomeUnknown when the app was sent it and it may have had an
 // effect (risk other than read), else Error{code}.
 func failResult(c *call, code, msg string) Result {
-	if c.sent() && c.risk != RiskRead {
+	if c.sent() && c.risk != control.RiskRead {
 		return Result{Outcome: OutcomeUnknown, Error: &Error{Code: code, Message: msg}}
 	}
 	return Result{Outcome: OutcomeError, Error: &Error{Code: code, Message: msg}}
@@ -107,41 +110,38 @@ func failResult(c *call, code, msg string) Result {
 
 func normalizeRisk(r string) string {
 	switch r {
-	case RiskRead, RiskWrite, RiskDestructive:
+	case control.RiskRead, control.RiskWrite, control.RiskDestructive:
 		return r
 	}
-	return RiskDestructive // fails safe: missing or unknown
+	return control.RiskDestructive // fails safe: missing or unknown
 }
 
-// acceptCall checks a call and, when it may go, records it as accepted
-// and starts its deadline. m.mu is held.
-func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
-	if m.closed {
-		return nil, ErrClosed
-	}
+// checkCall checks what a call says, whatever its app: its args
+// compacted and its confirm normalized.
+func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error) {
 	if !ValidID(kc.CallID) {
-		return nil, fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
 	}
 	if kc.Name == "" || len(kc.Name) > 128 {
-		return nil, fmt.Errorf("%w: name must be a tool name of 1 to 128 bytes", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: name must be a tool name of 1 to 128 bytes", ErrInvalid)
 	}
 	if !ValidID(kc.ContextID) {
-		return nil, fmt.Errorf("%w: context_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: context_id must be 1 to 128 printable ASCII characters", ErrInvalid)
 	}
 	if len(kc.Caller) > 256 {
-		return nil, fmt.Errorf("%w: caller over 256 bytes", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: caller over 256 bytes", ErrInvalid)
 	}
 	max := m.cfg.MaxToolTimeout
 	if kc.TimeoutMS < 1 || kc.TimeoutMS > max.Milliseconds() {
-		return nil, fmt.Errorf("%w: timeout_ms must be 1 to %d (the daemon's maximum), got %d", ErrInvalid, max.Milliseconds(), kc.TimeoutMS)
+		return nil, "", fmt.Errorf("%w: timeout_ms must be 1 to %d (the daemon's maximum), got %d", ErrInvalid, max.Milliseconds(), kc.TimeoutMS)
 	}
 	confirm := kc.Confirm
 	switch confirm {
 	case "":
-		confirm = ConfirmNone
-	case ConfirmNone, ConfirmHost, ConfirmApp:
+		confirm = control.ConfirmNone
+	case control.ConfirmNone, control.ConfirmHost, control.ConfirmApp:
 	default:
-		return nil, fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, ConfirmNone, ConfirmHost, ConfirmApp, kc.Confirm)
+		return nil, "", fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, control.ConfirmNone, control.ConfirmHost, control.ConfirmApp, kc.Confirm)
 	}
 	args := kc.Args
 	if args == nil {
@@ -149,14 +149,18 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	}
 	args, err := compactFrameValue("args", args)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if args[0] != '{' {
-		return nil, fmt.Errorf("%w: args must be a JSON object", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: args must be a JSON object", ErrInvalid)
 	}
+	return args, confirm, nil
+}
 
-	p := m.peers[app]
-	l := m.currentLink(app)
+// acceptCall checks a call against the app's state and, when it may go,
+// records it as accepted (not yet placed).
+func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm string) (*call, error) {
+	l := p.link
 	if l == nil {
 		return nil, ErrNotConnected
 	}
@@ -166,112 +170,139 @@ func (m *Manager) acceptCall(app string, kc KernelToolCall) (*call, error) {
 	if _, seen := p.recentCalls[kc.CallID]; seen {
 		return nil, fmt.Errorf("%w: %q finished recently", ErrDuplicate, kc.CallID)
 	}
-	if n := len(l.calls); n >= m.cfg.MaxCalls {
-		return nil, fmt.Errorf("%w: app %s has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", ErrLimit, app, n)
+	if n := len(l.calls); n >= p.m.cfg.MaxCalls {
+		return nil, fmt.Errorf("%w: app %s has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", ErrLimit, p.id, n)
 	}
 	if !slices.Contains(p.app.Grants.Tools, kc.Name) {
-		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, app)
+		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, p.id)
 	}
-	ctx := m.contexts[kc.ContextID]
-	if ctx == nil || ctx.link != l {
+	ctx := l.contexts[kc.ContextID]
+	if ctx == nil {
 		return nil, ErrUnknownContext
 	}
 	if !slices.Contains(p.app.Sandbox.Accounts, ctx.account) {
-		return nil, fmt.Errorf("%w: account %q of context %s is not in the sandbox.accounts of app %s", ErrDeclined, ctx.account, ctx.id, app)
+		return nil, fmt.Errorf("%w: account %q of context %s is not in the sandbox.accounts of app %s", ErrDeclined, ctx.account, ctx.id, p.id)
 	}
-
 	now := time.Now()
-	timeout := time.Duration(kc.TimeoutMS) * time.Millisecond
 	c := &call{
 		link: l, ctx: ctx, id: kc.CallID, name: kc.Name, args: args,
 		risk: normalizeRisk(kc.Risk), confirm: confirm, caller: kc.Caller,
-		started: now, at: m.cfg.Now(), deadline: now.Add(timeout),
+		started: now, at: p.m.cfg.Now(), deadline: now.Add(time.Duration(kc.TimeoutMS) * time.Millisecond),
 		decision: policy.AuditDecisionNone,
 	}
+	m := p.m
 	m.liveTimers.Add(1)
 	m.timers.Add(1)
-	c.timer = time.AfterFunc(timeout, func() { m.callTimeout(c) })
+	c.timer = time.AfterFunc(c.deadline.Sub(now), func() { p.post(func() { p.callTimeout(c) }) })
 	l.calls[c.id] = c
-	ctx.calls[c.id] = c
 	return c, nil
 }
 
+// place sends an accepted call on its way, unless what it needs went
+// since its acceptance: then it ends, with its acknowledgement and
+// outcome sent now, after the answer that accepted it.
+func (p *peer) place(c *call) {
+	c.placed = true
+	l := c.link
+	switch {
+	case p.link != l || l.isShut():
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's process ended"), "")
+		return
+	case l.contexts[c.ctx.id] != c.ctx:
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed", c.ctx.id)), "")
+		return
+	case !slices.Contains(p.app.Grants.Tools, c.name):
+		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+p.id+" (the manifest was reloaded)"), "")
+		return
+	case c.cancelled:
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "")
+		return
+	case c.expired:
+		p.endCall(c, callTimedOut, failResult(c, CodeTimeout, "the call did not reach the app within its timeout"), "")
+		return
+	}
+	c.ctx.calls[c.id] = c
+	switch c.confirm {
+	case control.ConfirmHost:
+		p.ack(c)
+		p.readRule(c)
+	case control.ConfirmApp:
+		p.deliver(c) // acknowledged by the app's awaiting_confirmation
+	default:
+		// Acknowledged when written; posted first, so that the relay
+		// has it by the time the app reads the call (a write that fails
+		// ends the call, which is acknowledged just before anyway).
+		p.ack(c)
+		p.deliver(c)
+	}
+}
+
 // ruleRead is the standing rule of a host-confirmed call's app and tool,
-// as readRule found it.
+// as the store read it.
 type ruleRead struct {
 	rule  policy.Rule
 	found bool
 	err   error
 }
 
-// readRule reads the standing rule of c's app and tool off m.mu and
-// returns with m.mu held. A rule set or revoked while it read (rulesGen
-// moved) has it read again, so that the call is placed under the rules
-// in force when it is placed: an approve --remember that answers the
-// open sheets of the tool either finds this call's sheet or is found.
-func (m *Manager) readRule(c *call) ruleRead {
-	m.mu.Lock()
-	for {
-		gen := m.rulesGen
-		m.mu.Unlock()
-		r, ok, err := m.store.Rule(c.link.appID, c.name)
-		if f := m.afterRuleRead; f != nil {
+// readRule has the app's store serial read the standing rule of c's tool;
+// confirmHost decides once it is in. A rule set or revoked while it read
+// (rulesGen moved) has it read again, so that the call is decided under
+// the rules in force then: an approve --remember that answers the open
+// sheets of the tool either finds this call's sheet or is found.
+func (p *peer) readRule(c *call) {
+	gen := p.rulesGen
+	queued := p.store(func() {
+		r, ok, err := p.m.store.Rule(p.id, c.name)
+		if f := p.m.afterRuleRead; f != nil {
 			f()
 		}
-		m.mu.Lock()
-		if m.rulesGen == gen {
-			return ruleRead{rule: r, found: ok, err: err}
-		}
+		p.post(func() {
+			if p.rulesGen != gen {
+				p.readRule(c)
+				return
+			}
+			p.confirmHost(c, ruleRead{rule: r, found: ok, err: err})
+		})
+	})
+	if !queued {
+		p.confirmHost(c, ruleRead{err: ErrClosed})
 	}
 }
 
-// place sends an accepted call on its way; rule is its standing rule
-// (read by readRule when it is host-confirmed). m.mu is held.
-func (m *Manager) place(c *call, rule ruleRead) {
-	c.placed = true
-	for _, n := range c.held {
-		m.note(n)
-	}
-	c.held = nil
+// confirmHost decides a host-confirmed call by its rule, or raises its
+// sheet.
+func (p *peer) confirmHost(c *call, rule ruleRead) {
 	if c.state != callAccepted {
-		return // it ended between acceptance and placing: its notes went above
+		return // it ended while its rule was read
 	}
-	switch c.confirm {
-	case ConfirmHost:
-		m.ack(c)
-		if rule.err != nil {
-			// Fails safe: without the rules, the person decides.
-			m.log.Error("read standing rule", zap.String("app", c.link.appID), zap.String("tool", c.name), zap.Error(rule.err))
-		}
-		switch ok := rule.found && rule.err == nil; {
-		case ok && rule.rule.Decision == policy.Allow:
-			c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
-			m.deliver(c)
-		case ok:
-			c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
-			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
-				"a standing rule denies %s for app %s (`octosupctl rules revoke %s %s` asks again)", c.name, c.link.appID, c.link.appID, c.name)}, "")
-		case c.link.p.sheets >= m.cfg.MaxPendingApprovals:
-			// More sheets than a person reads: the call does not
-			// wait for one.
-			m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeQuotaExceeded,
-				"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", c.link.appID, c.link.p.sheets, c.name)}, "")
-		default:
-			c.decision = policy.AuditDecisionSheet
-			c.move(callAwaitingHost)
-			m.askHost(c)
-		}
-	case ConfirmApp:
-		m.deliver(c) // acknowledged by the app's awaiting_confirmation
+	m := p.m
+	if rule.err != nil {
+		// Fails safe: without the rules, the person decides.
+		m.log.Error("read standing rule", zap.String("app", p.id), zap.String("tool", c.name), zap.Error(rule.err))
+	}
+	switch ok := rule.found && rule.err == nil; {
+	case ok && rule.rule.Decision == policy.Allow:
+		c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
+		p.deliver(c)
+	case ok:
+		c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+			"a standing rule of app %s denies %s: revoking the rule (control op rules, action revoke) has the next call ask the person", p.id, c.name)}, "")
+	case p.sheets >= m.cfg.MaxPendingApprovals:
+		// More sheets than a person reads: the call does not wait for
+		// one.
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeQuotaExceeded,
+			"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", p.id, p.sheets, c.name)}, "")
 	default:
-		if m.deliver(c) {
-			m.ack(c)
-		}
+		c.decision = policy.AuditDecisionSheet
+		c.move(callAwaitingHost)
+		p.askHost(c)
 	}
 }
 
-// deliver writes the call to its app. m.mu is held.
-func (m *Manager) deliver(c *call) bool {
+// deliver writes the call to its app.
+func (p *peer) deliver(c *call) bool {
 	left := time.Until(c.deadline)
 	ms := int64((left + time.Millisecond - 1) / time.Millisecond)
 	if ms < 1 {
@@ -279,7 +310,7 @@ func (m *Manager) deliver(c *call) bool {
 	}
 	f := &ToolCall{
 		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
-		ConfirmRequired: c.confirm == ConfirmApp, TimeoutMS: ms,
+		ConfirmRequired: c.confirm == control.ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
 	}
 	// The only call out is written now rather than by the link's
@@ -287,43 +318,34 @@ func (m *Manager) deliver(c *call) bool {
 	// gathers them into one write.
 	err := c.link.pushFrame(f, len(c.link.calls) == 1)
 	if errors.Is(err, ErrQueueFull) {
-		m.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: errorf(CodeQueueFull, "%v", err)}, "")
+		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: errorf(CodeQueueFull, "%v", err)}, "")
 		return false
 	}
 	if err != nil {
-		m.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
 		return false
 	}
 	c.move(callDelivered)
 	return true
 }
 
-func (m *Manager) ack(c *call) {
+func (p *peer) ack(c *call) {
 	if c.acked {
 		return
 	}
 	c.acked = true
-	m.noteCall(c, relayNote{app: c.link.appID, callID: c.id})
-}
-
-// noteCall is note for c's callbacks, held until c is placed. m.mu is
-// held.
-func (m *Manager) noteCall(c *call, n relayNote) {
-	if !c.placed {
-		c.held = append(c.held, n)
-		return
-	}
-	m.note(n)
+	p.m.feed.note(relayNote{app: p.id, callID: c.id})
 }
 
 // endCall gives a call its one outcome. cancel, when not "", is the reason
 // of the tool_cancel the app gets if it was sent the call (and its hub is
-// still up). m.mu is held.
-func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
+// still up).
+func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	wasSent := c.sent()
 	if !c.move(to) {
 		return
 	}
+	m := p.m
 	if c.timer != nil {
 		if c.timer.Stop() {
 			m.liveTimers.Add(-1)
@@ -332,25 +354,22 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 		c.timer = nil
 	}
 	l := c.link
-	if cancel != "" && wasSent {
-		l.sendFrame(&ToolCancel{CallID: c.id, Reason: cancel})
-	}
 	if a := c.approval; a != nil {
 		c.approval = nil
 		state := ApprovalCancelled
 		if to == callTimedOut {
 			state = ApprovalExpired
 		}
-		m.settle(a, state)
+		p.settle(a, state)
 	}
 	delete(l.calls, c.id)
 	delete(c.ctx.calls, c.id)
-	l.p.rememberCall(c.id, m.cfg.DuplicateWindow)
+	p.rememberCall(c.id, m.cfg.DuplicateWindow)
 	// The entry is queued before the outcome is handed over: whoever
 	// sees the outcome and then asks for the audit trail finds the call
 	// in it (Audit flushes what is queued).
 	e := policy.AuditEntry{
-		App: l.appID, Tool: c.name, CallID: c.id, Risk: c.risk, Confirm: c.confirm,
+		App: p.id, Tool: c.name, CallID: c.id, Risk: c.risk, Confirm: c.confirm,
 		Decision: c.decision, Approved: string(c.approved), Outcome: r.Outcome.String(),
 		End:     to.String(), // finished, cancelled, timed_out
 		Account: c.ctx.account, ContextID: c.ctx.id, Caller: c.caller,
@@ -360,8 +379,13 @@ func (m *Manager) endCall(c *call, to callState, r Result, cancel string) {
 		e.Error = r.Error.Code
 	}
 	m.audit.add(e)
-	m.ack(c)
-	m.noteCall(c, relayNote{app: l.appID, callID: c.id, finished: true, r: r})
+	p.ack(c)
+	m.feed.note(relayNote{app: p.id, callID: c.id, finished: true, r: r})
+	// After the outcome is posted: whatever the app reads, the relay has
+	// had what came before it.
+	if cancel != "" && wasSent {
+		l.sendFrame(&ToolCancel{CallID: c.id, Reason: cancel})
+	}
 }
 
 // rememberCall keeps a finished call id for the duplicate window: the
@@ -379,15 +403,17 @@ func (p *peer) rememberCall(id string, window int) {
 	p.recentNext = (p.recentNext + 1) % window
 }
 
-func (m *Manager) callTimeout(c *call) {
+func (p *peer) callTimeout(c *call) {
 	// Fired: endCall's Stop will report false, so the count is this
 	// function's to settle, once it is done with the call.
-	defer m.timers.Done()
-	defer m.liveTimers.Add(-1)
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer p.m.timers.Done()
+	defer p.m.liveTimers.Add(-1)
 	if c.state.terminal() {
 		return // ended while its timer fired
+	}
+	if !c.placed {
+		c.expired = true // its place ends it
+		return
 	}
 	why := "the call did not reach the app within its timeout"
 	if c.sent() {
@@ -395,55 +421,52 @@ func (m *Manager) callTimeout(c *call) {
 	} else if c.state == callAwaitingHost {
 		why = "nobody approved the call within its timeout"
 	}
-	m.log.Info("tool call timed out", zap.String("app", c.link.appID), zap.String("call_id", c.id), zap.Stringer("state", c.state))
-	m.endCall(c, callTimedOut, failResult(c, CodeTimeout, why), "timeout")
+	p.m.log.Info("tool call timed out", zap.String("app", p.id), zap.String("call_id", c.id), zap.Stringer("state", c.state))
+	p.endCall(c, callTimedOut, failResult(c, CodeTimeout, why), "timeout")
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit
-// the call's state is ignored and logged: terminal is final. m.mu is not
-// held.
-func (m *Manager) onToolResult(l *link, f *ToolResult) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l.p.link != l || l.isShut() {
+// the call's state is ignored and logged: terminal is final.
+func (p *peer) onToolResult(l *link, f *ToolResult) {
+	if p.link != l || l.isShut() {
 		return
 	}
 	c := l.calls[f.CallID]
 	if c == nil || !c.sent() {
 		why := "a call this app was never sent"
-		if _, late := l.p.recentCalls[f.CallID]; late {
+		if _, late := p.recentCalls[f.CallID]; late {
 			why = "a call that already has its outcome"
 		}
-		m.log.Info("tool_result ignored: "+why, zap.String("app", l.appID), zap.String("call_id", f.CallID))
+		p.m.log.Info("tool_result ignored: "+why, zap.String("app", p.id), zap.String("call_id", f.CallID))
 		return
 	}
 	if f.AwaitingConfirmation {
-		if c.confirm != ConfirmApp || c.state == callAwaitingApp {
-			m.log.Info("awaiting_confirmation ignored: the call did not ask for it, or it came twice",
-				zap.String("app", l.appID), zap.String("call_id", c.id))
+		if c.confirm != control.ConfirmApp || c.state == callAwaitingApp {
+			p.m.log.Info("awaiting_confirmation ignored: the call did not ask for it, or it came twice",
+				zap.String("app", p.id), zap.String("call_id", c.id))
 			return
 		}
 		c.move(callAwaitingApp)
-		m.ack(c)
+		p.ack(c)
 		return
 	}
-	if c.confirm == ConfirmApp && c.state == callDelivered {
-		m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
-			zap.String("app", l.appID), zap.String("call_id", c.id))
-		m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeConfirmationSkipped,
-			"app %s answered %s without asking its person first (confirm_required)", l.appID, c.name)}, CodeConfirmationSkipped)
+	if c.confirm == control.ConfirmApp && c.state == callDelivered {
+		p.m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
+			zap.String("app", p.id), zap.String("call_id", c.id))
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeConfirmationSkipped,
+			"app %s answered %s without asking its person first (confirm_required)", p.id, c.name)}, CodeConfirmationSkipped)
 		return
 	}
 	r := Result{Outcome: OutcomeOK, Data: f.Data}
 	if !f.OK {
 		r = Result{Outcome: OutcomeError, Error: f.Error}
 	}
-	m.endCall(c, callFinished, r, "")
+	p.endCall(c, callFinished, r, "")
 }
 
 // endContextCalls ends a closing context's calls, in call id order; when
-// tell, the app gets tool_cancel for each it was sent. m.mu is held.
-func (m *Manager) endContextCalls(ctx *appContext, reason string, tell bool) {
+// tell, the app gets tool_cancel for each it was sent.
+func (p *peer) endContextCalls(ctx *appContext, reason string, tell bool) {
 	if len(ctx.calls) == 0 {
 		return
 	}
@@ -457,18 +480,17 @@ func (m *Manager) endContextCalls(ctx *appContext, reason string, tell bool) {
 		cancel = reason
 	}
 	for _, c := range calls {
-		m.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
+		p.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
 	}
 }
 
 // askHost raises the host confirmation sheet of a call. It expires with
-// the call's deadline. m.mu is held.
-func (m *Manager) askHost(c *call) {
-	m.nextApproval++
+// the call's deadline.
+func (p *peer) askHost(c *call) {
 	a := &approval{
 		Approval: Approval{
-			ID:      m.cfg.Nonce + "-a" + fmt.Sprint(m.nextApproval),
-			App:     c.link.appID,
+			ID:      p.m.approvalID(),
+			App:     p.id,
 			Kind:    KindTool,
 			State:   ApprovalPending,
 			CallID:  c.id,
@@ -480,15 +502,13 @@ func (m *Manager) askHost(c *call) {
 			Created: c.at.UTC(),
 			Expires: c.at.Add(c.deadline.Sub(c.started)).UTC(),
 		},
-		peer: c.link.p,
 		call: c,
 	}
 	c.approval = a
-	m.approvals[a.ID] = a
-	a.peer.sheets++
-	m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
+	p.sheets++
+	p.m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
 		zap.String("call_id", c.id), zap.String("approval_id", a.ID))
-	m.cfg.Events.Approval(a.Approval)
+	p.raise(a)
 }
 
 // summarize shortens a call's args for a sheet.
@@ -506,42 +526,41 @@ func summarize(args json.RawMessage) string {
 // answerTool settles a host sheet: allow delivers the call, deny ends it
 // Error{declined}. With remember (its standing rule already persisted by
 // Approve) it also answers the app's other open sheets for the same tool.
-// m.mu is held.
-func (m *Manager) answerTool(a *approval, d policy.Decision, remember bool) {
-	if m.approvals[a.ID] == a {
+func (p *peer) answerTool(a *approval, d policy.Decision, remember bool) {
+	if p.approvals[a.ID] == a {
 		// (Its call may have timed out while the rule was written.)
-		m.settleTool(a, d, policy.AuditDecisionSheet)
+		p.settleTool(a, d, policy.AuditDecisionSheet)
 	}
 	if remember {
 		var others []*approval
-		for _, o := range m.approvals {
-			if o.Kind == KindTool && o.App == a.App && o.Tool == a.Tool {
+		for _, o := range p.approvals {
+			if o.Kind == KindTool && o.Tool == a.Tool {
 				others = append(others, o)
 			}
 		}
 		slices.SortFunc(others, func(x, y *approval) int { return strings.Compare(x.CallID, y.CallID) })
 		for _, o := range others {
-			m.settleTool(o, d, policy.AuditDecisionRule)
+			p.settleTool(o, d, policy.AuditDecisionRule)
 		}
 	}
 }
 
-func (m *Manager) settleTool(a *approval, d policy.Decision, decision string) {
+func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 	c := a.call
 	c.approval = nil
 	state := ApprovalAllowed
 	if d == policy.Deny {
 		state = ApprovalDenied
 	}
-	m.settle(a, state)
+	p.settle(a, state)
 	if c.state != callAwaitingHost {
 		return
 	}
 	c.decision, c.approved = decision, d
 	if d == policy.Allow {
-		m.deliver(c)
+		p.deliver(c)
 		return
 	}
-	m.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
-		"the person declined %s for app %s", c.name, c.link.appID)}, "")
+	p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+		"the person declined %s for app %s", c.name, p.id)}, "")
 }

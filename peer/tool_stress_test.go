@@ -283,12 +283,19 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 	// Nothing outlives its call.
 	h.m.mu.Lock()
 	left := len(h.m.approvals)
-	for _, p := range h.m.peers {
-		if p.link != nil {
-			left += len(p.link.calls)
-		}
+	var peers []string
+	for id := range h.m.peers {
+		peers = append(peers, id)
 	}
 	h.m.mu.Unlock()
+	for _, id := range peers {
+		h.m.inspect(id, func(p *peer) {
+			left += len(p.approvals)
+			if p.link != nil {
+				left += len(p.link.calls)
+			}
+		})
+	}
 	if left != 0 {
 		t.Fatalf("%d calls or sheets left", left)
 	}

@@ -1,0 +1,132 @@
+package peer
+
+import "sync"
+
+// serial runs the functions posted to it one at a time, in the order
+// posted, on a goroutine of its own that exists only while some are
+// queued: what a serial's functions touch has one owner at any moment
+// (the goroutine draining it), and posting never blocks. Every app's state
+// (peer), every app's store I/O and the Kernel and ToolRelay callbacks
+// (feed) each have one.
+//
+// mu guards the queue alone: nothing runs, and nothing else is locked,
+// while it is held.
+type serial struct {
+	mu      sync.Mutex
+	q       []func()
+	running bool
+	closed  bool
+	stopped chan struct{} // closed when the current goroutine exits
+	spare   []func()      // the drained batch's array, for the next one
+}
+
+// post queues f; false when the serial is closed and nothing will run it.
+func (s *serial) post(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.q = append(s.q, f)
+	if !s.running {
+		s.running = true
+		s.stopped = make(chan struct{})
+		go s.run(s.stopped)
+	}
+	return true
+}
+
+func (s *serial) run(stopped chan struct{}) {
+	defer close(stopped)
+	for {
+		s.mu.Lock()
+		if len(s.q) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		batch := s.q
+		s.q, s.spare = s.spare, nil
+		s.mu.Unlock()
+		for i, f := range batch {
+			f()
+			batch[i] = nil
+		}
+		s.mu.Lock()
+		if s.spare == nil && cap(batch) <= 1024 {
+			s.spare = batch[:0]
+		}
+		s.mu.Unlock()
+	}
+}
+
+// call runs f on the serial and waits for it: false, f not run, when the
+// serial is closed. A serial with nothing queued is taken by the caller,
+// which runs f itself (a round trip saved) and hands what was posted
+// meanwhile to a goroutine. It must not be called from the serial
+// itself, nor with a lock held that the serial's functions take.
+func (s *serial) call(f func()) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if s.running || len(s.q) > 0 {
+		done := make(chan struct{})
+		s.q = append(s.q, func() { f(); close(done) })
+		s.mu.Unlock()
+		<-done
+		return true
+	}
+	s.runHere(f)
+	return true
+}
+
+// do is post, but a serial with nothing queued is taken by the caller,
+// which runs f at once (a goroutine's wake-up saved). Like call, it must
+// not be called with a lock held that the serial's functions take: never
+// from a linewriter's Then (post there).
+func (s *serial) do(f func()) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if s.running || len(s.q) > 0 {
+		s.q = append(s.q, f)
+		s.mu.Unlock()
+		return true
+	}
+	s.runHere(f)
+	return true
+}
+
+// runHere runs f as the serial's owner, mu held and the serial idle; what
+// was posted meanwhile goes to a goroutine. It releases mu.
+func (s *serial) runHere(f func()) {
+	s.running = true
+	stopped := make(chan struct{})
+	s.stopped = stopped
+	s.mu.Unlock()
+	f()
+	s.mu.Lock()
+	if len(s.q) == 0 {
+		s.running = false
+		s.mu.Unlock()
+		close(stopped)
+		return
+	}
+	s.mu.Unlock()
+	go s.run(stopped)
+}
+
+// close refuses new functions and returns once the queued ones ran.
+func (s *serial) close() {
+	s.mu.Lock()
+	s.closed = true
+	running, stopped := s.running, s.stopped
+	s.mu.Unlock()
+	if running {
+		<-stopped
+	}
+}
