@@ -143,11 +143,12 @@ func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessag
 
 // AcceptToolCall is ToolCall in two steps: it accepts (or refuses) the
 // call, and place sends it on its way (acknowledgement, rules, sheet,
-// delivery). The control socket answers "accepted" and calls place in the
-// one step that queues the answer, so that the kernel hears of the
-// acceptance before any event of the call: an accepted call has none
-// until it is placed. place only posts to the app's peer: it never blocks
-// and takes no lock but the peer's queue's. It must be called once; the
+// delivery). The control socket queues the answer "accepted" and then
+// calls place, so that the kernel hears of the acceptance before any
+// event of the call: an accepted call has none until it is placed. place
+// runs on the app's peer, in its caller when the peer is idle (no
+// goroutine wake-up on the way to the app: it is most of a lone call's
+// latency), so it must be called with no lock held. It must be called once; the
 // call's deadline runs from acceptance. A refusal does not repeat the app
 // and call id: the caller knows them.
 func (m *Manager) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
@@ -161,7 +162,7 @@ func (m *Manager) AcceptToolCall(app string, kc control.ToolCall) (place func(),
 	if err != nil {
 		return nil, err
 	}
-	return func() { p.post(func() { p.place(c) }) }, nil
+	return func() { p.call(func() { p.place(c) }) }, nil
 }
 
 // ToolCancel withdraws an outstanding call: the app gets tool_cancel if it
