@@ -66,11 +66,12 @@
 // holding one of those: the hub's publisher takes the streams of a topic
 // under hub.mu, lets go, then applies each stream's skip under stream.mu,
 // lets go, then puts; a kernel's event checks connKernel.mu, lets go,
-// then puts. The peer Manager puts lines (approval events, the kernel's
-// events) with its own lock held, so no Then may take that lock:
-// AttachKernel runs before kernel.attach's answer and tool.call's place
-// after it (answerFirst), not in a Then. No lock is held across a write
-// to a socket (linewriter writes off its lock).
+// then puts. No Then calls into the peer Manager: AttachKernel decides
+// kernel.attach's answer, so it runs before it, and tool.call's place
+// runs the app's peer in its caller when it is idle (a lone call's
+// latency), which may write to the app's hub, so it runs after the
+// answer is queued (answerFirst), not under the queue lock. No lock is
+// held across a write to a socket (linewriter writes off its lock).
 //
 // One way keeps events behind the answer that announces them: the
 // answer's Then makes what sends them visible in the step that queued the

@@ -200,9 +200,9 @@ type answerThen struct {
 }
 
 // answerFirst is a handler's result whose after runs once its answer is
-// queued, for a step that starts events but takes a lock it may not take
-// under the queue lock: tool.call's place takes the peer Manager's lock,
-// under which the Manager puts the kernel's events.
+// queued, with no lock held, for a step that starts events but may not
+// run under the queue lock: tool.call's place runs the app's peer in its
+// caller, and that may write to the app's hub.
 type answerFirst struct {
 	data  any
 	after func()

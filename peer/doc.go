@@ -50,9 +50,10 @@
 // of peers, the index of pending approvals, the manifest, closed and the
 // kernel's attach; each serial's mu its queue; auditLog.mu the audit
 // entries waiting for their batch (written on a serial of their own).
-// Lock order: Manager.mu, or a linewriter queue lock (a Then callback runs
-// a tool call's place), before a serial's mu, and nothing else nests:
-// posting to a serial, all that place does, never blocks.
+// Lock order: Manager.mu before a serial's mu, and nothing else nests;
+// posting to a serial never blocks. A caller that finds a serial idle
+// may run the function itself (serial.call: a tool call's place, a
+// hub's line), so such calls are made with no lock held.
 //
 // So no lock is held across disk or socket I/O: a consent decision, a
 // standing rule, sessions, history and turns are read and written on the
