@@ -56,17 +56,17 @@
 //   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
 //     onClose hooks.
 //   - peerLink.kmu: the kernel session of each kernel connection;
-//     connKernel.mu: a kernel's events from before its answer.
 //   - published.mu: how far each app's state events were published.
 //   - instance.reloadMu: one reload at a time.
 //
 // Lock order: Then runs under a connection's queue lock, and takes (in
-// this order) stream.mu, hub.mu, the supervisor's log ring (followThen),
-// or connKernel.mu (a kernel's then). So nothing puts a line while
+// this order) stream.mu, hub.mu or the supervisor's log ring
+// (followThen); a kernel's Then only starts its peer session (a channel
+// close, peer.KernelSession.Start). So nothing puts a line while
 // holding one of those: the hub's publisher takes the streams of a topic
 // under hub.mu, lets go, then applies each stream's skip under stream.mu,
-// lets go, then puts; a kernel's event checks connKernel.mu, lets go,
-// then puts. No Then calls into the peer Manager: AttachKernel decides
+// lets go, then puts. No Then calls into the peer Manager beyond that
+// Start: AttachKernel decides
 // kernel.attach's answer, so it runs before it, and tool.call's place
 // runs the app's peer in its caller when it is idle (a lone call's
 // latency), which may write to the app's hub, so it runs after the
@@ -75,8 +75,8 @@
 //
 // One way keeps events behind the answer that announces them: the
 // answer's Then makes what sends them visible in the step that queued the
-// answer (a subscription or a follow stream joins the hub; a kernel's
-// events from before its answer are queued behind it and the rest go
-// straight to the connection). A tool call's events start only once
+// answer (a subscription or a follow stream joins the hub; an attached
+// kernel's session, attached held, is started, and the peer's feed,
+// which makes every call to a kernel, goes on). A tool call's events start only once
 // place made it visible, after its answer was queued.
 package daemon

@@ -223,35 +223,19 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 // answer.
 //
 // The one way to keep events behind their answer is the answer's Then
-// (answerThen): the kernel's sink becomes visible in the step that
-// queues the answer. Ideally AttachKernel itself would run in that
-// step; it cannot, because the Manager calls Events.Approval with its
-// lock held, which puts approval events on the connections subscribed
-// to them, this one maybe: AttachKernel under this connection's queue
-// lock would wait for the Manager's lock while the Manager, holding it,
-// waits for this queue lock. So AttachKernel runs first, and what the
-// Manager sends the kernel before the answer is queued (the tool
-// outcomes queued while no kernel was attached, a request that came
-// meanwhile) waits in early, which the answer's Then queues right behind
-// the answer, in the same step.
+// (answerThen). AttachKernel cannot run in it (it decides the answer:
+// another kernel may be attached), so the session is attached held
+// (peer.Manager.AttachKernelHeld): the peer's feed, which makes every
+// call to a kernel, waits for the session's Start, and the answer's Then
+// calls Start in the step that queued the answer. A connection gone
+// before its answer is detached by its close hook, which starts the
+// session too.
 //
-// Its methods are called with the Manager's lock held and never block:
-// a kernel that does not read is dropped (its writer fails), and one
-// that would gather more than maxEarlyKernelEvents before its answer
-// too.
+// Its methods never block: a kernel that does not read is dropped (its
+// writer fails).
 type connKernel struct {
 	c *Conn
-
-	// mu guards open and early; it is taken under the connection's queue
-	// lock (then), so it is never held while putting a line.
-	mu    sync.Mutex
-	open  bool
-	early [][]byte // encoded events, before the answer was queued
 }
-
-// maxEarlyKernelEvents bounds what a kernel's events may gather between
-// AttachKernel and its answer (a moment: the answer is queued next).
-const maxEarlyKernelEvents = 4096
 
 func (k *connKernel) event(topic string, ev any) error {
 	// Encoded now: ev may refer to memory its caller reuses.
@@ -262,36 +246,12 @@ func (k *connKernel) event(topic string, ev any) error {
 	return k.eventLine(line)
 }
 
-// eventLine sends an encoded event, or keeps it for then.
+// eventLine sends an encoded event.
 func (k *connKernel) eventLine(line []byte) error {
-	k.mu.Lock()
-	if !k.open {
-		defer k.mu.Unlock()
-		if len(k.early) >= maxEarlyKernelEvents {
-			k.c.drop("too many kernel events before kernel.attach was answered")
-			return errors.New("send an event: the kernel connection is gone")
-		}
-		k.early = append(k.early, line)
-		return nil
-	}
-	k.mu.Unlock()
 	if !k.c.event(line) {
 		return errors.New("send an event: the kernel connection is gone or too slow")
 	}
 	return nil
-}
-
-// then is kernel.attach's answer's Then: the events that came before the
-// answer follow it, in order, in the step that queued it; later ones go
-// straight to the connection, after it.
-func (k *connKernel) then(q *linewriter.Queue) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, line := range k.early {
-		q.Put(line)
-	}
-	k.early = nil
-	k.open = true
 }
 
 func (k *connKernel) Request(r peer.KernelRequest) error { return k.event(control.EventRequest, r) }
@@ -319,7 +279,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
 	k := &connKernel{c: c}
-	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine))
+	ks, err := p.m.AttachKernelHeld(withToolEvents(k, k.eventLine))
 	if err != nil {
 		return nil, peerError(err)
 	}
@@ -335,7 +295,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 		delete(p.kernels, c)
 		p.kmu.Unlock()
 	})
-	return answerThen{data: control.AttachData{Attached: true}, then: k.then}, nil
+	return answerThen{data: control.AttachData{Attached: true}, then: func(*linewriter.Queue) { ks.Start() }}, nil
 }
 
 func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {

@@ -53,7 +53,10 @@
 // Lock order: Manager.mu before a serial's mu, and nothing else nests;
 // posting to a serial never blocks. A caller that finds a serial idle
 // may run the function itself (serial.call: a tool call's place, a
-// hub's line), so such calls are made with no lock held.
+// hub's line), so such calls are made with no lock held. A kernel
+// attached held (AttachKernelHeld, the control socket's kernel.attach)
+// keeps the feed waiting until its Start, so that it hears its attach's
+// answer before any callback.
 //
 // So no lock is held across disk or socket I/O: a consent decision, a
 // standing rule, sessions, history and turns are read and written on the

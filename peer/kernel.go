@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,13 +69,26 @@ type KernelSession struct {
 	m        *Manager
 	k        Kernel
 	detached atomic.Bool
+	// start, for a held session (AttachKernelHeld), is closed by Start:
+	// until then the feed calls k nothing.
+	start     chan struct{}
+	startOnce sync.Once
 }
 
 // AttachKernel makes k the agent kernel. Only one is attached at a time.
 // A k that also implements ToolRelay is the tool relay while attached
 // (outcomes queued while none was installed are handed to it first); on
 // Detach outcomes queue again until the next relay.
-func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
+func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) { return m.attachKernel(k, false) }
+
+// AttachKernelHeld is AttachKernel for a kernel that must first hear the
+// answer to its attach: the feed calls k nothing (no queued outcome, no
+// request) until the session's Start, which the control socket calls in
+// the step that queues kernel.attach's answer. Detach starts it too, so
+// a session whose answer never went out does not hold the feed.
+func (m *Manager) AttachKernelHeld(k Kernel) (*KernelSession, error) { return m.attachKernel(k, true) }
+
+func (m *Manager) attachKernel(k Kernel, held bool) (*KernelSession, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -85,11 +99,21 @@ func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 		return nil, ErrKernelAttached
 	}
 	s := &KernelSession{m: m, k: k}
-	// The feed has s before any peer can see it (m.kernel).
+	if held {
+		s.start = make(chan struct{})
+	}
+	// The feed has s before any peer can see it (m.kernel): what a peer
+	// posts for the kernel queues behind this.
 	installed := make(chan struct{})
 	m.feed.in.post(func() {
+		if s.start != nil {
+			close(installed)
+			<-s.start // the feed waits for the answer, and every callback with it
+		}
 		m.feed.attach(s)
-		close(installed)
+		if s.start == nil {
+			close(installed)
+		}
 	})
 	m.kernel.Store(s)
 	m.mu.Unlock()
@@ -98,11 +122,22 @@ func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) {
 	return s, nil
 }
 
+// Start lets the feed call a held session's kernel (AttachKernelHeld).
+// It never blocks: the control socket calls it under a connection's
+// queue lock. Starting twice, or a session that was not held, is
+// harmless.
+func (s *KernelSession) Start() {
+	if s.start != nil {
+		s.startOnce.Do(func() { close(s.start) })
+	}
+}
+
 // Detach ends the session: every turn request still open fails, so no app
 // is left waiting (no_kernel before the kernel replied, a turn.end event
 // with reason kernel_detached after). Detaching twice is harmless.
 func (s *KernelSession) Detach() {
 	m := s.m
+	s.Start() // a held feed would keep the detach waiting
 	if s.detached.Swap(true) {
 		return
 	}

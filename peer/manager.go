@@ -377,6 +377,9 @@ func (m *Manager) Detach(appID string) {
 // their outcomes) and writes the rest of the audit trail. The Manager is
 // unusable after.
 func (m *Manager) Close() {
+	if s := m.kernel.Load(); s != nil {
+		s.Start() // a held feed would keep Close waiting
+	}
 	m.mu.Lock()
 	m.closed = true
 	peers := make([]*peer, 0, len(m.peers))

@@ -337,7 +337,12 @@ func TestQueueFullRefusesPushes(t *testing.T) {
 	a, ctx := h.toolApp(toolEntry("notes"))
 	other, octx := h.toolApp(toolEntry("mail"))
 	turn := startTurn(t, a, k, ks, ctx, "T1", "x")
-	frame := json.RawMessage(`{"ui":"` + strings.Repeat("p", 1000) + `"}`)
+	// A frame larger than the hub's socket buffer holds (~208 KiB): the
+	// writer's first batch never ends while the app does not read, so a
+	// queue that refused a push stays full. With 1000-byte frames the
+	// writer could drain what it held into the socket after the refusal,
+	// and the event below was taken (the test's old race).
+	frame := json.RawMessage(`{"ui":"` + strings.Repeat("p", 300<<10) + `"}`)
 	sent := 0
 	for {
 		err := h.m.Send("notes", frame)
