@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/internal/strictjson"
 	"strings"
 	"time"
 
@@ -454,7 +455,7 @@ func decodeRequestSlow(line []byte) (Request, error) {
 	}
 	if len(rawArgs) > 0 && !bytes.Equal(rawArgs, []byte("null")) {
 		if rawArgs[0] != '{' {
-			return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindOf(rawArgs))
+			return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", strictjson.KindOf(rawArgs))
 		}
 		req.Args = rawArgs
 	}
@@ -463,21 +464,6 @@ func decodeRequestSlow(line []byte) (Request, error) {
 
 // jsonErrorText is a decoder error without its "json: " prefix.
 func jsonErrorText(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
-
-// kindOf names the kind of a JSON value.
-func kindOf(v json.RawMessage) string {
-	switch v[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
 
 func parseID(raw json.RawMessage) (int64, bool) {
 	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {

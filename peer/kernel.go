@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/internal/strictjson"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -510,7 +511,7 @@ func eventType(data json.RawMessage) (typ, reason string) {
 // end of a turn the same way.
 func checkTurnEvent(data json.RawMessage, r *request) error {
 	if data[0] != '{' {
-		return fmt.Errorf("%w: event must be a JSON object {\"type\": \"...\", ...}, not %s", ErrInvalid, valueKind(data))
+		return fmt.Errorf("%w: event must be a JSON object {\"type\": \"...\", ...}, not %s", ErrInvalid, strictjson.KindOf(data))
 	}
 	m, err := members(data)
 	if err != nil {
@@ -548,21 +549,6 @@ func checkTurnEvent(data json.RawMessage, r *request) error {
 		}
 	}
 	return nil
-}
-
-// valueKind names the kind of a JSON value, for refusals.
-func valueKind(v json.RawMessage) string {
-	switch v[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 func isTurnEnd(data json.RawMessage) bool {
