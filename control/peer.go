@@ -35,20 +35,23 @@ const CodeUnknownApproval = "unknown_approval"
 // Approval is a pending (or, in an approval event, settled) question to
 // the person: first-use consent, or a host confirmation of a tool call.
 type Approval struct {
-	ApprovalID string    `json:"approval_id"`
-	App        string    `json:"app"`
-	Kind       string    `json:"kind"`  // "consent" or "tool"
-	State      string    `json:"state"` // "pending", "allowed", "denied", "expired", "cancelled"
-	Method     string    `json:"method,omitempty"`
-	Created    time.Time `json:"created"`
-	Expires    time.Time `json:"expires"`
-	// The members of a tool confirmation.
+	ApprovalID string `json:"approval_id"`
+	App        string `json:"app"`
+	Kind       string `json:"kind"`             // "consent" or "tool"
+	State      string `json:"state"`            // "pending", "allowed", "denied", "expired", "cancelled"
+	Method     string `json:"method,omitempty"` // the request that raised it
+	// The members of a tool confirmation: its call's id, tool, risk, args
+	// (a summary, at most 256 bytes), the context's account and the
+	// kernel's caller.
 	CallID  string `json:"call_id,omitempty"`
 	Tool    string `json:"tool,omitempty"`
 	Risk    string `json:"risk,omitempty"`
-	Args    string `json:"args,omitempty"` // a summary of the call's args
+	Args    string `json:"args,omitempty"`
 	Account string `json:"account,omitempty"`
 	Caller  string `json:"caller,omitempty"`
+	// The member order is the wire's (the daemon writes this type).
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
 }
 
 // ApprovalsData answers approvals, oldest first.

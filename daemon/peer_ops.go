@@ -134,10 +134,7 @@ func (p *peerLink) opApprovals(_ context.Context, _ *Conn, raw json.RawMessage) 
 	if err := control.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	// peer.Approval marshals to control.Approval's members.
-	return struct {
-		Approvals []peer.Approval `json:"approvals"`
-	}{p.m.Approvals()}, nil
+	return control.ApprovalsData{Approvals: p.m.Approvals()}, nil
 }
 
 func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -165,7 +162,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 // approval's kind never changes; one that is gone is Approve's to refuse).
 func (p *peerLink) isConsent(id string) bool {
 	for _, a := range p.m.Approvals() {
-		if a.ID == id {
+		if a.ApprovalID == id {
 			return a.Kind == peer.KindConsent
 		}
 	}
@@ -212,10 +209,15 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if args.App == "" || len(args.Frame) == 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "app.send needs args.app and args.frame (one JSON object)")
 	}
-	if err := p.m.Send(args.App, args.Frame); err != nil {
-		return nil, peerError(err)
-	}
-	return nil, nil
+	// The frame goes to the app in the step that queues the answer, so
+	// that the app's reply to it (an app.frame event) follows the answer
+	// on this connection; a frame that could not go is the answer.
+	return answerThen{before: func() error {
+		if err := p.m.Send(args.App, args.Frame); err != nil {
+			return peerError(err)
+		}
+		return nil
+	}}, nil
 }
 
 // connKernel is an attached kernel as the peer link sees it: events on

@@ -197,6 +197,11 @@ func (s *Server) knownTopic(t string) bool {
 type answerThen struct {
 	data any
 	then func(q *linewriter.Queue)
+	// before, when set, runs under the same lock ahead of the answer
+	// (linewriter.Opt.Before): an action whose effects the client must
+	// hear of only after the answer (app.send: the app's reply to the
+	// frame), and whose error is the answer instead.
+	before func() error
 }
 
 // answerFirst is a handler's result whose after runs once its answer is
@@ -233,10 +238,11 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		return
 	}
 	var then func(*linewriter.Queue)
+	var before func() error
 	var after func()
 	switch r := data.(type) {
 	case answerThen:
-		data, then = r.data, r.then
+		data, then, before = r.data, r.then, r.before
 	case answerFirst:
 		data, after = r.data, r.after
 	}
@@ -261,8 +267,11 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		c.answer(resp, nil)
 		after()
 		c.w.Release()
-	} else {
-		c.answer(resp, then)
+	} else if err := c.answerWith(resp, linewriter.Opt{Then: then, Before: before}); err != nil {
+		var refused *linewriter.BeforeError
+		if errors.As(err, &refused) {
+			c.reply(control.Response{ID: req.ID, Error: asControlError(refused.Err)})
+		}
 	}
 	if c.srv.debug {
 		c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
@@ -275,6 +284,13 @@ func (c *Conn) reply(resp control.Response) { c.answer(resp, nil) }
 
 // answer queues an answer, then (nil: nothing) in the same step.
 func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
+	_ = c.answerWith(resp, linewriter.Opt{Then: then})
+}
+
+// answerWith queues an answer with o's Then and Before (Now and Wait are
+// answer's own). An answer that cannot be queued went with its
+// connection: nothing of o is owed to it.
+func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
 	line, err := encodeResponse(resp)
 	if err == nil && len(line) > control.MaxLine {
 		resp.OK, resp.Data = false, nil
@@ -285,9 +301,8 @@ func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
 		c.log.Error("encode answer", zap.Error(err))
 		line, _ = json.Marshal(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
 	}
-	// An answer that cannot be queued went with its connection: nothing
-	// of then is owed to it.
-	_ = c.w.Put(line, linewriter.Opt{Now: true, Wait: c.ctx.Done(), Then: then})
+	o.Now, o.Wait = true, c.ctx.Done()
+	return c.w.Put(line, o)
 }
 
 // asControlError maps an op's error to its wire form.

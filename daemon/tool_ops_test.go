@@ -89,7 +89,7 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 	rig.appWrite(&peer.Request{ReqID: "o", Method: policy.MethodSessionOpen})
 	select {
 	case a := <-rig.approve:
-		if err := rig.m.Approve(a.ID, policy.Allow, false); err != nil {
+		if err := rig.m.Approve(a.ApprovalID, policy.Allow, false); err != nil {
 			t.Fatal(err)
 		}
 		<-rig.approve // settled

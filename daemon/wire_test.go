@@ -5,25 +5,21 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
-	"time"
 
-	"octosup/control"
 	"octosup/peer"
 )
 
-// TestAnswersMarshalToControlTypes holds the peer values the daemon
-// sends as they are (an approval event, a kernel request) to the wire
-// types of package control that octosupctl and other clients decode:
-// every member the daemon sends is one control knows, with the same
-// value. (The ops' answers are control's types themselves.)
+// TestAnswersMarshalToControlTypes holds the one peer value the daemon
+// sends as it is, a kernel request (the request event's members), to the
+// members a kernel decodes: every member the daemon sends is one it
+// knows, with the same value. (Everything else the daemon sends, the
+// approval event included, is control's types themselves.)
 func TestAnswersMarshalToControlTypes(t *testing.T) {
-	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name   string
 		daemon any
 		wire   any
 	}{
-		{"approval", peer.Approval{ID: "n-a1", App: "a", Kind: "tool", State: "pending", Created: at, Expires: at}, &control.Approval{}},
 		{"kernel request", peer.KernelRequest{App: "a", ReqID: "r", Method: "octos.turn.start", Args: json.RawMessage(`{}`), ContextID: "n-1", Account: "personal"}, &struct {
 			App       string          `json:"app"`
 			ReqID     string          `json:"req_id"`

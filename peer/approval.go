@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+	"octosup/control"
 	"slices"
 	"strconv"
 	"time"
@@ -25,23 +26,7 @@ const (
 
 // Approval is a question to the person: the "approval" event and an entry
 // of op approvals.
-type Approval struct {
-	ID     string `json:"approval_id"`
-	App    string `json:"app"`
-	Kind   string `json:"kind"`
-	State  string `json:"state"`
-	Method string `json:"method,omitempty"` // the request that raised it
-	// A tool approval's call: its id, tool, risk, args (shortened to 256
-	// bytes), the context's account and the kernel's caller.
-	CallID  string    `json:"call_id,omitempty"`
-	Tool    string    `json:"tool,omitempty"`
-	Risk    string    `json:"risk,omitempty"`
-	Args    string    `json:"args,omitempty"`
-	Account string    `json:"account,omitempty"`
-	Caller  string    `json:"caller,omitempty"`
-	Created time.Time `json:"created"`
-	Expires time.Time `json:"expires"`
-}
+type Approval = control.Approval
 
 type approval struct {
 	Approval
@@ -120,20 +105,20 @@ func (p *peer) askConsent(r *request) {
 	now := m.cfg.Now().UTC()
 	a := &approval{
 		Approval: Approval{
-			ID:      m.approvalID(),
-			App:     p.id,
-			Kind:    KindConsent,
-			State:   ApprovalPending,
-			Method:  r.method,
-			Created: now,
-			Expires: now.Add(m.cfg.ConsentTimeout),
+			ApprovalID: m.approvalID(),
+			App:        p.id,
+			Kind:       KindConsent,
+			State:      ApprovalPending,
+			Method:     r.method,
+			Created:    now,
+			Expires:    now.Add(m.cfg.ConsentTimeout),
 		},
 		link: r.link,
 	}
 	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { p.post(func() { p.expire(a) }) })
 	p.ask = a
 	p.raise(a)
-	m.log.Info("asking for consent", zap.String("app", p.id), zap.String("approval_id", a.ID))
+	m.log.Info("asking for consent", zap.String("app", p.id), zap.String("approval_id", a.ApprovalID))
 }
 
 func (m *Manager) approvalID() string {
@@ -142,9 +127,9 @@ func (m *Manager) approvalID() string {
 
 // raise makes a pending: the peer's, in the Manager's index, published.
 func (p *peer) raise(a *approval) {
-	p.approvals[a.ID] = a
+	p.approvals[a.ApprovalID] = a
 	p.m.mu.Lock()
-	p.m.approvals[a.ID] = pendingApproval{p: p, a: a.Approval}
+	p.m.approvals[a.ApprovalID] = pendingApproval{p: p, a: a.Approval}
 	p.m.mu.Unlock()
 	p.m.cfg.Events.Approval(a.Approval)
 }
@@ -160,12 +145,12 @@ func (p *peer) settle(a *approval, state string) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	if p.approvals[a.ID] == a {
+	if p.approvals[a.ApprovalID] == a {
 		if a.Kind == KindTool {
 			p.sheets--
 		}
-		delete(p.approvals, a.ID)
-		p.m.unindex(a.ID)
+		delete(p.approvals, a.ApprovalID)
+		p.m.unindex(a.ApprovalID)
 	}
 	if p.ask == a {
 		p.ask = nil
@@ -175,7 +160,7 @@ func (p *peer) settle(a *approval, state string) {
 }
 
 func (p *peer) expire(a *approval) {
-	if p.approvals[a.ID] != a || a.deciding {
+	if p.approvals[a.ApprovalID] != a || a.deciding {
 		return
 	}
 	p.settle(a, ApprovalExpired)
@@ -285,7 +270,7 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 	if d == policy.Deny {
 		state = ApprovalDenied
 	}
-	if p.approvals[a.ID] == a {
+	if p.approvals[a.ApprovalID] == a {
 		p.settle(a, state)
 	}
 	p.m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))

@@ -299,7 +299,7 @@ func (h *harness) grant(a *testApp) {
 	h.t.Helper()
 	id := a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(h.t)
-	if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 		h.t.Fatal(err)
 	}
 	if got := h.events.nextApproval(h.t); got.State != ApprovalAllowed {

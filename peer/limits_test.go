@@ -260,12 +260,12 @@ func TestApproveAfterShut(t *testing.T) {
 	a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(t)
 	h.m.Detach("notes")
-	err := h.m.Approve(ap.ID, policy.Allow, false)
+	err := h.m.Approve(ap.ApprovalID, policy.Allow, false)
 	close(gate)
 	if !errors.Is(err, ErrUnknownApproval) {
 		t.Fatalf("approve after the process ended: %v", err)
 	}
-	if s := h.events.nextApproval(t); s.ID != ap.ID || s.State != ApprovalCancelled {
+	if s := h.events.nextApproval(t); s.ApprovalID != ap.ApprovalID || s.State != ApprovalCancelled {
 		t.Fatalf("%+v", s)
 	}
 	if _, ok, _ := h.store.Consent("notes"); ok {

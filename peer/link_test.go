@@ -99,7 +99,7 @@ func TestErrorCodes(t *testing.T) {
 		a := h.attach(notesApp("notes"))
 		id := a.request(policy.MethodSessionOpen, nil)
 		ap := h.events.nextApproval(t)
-		if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+		if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
 			t.Fatal(err)
 		}
 		a.failReply(id, CodeConsentDenied)
@@ -312,10 +312,10 @@ func TestConsentOnce(t *testing.T) {
 		h.m.inspect("notes", func(p *peer) { n = len(p.waiting) })
 		return n == 20
 	})
-	if got := h.m.Approvals(); len(got) != 1 || got[0].ID != ap.ID {
+	if got := h.m.Approvals(); len(got) != 1 || got[0].ApprovalID != ap.ApprovalID {
 		t.Fatalf("approvals: %+v", got)
 	}
-	if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
@@ -330,7 +330,7 @@ func TestConsentOnce(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 	h.events.noApproval(t)
-	if err := h.m.Approve(ap.ID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
 		t.Fatalf("second answer: %v", err)
 	}
 }
@@ -343,10 +343,10 @@ func TestConsentAppDies(t *testing.T) {
 	a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(t)
 	h.detach("notes")
-	if s := h.events.nextApproval(t); s.ID != ap.ID || s.State != ApprovalCancelled {
+	if s := h.events.nextApproval(t); s.ApprovalID != ap.ApprovalID || s.State != ApprovalCancelled {
 		t.Fatalf("%+v", s)
 	}
-	if err := h.m.Approve(ap.ID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
 		t.Fatalf("answer after death: %v", err)
 	}
 	if _, ok, _ := h.store.Consent("notes"); ok {
@@ -354,7 +354,7 @@ func TestConsentAppDies(t *testing.T) {
 	}
 	b := h.attach(notesApp("notes"))
 	b.request(policy.MethodSessionOpen, nil)
-	if s := h.events.nextApproval(t); s.State != ApprovalPending || s.ID == ap.ID {
+	if s := h.events.nextApproval(t); s.State != ApprovalPending || s.ApprovalID == ap.ApprovalID {
 		t.Fatalf("%+v", s)
 	}
 }

@@ -15,7 +15,7 @@ func grantedContext(h *harness, a *testApp) string {
 	h.t.Helper()
 	id := a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(h.t)
-	if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 		h.t.Fatal(err)
 	}
 	h.events.nextApproval(h.t) // settled
@@ -55,7 +55,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		a.failReply(waiting, CodeNotGranted)
 		// The prompt stands (the service is still granted); answered, it
 		// serves nothing the grant no longer allows.
-		if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+		if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 			t.Fatal(err)
 		}
 		next := a.request(policy.MethodTurnInterrupt, map[string]any{"context_id": "c", "turn_id": "t"})
@@ -97,10 +97,10 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		ap := h.events.nextApproval(t)
 		h.m.SetManifest(reloaded(app, func(e *policy.App) { e.Grants = policy.Grants{} }))
 		a.failReply(waiting, CodeNotGranted)
-		if got := h.events.nextApproval(t); got.ID != ap.ID || got.State != ApprovalCancelled {
-			t.Fatalf("the prompt: %+v, want %s cancelled", got, ap.ID)
+		if got := h.events.nextApproval(t); got.ApprovalID != ap.ApprovalID || got.State != ApprovalCancelled {
+			t.Fatalf("the prompt: %+v, want %s cancelled", got, ap.ApprovalID)
 		}
-		if err := h.m.Approve(ap.ID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
+		if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
 			t.Fatalf("approve a withdrawn prompt: %v", err)
 		}
 	})

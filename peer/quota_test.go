@@ -288,7 +288,7 @@ func TestPendingApprovalsCap(t *testing.T) {
 			c1 = ap
 		}
 	}
-	if err := h.m.Approve(c1.ID, policy.Deny, false); err != nil {
+	if err := h.m.Approve(c1.ApprovalID, policy.Deny, false); err != nil {
 		t.Fatal(err)
 	}
 	h.events.nextApproval(t) // c1 denied

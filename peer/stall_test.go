@@ -84,7 +84,7 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 			t.Errorf("sheet %+v", sheet)
 			return
 		}
-		if err := h.m.Approve(sheet.ID, policy.Allow, false); err != nil {
+		if err := h.m.Approve(sheet.ApprovalID, policy.Allow, false); err != nil {
 			t.Errorf("approve: %v", err)
 			return
 		}

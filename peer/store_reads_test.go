@@ -32,7 +32,7 @@ func TestConsentReadOffTheLock(t *testing.T) {
 	if ap.Kind != KindConsent {
 		t.Fatalf("approval %+v", ap)
 	}
-	if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 		t.Fatal(err)
 	}
 	h.events.nextApproval(t)
@@ -52,13 +52,13 @@ func TestRuleReadOffTheLock(t *testing.T) {
 	h.m.afterRuleRead = func() {
 		once.Do(func() {
 			// Takes m.mu: a read under it would deadlock here.
-			if err := h.m.Approve(sheet.ID, policy.Allow, true); err != nil {
+			if err := h.m.Approve(sheet.ApprovalID, policy.Allow, true); err != nil {
 				t.Errorf("approve: %v", err)
 			}
 		})
 	}
 	h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmHost))
-	if s := h.events.nextApproval(t); s.ID != sheet.ID || s.State != ApprovalAllowed {
+	if s := h.events.nextApproval(t); s.ApprovalID != sheet.ApprovalID || s.State != ApprovalAllowed {
 		t.Fatalf("settled %+v", s)
 	}
 	h.events.noApproval(t) // c1 raised none

@@ -489,25 +489,25 @@ func (p *peer) endContextCalls(ctx *appContext, reason string, tell bool) {
 func (p *peer) askHost(c *call) {
 	a := &approval{
 		Approval: Approval{
-			ID:      p.m.approvalID(),
-			App:     p.id,
-			Kind:    KindTool,
-			State:   ApprovalPending,
-			CallID:  c.id,
-			Tool:    c.name,
-			Risk:    c.risk,
-			Args:    summarize(c.args),
-			Account: c.ctx.account,
-			Caller:  c.caller,
-			Created: c.at.UTC(),
-			Expires: c.at.Add(c.deadline.Sub(c.started)).UTC(),
+			ApprovalID: p.m.approvalID(),
+			App:        p.id,
+			Kind:       KindTool,
+			State:      ApprovalPending,
+			CallID:     c.id,
+			Tool:       c.name,
+			Risk:       c.risk,
+			Args:       summarize(c.args),
+			Account:    c.ctx.account,
+			Caller:     c.caller,
+			Created:    c.at.UTC(),
+			Expires:    c.at.Add(c.deadline.Sub(c.started)).UTC(),
 		},
 		call: c,
 	}
 	c.approval = a
 	p.sheets++
 	p.m.log.Info("asking the person to confirm a tool call", zap.String("app", a.App), zap.String("tool", a.Tool),
-		zap.String("call_id", c.id), zap.String("approval_id", a.ID))
+		zap.String("call_id", c.id), zap.String("approval_id", a.ApprovalID))
 	p.raise(a)
 }
 
@@ -527,7 +527,7 @@ func summarize(args json.RawMessage) string {
 // Error{declined}. With remember (its standing rule already persisted by
 // Approve) it also answers the app's other open sheets for the same tool.
 func (p *peer) answerTool(a *approval, d policy.Decision, remember bool) {
-	if p.approvals[a.ID] == a {
+	if p.approvals[a.ApprovalID] == a {
 		// (Its call may have timed out while the rule was written.)
 		p.settleTool(a, d, policy.AuditDecisionSheet)
 	}

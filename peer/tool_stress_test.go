@@ -159,7 +159,7 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 				if prng.IntN(5) == 0 {
 					continue // left open: the call's deadline ends it
 				}
-				err := h.m.Approve(ap.ID, d, prng.IntN(50) == 0)
+				err := h.m.Approve(ap.ApprovalID, d, prng.IntN(50) == 0)
 				if err != nil && !errors.Is(err, ErrUnknownApproval) {
 					t.Errorf("approve: %v", err)
 				}

@@ -167,7 +167,7 @@ func TestToolResultForUnknownCall(t *testing.T) {
 	if n := h.logs.FilterMessageSnippet("never sent").Len(); n != 3 {
 		t.Fatalf("%d ignored results logged, want 3", n)
 	}
-	if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
 		t.Fatal(err)
 	}
 	expectRelay(t, relay, "ack notes c1", "ack mail h1", `fin notes c1 ok "mine"`, "fin mail h1 error declined")
@@ -214,11 +214,11 @@ func TestToolConfirmHost(t *testing.T) {
 			ap.Args != `{"q":"milk"}` || ap.CallID != "h1" || ap.Account != "personal" || ap.State != ApprovalPending {
 			t.Fatalf("approval %+v", ap)
 		}
-		if got := h.m.Approvals(); len(got) != 1 || got[0].ID != ap.ID {
+		if got := h.m.Approvals(); len(got) != 1 || got[0].ApprovalID != ap.ApprovalID {
 			t.Fatalf("approvals %+v", got)
 		}
 		a.expectFrames() // nothing before the person answers
-		if err := h.m.Approve(ap.ID, policy.Allow, false); err != nil {
+		if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 			t.Fatal(err)
 		}
 		if got := h.events.nextApproval(t); got.State != ApprovalAllowed {
@@ -228,7 +228,7 @@ func TestToolConfirmHost(t *testing.T) {
 		a.ok("h1", "")
 		a.expectFrames()
 		expectRelay(t, relay, "ack notes h1", "fin notes h1 ok")
-		if err := h.m.Approve(ap.ID, policy.Deny, false); !errors.Is(err, ErrUnknownApproval) {
+		if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); !errors.Is(err, ErrUnknownApproval) {
 			t.Fatalf("late answer: %v", err)
 		}
 		if rules, _ := h.m.Rules(""); len(rules) != 0 {
@@ -240,7 +240,7 @@ func TestToolConfirmHost(t *testing.T) {
 		a, ctx := h.toolApp(toolEntry("notes"))
 		h.call("notes", kc(ctx, "h1", "notes.wipe", RiskDestructive, ConfirmHost))
 		ap := h.events.nextApproval(t)
-		if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+		if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
 			t.Fatal(err)
 		}
 		a.expectFrames()
@@ -254,7 +254,7 @@ func TestToolConfirmHost(t *testing.T) {
 		h.call("notes", kc(ctx, "h2", "notes.wipe", RiskDestructive, ConfirmHost))
 		ap := h.events.nextApproval(t)
 		h.events.nextApproval(t)
-		if err := h.m.Approve(ap.ID, policy.Allow, true); err != nil {
+		if err := h.m.Approve(ap.ApprovalID, policy.Allow, true); err != nil {
 			t.Fatal(err)
 		}
 		a.nextToolCall("h1")
@@ -316,7 +316,7 @@ func TestToolConfirmHost(t *testing.T) {
 		if got := h.events.nextApproval(t); got.State != ApprovalExpired {
 			t.Fatalf("settled %+v", got)
 		}
-		if err := h.m.Approve(ap.ID, policy.Allow, true); !errors.Is(err, ErrUnknownApproval) {
+		if err := h.m.Approve(ap.ApprovalID, policy.Allow, true); !errors.Is(err, ErrUnknownApproval) {
 			t.Fatalf("late answer: %v", err)
 		}
 		a.expectFrames()
@@ -618,7 +618,7 @@ func TestToolAudit(t *testing.T) {
 	a.expectFrames()
 	h.call("notes", kc(ctx, "deny", "notes.wipe", "", ConfirmHost))
 	ap := h.events.nextApproval(t)
-	if err := h.m.Approve(ap.ID, policy.Deny, false); err != nil {
+	if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
 		t.Fatal(err)
 	}
 	expectRelay(t, relay, "ack notes ok", "fin notes ok ok", "ack notes deny", "fin notes deny error declined")

@@ -82,7 +82,20 @@ type Opt struct {
 	// Then runs under the queue lock right after the line is queued; see
 	// the package doc.
 	Then func(q *Queue)
+	// Before runs under the queue lock once the line is admitted, before
+	// it is queued: an error from it queues nothing, and Put returns it
+	// (wrapped in a *BeforeError). It is for an answer that must leave
+	// before anything its own action causes, and that says whether the
+	// action was taken (app.send: the frame handed to the app). The same
+	// rules as for Then hold.
+	Before func() error
 }
+
+// BeforeError is what Put returns when Opt.Before refused.
+type BeforeError struct{ Err error }
+
+func (e *BeforeError) Error() string { return e.Err.Error() }
+func (e *BeforeError) Unwrap() error { return e.Err }
 
 // Queue is the queue as a Then callback sees it.
 type Queue struct{ w *Writer }
@@ -144,6 +157,12 @@ func (w *Writer) Put(line []byte, o Opt) error {
 	w.mu.Lock()
 	if err := w.admitLocked(size, o); err != nil {
 		return err // admit unlocked
+	}
+	if o.Before != nil {
+		if err := o.Before(); err != nil {
+			w.mu.Unlock()
+			return &BeforeError{Err: err}
+		}
 	}
 	idle := len(w.pending) == 0 && !w.writing && w.held == 0
 	w.appendLocked(line)

@@ -312,3 +312,34 @@ func TestHoldBatches(t *testing.T) {
 		t.Fatalf("first read %q, %v: want the three lines in one write", buf[:n], err)
 	}
 }
+
+// TestBeforeRunsAheadOfItsLine: what Before does happens with the queue
+// locked, so nothing put because of it (by another goroutine) can come
+// ahead of the line; a refusal queues nothing and is returned.
+func TestBeforeRunsAheadOfItsLine(t *testing.T) {
+	send, recv := pair(t)
+	w := start(t, send, Config{})
+	caused := make(chan error)
+	err := w.Put([]byte("answer"), Opt{Now: true, Before: func() error {
+		// What the action causes is put from elsewhere, at once.
+		go func() { caused <- w.Put([]byte("caused"), Opt{Now: true}) }()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-caused; err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("no")
+	if err := w.Put([]byte("never"), Opt{Before: func() error { return refused }}); !errors.Is(err, refused) {
+		t.Fatalf("a refusing Before: %v", err)
+	}
+	w.Put([]byte("last"), Opt{})
+	sc := bufio.NewScanner(recv)
+	for _, want := range []string{"answer", "caused", "last"} {
+		if !sc.Scan() || sc.Text() != want {
+			t.Fatalf("read %q, want %q", sc.Text(), want)
+		}
+	}
+}
