@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/control"
-	"octosup/peer"
 	"octosup/policy"
 )
 
@@ -183,7 +182,7 @@ func TestFullDiskDropsAuditNotCalls(t *testing.T) {
 		k.expectLine(fmt.Sprintf(`{"id":%d,"ok":true,"data":{"call_id":"c%d","accepted":true}}`, 10+i, i))
 		k.expectLine(fmt.Sprintf(`{"event":"tool.acknowledged","app":"notes","call_id":"c%d"}`, i))
 		rig.appNext()
-		rig.appWrite(&peer.ToolResult{CallID: fmt.Sprint("c", i), OK: true})
+		rig.appWrite(&hubToolResult{CallID: fmt.Sprint("c", i), OK: true})
 		k.expectLine(fmt.Sprintf(`{"event":"tool.finished","app":"notes","call_id":"c%d","outcome":"ok"}`, i))
 	}
 	// The audit op writes what is waiting first: that write fails too.

@@ -81,6 +81,6 @@ func BenchmarkToolCallControl(b *testing.B) {
 // echo runs the rig's app: every tool_call answered ok at once.
 func (r *toolRig) echo() (stop func()) {
 	r.hub.SetReadDeadline(time.Time{})
-	done := roundtrip.AnswerToolCalls(r.hub, r.r.Next)
+	done := roundtrip.AnswerToolCalls(r.hub, func() ([]byte, error) { return r.r.ReadBytes('\n') })
 	return func() { r.hub.Close(); <-done }
 }

@@ -80,7 +80,7 @@ func (e toolEvents) emit(topic string, ev control.ToolEvent) {
 		// Only data an app sent that did not encode: the peer link
 		// checked it, so this is a bug; the kernel's call still ends.
 		line, _ = control.AppendToolEvent(nil, topic, control.ToolEvent{App: ev.App, CallID: ev.CallID, Outcome: ev.Outcome,
-			Error: &control.Error{Code: peer.CodeInternal, Message: fmt.Sprintf("the daemon could not encode the call's result: %v", err)}})
+			Error: &control.Error{Code: control.CodeInternal, Message: fmt.Sprintf("the daemon could not encode the call's result: %v", err)}})
 	}
 	e.send(line)
 }

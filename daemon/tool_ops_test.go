@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -25,8 +26,8 @@ type toolRig struct {
 	store   *policy.Store
 	approve chan peer.Approval
 	hub     net.Conn
-	r       *peer.Reader
-	ctx     string // the app's context (account personal)
+	r       *bufio.Reader // the app's end of hub, buffered
+	ctx     string        // the app's context (account personal)
 }
 
 type toolRigEvents struct{ approvals chan peer.Approval }
@@ -81,12 +82,12 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rig.hub.Close() })
-	rig.r = peer.NewReader(rig.hub, peer.MaxFrame)
+	rig.r = bufio.NewReader(rig.hub)
 	app := policy.App{ID: "notes", Exec: []string{"/bin/true"},
 		Grants:  policy.Grants{Services: []string{policy.ServiceAgent}, Methods: policy.KnownMethods(), Tools: []string{"notes.search", "notes.append"}},
 		Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Accounts: []string{"personal"}}}
 	rig.m.Attach(app, os.NewFile(uintptr(fds[0]), "daemon"))
-	rig.appWrite(&peer.Request{ReqID: "o", Method: policy.MethodSessionOpen})
+	rig.appWrite(&hubRequest{ReqID: "o", Method: policy.MethodSessionOpen})
 	select {
 	case a := <-rig.approve:
 		if err := rig.m.Approve(a.ApprovalID, policy.Allow, false); err != nil {
@@ -99,34 +100,11 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 	var data struct {
 		ContextID string `json:"context_id"`
 	}
-	json.Unmarshal(rig.appNext().(*peer.Reply).Data, &data)
+	if rp := rig.appNext(); rp.Type != "reply" || !rp.OK || json.Unmarshal(rp.Data, &data) != nil {
+		t.Fatalf("session.open: the app got %+v", rp)
+	}
 	rig.ctx = data.ContextID
 	return rig
-}
-
-func (r *toolRig) appWrite(f peer.Up) {
-	r.t.Helper()
-	b, err := peer.EncodeUp(f)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if _, err := r.hub.Write(b); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *toolRig) appNext() peer.Down {
-	r.t.Helper()
-	r.hub.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := r.r.Next()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	d, err := peer.DecodeDown(line)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return d
 }
 
 // kernel dials the socket and attaches as the kernel.
@@ -154,11 +132,11 @@ func TestToolOpsRoundTrip(t *testing.T) {
 	// The answer first, then the call's events.
 	k.expectLine(`{"id":2,"ok":true,"data":{"call_id":"c1","accepted":true}}`)
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
-	tc := rig.appNext().(*peer.ToolCall)
-	if tc.CallID != "c1" || tc.Account != "personal" || tc.ContextID != rig.ctx || tc.Client != "notes" || tc.Caller != "assistant" {
+	tc := rig.appNext()
+	if tc.Type != "tool_call" || tc.CallID != "c1" || tc.Account != "personal" || tc.ContextID != rig.ctx || tc.Client != "notes" || tc.Caller != "assistant" {
 		t.Fatalf("app got %+v", tc)
 	}
-	rig.appWrite(&peer.ToolResult{CallID: "c1", OK: true, Data: json.RawMessage(`{"matches":[]}`)})
+	rig.appWrite(&hubToolResult{CallID: "c1", OK: true, Data: json.RawMessage(`{"matches":[]}`)})
 	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"ok","data":{"matches":[]}}`)
 
 	// tool.cancel of a delivered write: the app is told, the kernel gets
@@ -170,7 +148,7 @@ func TestToolOpsRoundTrip(t *testing.T) {
 	k.send(`{"id":4,"op":"tool.cancel","args":{"app":"notes","call_id":"c2"}}`)
 	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c2","outcome":"outcome_unknown","error":{"code":"cancelled","message":"the caller cancelled the call"}}`)
 	k.expectLine(`{"id":4,"ok":true,"data":{}}`)
-	if c, ok := rig.appNext().(*peer.ToolCancel); !ok || c.CallID != "c2" || c.Reason != "cancelled" {
+	if c := rig.appNext(); c.Type != "tool_cancel" || c.CallID != "c2" || c.Reason != "cancelled" {
 		t.Fatalf("app got %#v", c)
 	}
 
@@ -251,7 +229,7 @@ func TestToolOpsCallsCap(t *testing.T) {
 	if resp := k.response(); resp.OK || resp.Error.Code != peer.CodeQuotaExceeded {
 		t.Fatalf("a call past the cap: %+v %+v", resp.OK, resp.Error)
 	}
-	rig.appWrite(&peer.ToolResult{CallID: "c1", OK: true})
+	rig.appWrite(&hubToolResult{CallID: "c1", OK: true})
 	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"ok"}`)
 	k.send(call(4, "c2"))
 	k.expectLine(`{"id":4,"ok":true,"data":{"call_id":"c2","accepted":true}}`)
@@ -280,7 +258,7 @@ func TestToolOpsContextsAndRules(t *testing.T) {
 	if err := c.Do(ctx, control.OpAccountClose, control.AccountArgs{App: "notes", Account: "personal"}, &closed); err != nil || closed.Closed != 1 {
 		t.Fatalf("account.close %+v %v", closed, err)
 	}
-	if cc, ok := rig.appNext().(*peer.ContextClosed); !ok || cc.ContextID != rig.ctx || cc.Reason != "account_closed" {
+	if cc := rig.appNext(); cc.Type != "context_closed" || cc.ContextID != rig.ctx || cc.Reason != "account_closed" {
 		t.Fatalf("app got %#v", cc)
 	}
 
@@ -310,7 +288,7 @@ func TestQueuedOutcomesFollowTheAttachAnswer(t *testing.T) {
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
 	rig.appNext() // the call
 	k.nc.Close()  // the kernel goes; the call times out with none attached
-	if tc, ok := rig.appNext().(*peer.ToolCancel); !ok || tc.CallID != "c1" {
+	if tc := rig.appNext(); tc.Type != "tool_cancel" || tc.CallID != "c1" {
 		t.Fatalf("app got %+v, want the call's tool_cancel", tc)
 	}
 	for {

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -172,7 +173,7 @@ func (p *peer) teardown(l *link) {
 	// is, it still gets its outcome.
 	for _, c := range l.calls {
 		if c.placed {
-			p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's process ended"), "")
+			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's process ended"), "")
 		}
 	}
 	if p.link == l {

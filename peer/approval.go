@@ -3,6 +3,7 @@ package peer
 import (
 	"fmt"
 	"octosup/control"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strconv"
 	"time"
@@ -168,7 +169,7 @@ func (p *peer) expire(a *approval) {
 	p.waiting = nil
 	for _, r := range waiting {
 		if r.state == reqWaitingConsent {
-			p.finish(r, errorf(CodeConsentRequired, "nobody answered the consent prompt for app %s within %s; the next request asks again", a.App, p.m.cfg.ConsentTimeout))
+			p.finish(r, frame.Errorf(frame.CodeConsentRequired, "nobody answered the consent prompt for app %s within %s; the next request asks again", a.App, p.m.cfg.ConsentTimeout))
 		}
 	}
 }
@@ -312,5 +313,5 @@ func (m *Manager) RevokeConsent(app string) (found bool, err error) {
 // consentDenied is the answer to every request of an app the person
 // denied the agent service, the first ones as the later: what undoes it.
 func consentDenied(app string) *Error {
-	return errorf(CodeConsentDenied, "the person denied app %s the agent service; once its consent is revoked (control op consent, action revoke), the app's next request asks again", app)
+	return frame.Errorf(frame.CodeConsentDenied, "the person denied app %s the agent service; once its consent is revoked (control op consent, action revoke), the app's next request asks again", app)
 }

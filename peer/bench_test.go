@@ -2,6 +2,7 @@ package peer
 
 import (
 	"encoding/json"
+	"octosup/peer/internal/frame"
 	"testing"
 
 	"octosup/internal/roundtrip"
@@ -31,7 +32,7 @@ func BenchmarkRequestRoundTrip(b *testing.B) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	line, _ := EncodeUp(&Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+	line, _ := frame.EncodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
 		Args: json.RawMessage(`{"context_id":"` + ctx + `","turn_id":"T"}`)})
 	b.ResetTimer()
 	for b.Loop() {
@@ -49,11 +50,11 @@ func BenchmarkRequestRoundTrip(b *testing.B) {
 // and decoded on return.
 func BenchmarkSocketpairEcho(b *testing.B) {
 	conns := roundtrip.Socketpair(b)
-	done := roundtrip.EchoJSON(conns[1], NewReader(conns[1], MaxFrame).Next)
+	done := roundtrip.EchoJSON(conns[1], frame.NewReader(conns[1], frame.MaxFrame).Next)
 	defer func() { conns[0].Close(); <-done; conns[1].Close() }()
-	line, _ := EncodeUp(&Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+	line, _ := frame.EncodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
 		Args: json.RawMessage(`{"context_id":"n0nce-1","turn_id":"T"}`)})
-	r := NewReader(conns[0], MaxFrame)
+	r := frame.NewReader(conns[0], frame.MaxFrame)
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := conns[0].Write(line); err != nil {

@@ -8,7 +8,8 @@
 // with Attach and goes with Detach (or when the app stops reading). Frames
 // under "octos_peer" are decoded strictly and handled here; any other
 // top-level object passes through to Events.AppFrame, and Send writes such
-// frames down.
+// frames down. The codec of those frames, and the link's error codes, are
+// peer/internal/frame's.
 //
 // The daemon wires it:
 //

@@ -1,6 +1,14 @@
 package peer
 
-import "errors"
+import (
+	"errors"
+	"octosup/peer/internal/frame"
+)
+
+// Error is the wire error {code, message} of the link's replies and tool
+// results (Result.Error, KernelReply.Error). It is also a Go error, so a
+// Manager method returns it as is.
+type Error = frame.Error
 
 // Errors of the Go API, for callers to branch on (errors.Is). Code maps each
 // to the stable code the control socket answers with.
@@ -62,9 +70,9 @@ func Code(err error) string {
 	case errors.Is(err, ErrInvalid):
 		return "bad_request"
 	case errors.Is(err, ErrDuplicate):
-		return CodeDuplicate
+		return frame.CodeDuplicate
 	case errors.Is(err, ErrUnknownContext):
-		return CodeUnknownContext
+		return frame.CodeUnknownContext
 	case errors.Is(err, ErrDeclined):
 		return CodeDeclined
 	case errors.Is(err, ErrUnknownCall):
@@ -78,5 +86,5 @@ func Code(err error) string {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	return CodeInternal
+	return frame.CodeInternal
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"octosup/peer/internal/frame"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -163,7 +164,7 @@ type testApp struct {
 	t    testing.TB
 	id   string
 	conn net.Conn
-	r    *Reader
+	r    *frame.Reader
 	seq  int
 }
 
@@ -183,7 +184,7 @@ func (h *harness) attach(app policy.App) *testApp {
 		h.t.Fatal(err)
 	}
 	h.m.Attach(app, daemonEnd)
-	a := &testApp{t: h.t, id: app.ID, conn: conn, r: NewReader(conn, MaxFrame)}
+	a := &testApp{t: h.t, id: app.ID, conn: conn, r: frame.NewReader(conn, frame.MaxFrame)}
 	h.t.Cleanup(func() { conn.Close() })
 	return a
 }
@@ -214,7 +215,7 @@ func (a *testApp) requestID(id, method string, args any) {
 		}
 		raw = b
 	}
-	line, err := EncodeUp(&Request{ReqID: id, Method: method, Args: raw})
+	line, err := frame.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: raw})
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -232,20 +233,20 @@ func (a *testApp) nextLine() []byte {
 	return bytes.Clone(line)
 }
 
-func (a *testApp) next() Down {
+func (a *testApp) next() frame.Down {
 	a.t.Helper()
 	line := a.nextLine()
-	d, err := DecodeDown(line)
+	d, err := frame.DecodeDown(line)
 	if err != nil {
 		a.t.Fatalf("app %s got a bad frame %q: %v", a.id, line, err)
 	}
 	return d
 }
 
-func (a *testApp) reply(reqID string) *Reply {
+func (a *testApp) reply(reqID string) *frame.Reply {
 	a.t.Helper()
 	d := a.next()
-	r, ok := d.(*Reply)
+	r, ok := d.(*frame.Reply)
 	if !ok || r.ReqID != reqID {
 		a.t.Fatalf("want reply to %s, got %#v", reqID, d)
 	}
@@ -274,10 +275,10 @@ func (a *testApp) failReply(reqID, code string) *Error {
 	return r.Error
 }
 
-func (a *testApp) errorFrame(code, reqID string) *ErrorFrame {
+func (a *testApp) errorFrame(code, reqID string) *frame.ErrorFrame {
 	a.t.Helper()
 	d := a.next()
-	e, ok := d.(*ErrorFrame)
+	e, ok := d.(*frame.ErrorFrame)
 	if !ok || e.Code != code || e.ReqID != reqID {
 		a.t.Fatalf("want error frame %s for %q, got %#v", code, reqID, d)
 	}
@@ -287,7 +288,7 @@ func (a *testApp) errorFrame(code, reqID string) *ErrorFrame {
 func (a *testApp) event(reqID string) json.RawMessage {
 	a.t.Helper()
 	d := a.next()
-	e, ok := d.(*Event)
+	e, ok := d.(*frame.Event)
 	if !ok || e.ReqID != reqID {
 		a.t.Fatalf("want event for %s, got %#v", reqID, d)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"octosup/internal/strictjson"
+	"octosup/peer/internal/frame"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,7 +170,7 @@ func (p *peer) kernelDetached() int {
 	n := 0
 	for _, r := range sortedRequests(p.link.requests) {
 		if r.state == reqAtKernel || r.state == reqStreaming {
-			p.endRequest(r, "kernel_detached", errorf(CodeNoKernel, "the agent kernel detached before answering"))
+			p.endRequest(r, "kernel_detached", frame.Errorf(frame.CodeNoKernel, "the agent kernel detached before answering"))
 			n++
 		}
 	}
@@ -181,7 +182,7 @@ func (p *peer) toKernel(r *request) {
 	m := p.m
 	s := m.kernel.Load()
 	if s == nil {
-		p.finish(r, errorf(CodeNoKernel, "no agent kernel is attached"))
+		p.finish(r, frame.Errorf(frame.CodeNoKernel, "no agent kernel is attached"))
 		return
 	}
 	l := r.link
@@ -193,7 +194,7 @@ func (p *peer) toKernel(r *request) {
 	}
 	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { p.post(func() { p.kernelTimeout(r) }) })
 	kr := KernelRequest{
-		App: p.id, ReqID: r.id, Method: r.method, Args: r.args.raw,
+		App: p.id, ReqID: r.id, Method: r.method, Args: r.args.Raw,
 		ContextID: r.ctx.id, Account: r.ctx.account,
 	}
 	m.feed.request(s, kr, func(err error) { p.post(func() { p.kernelRefused(r, err) }) })
@@ -205,7 +206,7 @@ func (p *peer) kernelRefused(r *request, err error) {
 		return // ended meanwhile (the kernel detached)
 	}
 	p.m.log.Warn("kernel refused a request", zap.String("app", p.id), zap.String("req_id", r.id), zap.Error(err))
-	p.finish(r, errorf(CodeNoKernel, "the agent kernel could not take the request"))
+	p.finish(r, frame.Errorf(frame.CodeNoKernel, "the agent kernel could not take the request"))
 }
 
 func (p *peer) kernelTimeout(r *request) {
@@ -213,7 +214,7 @@ func (p *peer) kernelTimeout(r *request) {
 		return
 	}
 	p.m.log.Warn("kernel did not answer in time", zap.String("app", p.id), zap.String("req_id", r.id))
-	p.finish(r, errorf(CodeTimeout, "the agent kernel did not answer within %s", p.m.cfg.KernelTimeout))
+	p.finish(r, frame.Errorf(frame.CodeTimeout, "the agent kernel did not answer within %s", p.m.cfg.KernelTimeout))
 }
 
 // onPeer runs f on app's peer for the session: ErrKernelDetached when s
@@ -264,7 +265,7 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		return fmt.Errorf("%w: request %q of %s was already answered", ErrUnknownRequest, rp.ReqID, rp.App)
 	}
 	if !rp.OK {
-		if rp.Error == nil || !KnownCode(rp.Error.Code) || rp.Data != nil {
+		if rp.Error == nil || !frame.KnownCode(rp.Error.Code) || rp.Data != nil {
 			return fmt.Errorf("%w: a failed reply needs error {code, message} with one of the peer link's error codes (docs/protocol.md), and no data", ErrInvalid)
 		}
 		p.finish(r, rp.Error)
@@ -277,8 +278,8 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 	if err != nil {
 		return err
 	}
-	if n := frameSize(&Reply{ReqID: r.id, OK: true, Data: data}); n > MaxFrame {
-		return fmt.Errorf("%w: the reply would be a %d-byte frame, over the %d-byte cap", ErrInvalid, n, MaxFrame)
+	if n := frameSize(&frame.Reply{ReqID: r.id, OK: true, Data: data}); n > frame.MaxFrame {
+		return fmt.Errorf("%w: the reply would be a %d-byte frame, over the %d-byte cap", ErrInvalid, n, frame.MaxFrame)
 	}
 	switch r.method {
 	case policy.MethodTurnStart:
@@ -296,16 +297,16 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		r.turn.TurnID = turnID
 		r.ctx.turns[turnID] = r
 		r.ctx.useTurn(turnID, p.m.cfg.MaxTurns)
-		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendFrame(&frame.Reply{ReqID: r.id, OK: true, Data: data})
 	case policy.MethodTurnInterrupt:
 		if t := r.ctx.turns[r.args.TurnID]; t != nil {
 			p.endTurn(t, "interrupted", true)
 		}
 		r.move(reqDone)
-		r.link.sendReply(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendReply(&frame.Reply{ReqID: r.id, OK: true, Data: data})
 	default:
 		r.move(reqDone)
-		r.link.sendReply(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendReply(&frame.Reply{ReqID: r.id, OK: true, Data: data})
 	}
 	return nil
 }
@@ -334,15 +335,15 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 	if err := checkTurnEvent(data, r); err != nil {
 		return err
 	}
-	line, err := EncodeDown(&Event{ReqID: r.id, Event: data})
+	line, err := frame.EncodeDown(&frame.Event{ReqID: r.id, Event: data})
 	if err != nil {
 		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
 	}
-	if n := len(line) - 1; n > MaxFrame {
+	if n := len(line) - 1; n > frame.MaxFrame {
 		// The app cannot take it, and a turn missing an event is not the
 		// turn the kernel meant: it ends, and the app hears why.
 		p.endTurn(r, "event_too_large", true)
-		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, MaxFrame)
+		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, frame.MaxFrame)
 	}
 	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
 		// As for an oversized event: the app is not reading, and a turn
@@ -361,8 +362,8 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 
 // frameSize is the size of f on the wire, its newline excluded (0 when it
 // does not encode, which the sender then reports).
-func frameSize(f Down) int {
-	b, err := EncodeDown(f)
+func frameSize(f frame.Down) int {
+	b, err := frame.EncodeDown(f)
 	if err != nil {
 		return 0
 	}
@@ -371,7 +372,7 @@ func frameSize(f Down) int {
 
 func sendEvent(r *request, data json.RawMessage) {
 	keepEvent(r, data)
-	r.link.sendFrame(&Event{ReqID: r.id, Event: data})
+	r.link.sendFrame(&frame.Event{ReqID: r.id, Event: data})
 }
 
 // keepEvent adds a streamed event to its turn's history, within the
@@ -444,7 +445,7 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if v == nil {
 		return nil, nil
 	}
-	if len(v) <= MaxFrame && !hasSpace(v) && checkAny(v) == nil {
+	if len(v) <= frame.MaxFrame && !hasSpace(v) && frame.CheckValue(v) == nil {
 		// Compact already (the usual kernel's value): checked and
 		// copied, not compacted. Anything else goes the long way, which
 		// also words the refusals.
@@ -454,10 +455,10 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if err := json.Compact(&buf, v); err != nil {
 		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrInvalid, name, err)
 	}
-	if buf.Len() > MaxFrame { // the frame around it is checked by the caller
-		return nil, fmt.Errorf("%w: %s of %d bytes does not fit a %d-byte frame", ErrInvalid, name, buf.Len(), MaxFrame)
+	if buf.Len() > frame.MaxFrame { // the frame around it is checked by the caller
+		return nil, fmt.Errorf("%w: %s of %d bytes does not fit a %d-byte frame", ErrInvalid, name, buf.Len(), frame.MaxFrame)
 	}
-	if err := checkAny(buf.Bytes()); err != nil {
+	if err := frame.CheckValue(buf.Bytes()); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
 	return buf.Bytes(), nil
@@ -468,7 +469,7 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 // string counts too: the check is for the usual value, not every one).
 func hasSpace(v []byte) bool {
 	for _, c := range v {
-		if isSpace(c) {
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
 			return true
 		}
 	}
@@ -481,7 +482,7 @@ func turnIDOf(data json.RawMessage) (string, error) {
 	}
 	var id string
 	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &v) != nil ||
-		len(v.TurnID) == 0 || v.TurnID[0] != '"' || json.Unmarshal(v.TurnID, &id) != nil || !ValidID(id) {
+		len(v.TurnID) == 0 || v.TurnID[0] != '"' || json.Unmarshal(v.TurnID, &id) != nil || !frame.ValidID(id) {
 		return "", fmt.Errorf("%w: an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", ErrInvalid, policy.MethodTurnStart)
 	}
 	return id, nil
@@ -491,7 +492,7 @@ func eventType(data json.RawMessage) (typ, reason string) {
 	if len(data) == 0 || data[0] != '{' {
 		return "", ""
 	}
-	m, err := members(data) // exact keys: "Type" is not "type"
+	m, err := frame.Members(data) // exact keys: "Type" is not "type"
 	if err != nil {
 		return "", ""
 	}
@@ -513,7 +514,7 @@ func checkTurnEvent(data json.RawMessage, r *request) error {
 	if data[0] != '{' {
 		return fmt.Errorf("%w: event must be a JSON object {\"type\": \"...\", ...}, not %s", ErrInvalid, strictjson.KindOf(data))
 	}
-	m, err := members(data)
+	m, err := frame.Members(data)
 	if err != nil {
 		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
 	}
@@ -544,7 +545,7 @@ func checkTurnEvent(data json.RawMessage, r *request) error {
 		if _, present := m["turn_id"]; !present {
 			return fmt.Errorf("%w: a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", ErrInvalid, TurnEnd, turnID)
 		}
-		if reason, ok := str("reason"); !ok || !ValidID(reason) {
+		if reason, ok := str("reason"); !ok || !frame.ValidID(reason) {
 			return fmt.Errorf("%w: a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", ErrInvalid, TurnEnd)
 		}
 	}

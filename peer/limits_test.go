@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +142,7 @@ func TestOversizedKernelFrames(t *testing.T) {
 	h.grant(a)
 	ctx := a.open(nil)
 	// Fits MaxFrame as a value, not with the frame around it.
-	huge := `"` + strings.Repeat("a", MaxFrame-40) + `"`
+	huge := `"` + strings.Repeat("a", frame.MaxFrame-40) + `"`
 	id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
 	k.nextRequest(t)
 	err := ks.Reply(KernelReply{App: "notes", ReqID: id, OK: true, Data: json.RawMessage(`{"turn_id":"T1","x":` + huge + `}`)})
@@ -186,10 +187,10 @@ func TestOpenRequestsStopTheReader(t *testing.T) {
 		t.Fatalf("a third request reached the kernel: %+v", r)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if err := ks.Reply(KernelReply{App: "notes", ReqID: ids[0], OK: false, Error: &Error{Code: CodeInternal, Message: "no"}}); err != nil {
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: ids[0], OK: false, Error: &Error{Code: frame.CodeInternal, Message: "no"}}); err != nil {
 		t.Fatal(err)
 	}
-	a.failReply(ids[0], CodeInternal)
+	a.failReply(ids[0], frame.CodeInternal)
 	if r := k.nextRequest(t); r.ReqID != ids[2] {
 		t.Fatalf("kernel got %s, want %s", r.ReqID, ids[2])
 	}
@@ -288,5 +289,5 @@ func TestLinkNeedsService(t *testing.T) {
 	if h.m.HasLink("plain") {
 		t.Fatal("HasLink without agent.octos")
 	}
-	a.failReply(a.request(policy.MethodSessionOpen, nil), CodeNotGranted)
+	a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeNotGranted)
 }

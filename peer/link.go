@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"octosup/peer/internal/frame"
 	"sync"
 
 	"go.uber.org/zap"
@@ -152,19 +153,19 @@ func (l *link) write(line []byte, now, push bool) error {
 // never written (the app's reader would refuse it): a reply becomes an
 // internal error reply, anything else is dropped and logged (the callers
 // that pass outside data check its size first).
-func (l *link) sendFrame(f Down) bool {
+func (l *link) sendFrame(f frame.Down) bool {
 	b, ok := l.encodeFrame(f)
 	return ok && l.send(b)
 }
 
 // sendFrameNow is sendFrame by sendNow.
-func (l *link) sendFrameNow(f Down) bool {
+func (l *link) sendFrameNow(f frame.Down) bool {
 	b, ok := l.encodeFrame(f)
 	return ok && l.sendNow(b)
 }
 
 // pushFrame is sendFrame by push: nil when queued (or written).
-func (l *link) pushFrame(f Down, now bool) error {
+func (l *link) pushFrame(f frame.Down, now bool) error {
 	b, ok := l.encodeFrame(f)
 	if !ok {
 		return fmt.Errorf("%w: the frame does not encode", ErrInvalid)
@@ -175,7 +176,7 @@ func (l *link) pushFrame(f Down, now bool) error {
 // sendReply sends the reply of a request that is done: written at once
 // (sendNow) when it was the link's only open request, the app then
 // waiting on it alone; else queued for the writer, which gathers.
-func (l *link) sendReply(rp *Reply) {
+func (l *link) sendReply(rp *frame.Reply) {
 	if len(l.requests) == 0 {
 		l.sendFrameNow(rp)
 		return
@@ -185,17 +186,17 @@ func (l *link) sendReply(rp *Reply) {
 
 // encodeFrame is sendFrame's encoding: false when there is nothing to
 // send.
-func (l *link) encodeFrame(f Down) ([]byte, bool) {
-	b, err := EncodeDown(f)
-	if err == nil && len(b)-1 > MaxFrame {
-		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, MaxFrame)
+func (l *link) encodeFrame(f frame.Down) ([]byte, bool) {
+	b, err := frame.EncodeDown(f)
+	if err == nil && len(b)-1 > frame.MaxFrame {
+		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, frame.MaxFrame)
 	}
 	if err != nil {
 		// Only daemon-made values reach here; a failure is a bug, and the
 		// app must still not be left waiting on a reply.
 		l.m.log.Error("encode down frame", zap.String("app", l.appID), zap.Error(err))
-		if r, ok := f.(*Reply); ok {
-			b, _ = EncodeDown(&Reply{ReqID: r.ReqID, Error: errorf(CodeInternal, "the daemon could not encode this reply")})
+		if r, ok := f.(*frame.Reply); ok {
+			b, _ = frame.EncodeDown(&frame.Reply{ReqID: r.ReqID, Error: frame.Errorf(frame.CodeInternal, "the daemon could not encode this reply")})
 		} else {
 			return nil, false
 		}
@@ -221,12 +222,12 @@ func (l *link) readLoop() {
 		<-l.prev.done
 		l.prev = nil
 	}
-	r := NewReader(l.conn, MaxFrame)
+	r := frame.NewReader(l.conn, frame.MaxFrame)
 	for {
 		line, err := r.Next()
-		if errors.Is(err, ErrFrameTooLong) {
+		if errors.Is(err, frame.ErrFrameTooLong) {
 			l.toPeer(func() {
-				l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", MaxFrame)})
+				l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", frame.MaxFrame)})
 			})
 			continue
 		}
@@ -277,19 +278,19 @@ func (l *link) toPeer(f func()) bool {
 // handleLine decodes a line on the reader and hands it to the peer; the
 // frames are the peer's to handle, in the order they came.
 func (l *link) handleLine(line []byte) {
-	up, pass, err := ParseLine(line)
+	up, pass, err := frame.ParseLine(line)
 	switch {
 	case err != nil:
-		var fe *FrameError
+		var fe *frame.FrameError
 		errors.As(err, &fe)
 		l.toPeer(func() {
-			l.sendFrame(&ErrorFrame{Code: CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
+			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
 	case pass:
 		l.m.cfg.Events.AppFrame(l.appID, json.RawMessage(bytes.Clone(line)))
 	default:
 		switch f := up.(type) {
-		case *Request:
+		case *frame.Request:
 			// Wait for a token: with MaxOpenRequests open, the app's
 			// next request waits in its socket.
 			select {
@@ -298,7 +299,7 @@ func (l *link) handleLine(line []byte) {
 				return
 			}
 			l.p.do(func() { l.p.onRequestLine(l, f) })
-		case *ToolResult:
+		case *frame.ToolResult:
 			l.toPeer(func() { l.p.onToolResult(l, f) })
 		}
 	}

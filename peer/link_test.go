@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"os"
 	"os/exec"
 	"strings"
@@ -25,24 +26,24 @@ func TestErrorCodes(t *testing.T) {
 		h := newHarness(t, nil)
 		a := h.attach(notesApp("notes"))
 		a.write("not json\n")
-		a.errorFrame(CodeBadFrame, "")
+		a.errorFrame(frame.CodeBadFrame, "")
 		a.write(`{"octos_peer":{"type":"request","req_id":"r7","method":"octos.session.open","args":[]}}` + "\n")
-		a.errorFrame(CodeBadFrame, "r7")
+		a.errorFrame(frame.CodeBadFrame, "r7")
 		h.grant(a)
 		id := a.request(policy.MethodSessionOpen, map[string]any{"title": 5})
-		a.failReply(id, CodeBadFrame)
+		a.failReply(id, frame.CodeBadFrame)
 	})
 	t.Run("unknown_method", func(t *testing.T) {
 		h := newHarness(t, nil)
 		a := h.attach(notesApp("notes"))
-		a.failReply(a.request("octos.files.delete", nil), CodeUnknownMethod)
+		a.failReply(a.request("octos.files.delete", nil), frame.CodeUnknownMethod)
 	})
 	t.Run("not_granted method", func(t *testing.T) {
 		h := newHarness(t, nil)
 		app := notesApp("notes")
 		app.Grants.Methods = []string{policy.MethodSessionOpen}
 		a := h.attach(app)
-		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": "x", "input": "hi"}), CodeNotGranted)
+		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": "x", "input": "hi"}), frame.CodeNotGranted)
 		h.events.noApproval(t)
 	})
 	t.Run("not_granted service", func(t *testing.T) {
@@ -50,7 +51,7 @@ func TestErrorCodes(t *testing.T) {
 		app := notesApp("notes")
 		app.Grants.Services = nil
 		a := h.attach(app)
-		e := a.failReply(a.request(policy.MethodSessionOpen, nil), CodeNotGranted)
+		e := a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeNotGranted)
 		if !strings.Contains(e.Message, policy.ServiceAgent) {
 			t.Fatalf("message %q does not name the service", e.Message)
 		}
@@ -66,13 +67,13 @@ func TestErrorCodes(t *testing.T) {
 		h.grant(a)
 		app.Grants.Methods = []string{policy.MethodSessionOpen}
 		h.m.SetManifest(&policy.Manifest{Version: 1, Apps: []policy.App{app}})
-		a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "x"}), CodeNotGranted)
+		a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "x"}), frame.CodeNotGranted)
 	})
 	t.Run("not_granted account", func(t *testing.T) {
 		h := newHarness(t, nil)
 		a := h.attach(notesApp("notes"))
 		h.grant(a)
-		a.failReply(a.request(policy.MethodSessionOpen, map[string]any{"account": "bank"}), CodeNotGranted)
+		a.failReply(a.request(policy.MethodSessionOpen, map[string]any{"account": "bank"}), frame.CodeNotGranted)
 	})
 	t.Run("consent_required", func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.ConsentTimeout = 50 * time.Millisecond })
@@ -81,7 +82,7 @@ func TestErrorCodes(t *testing.T) {
 		if ap := h.events.nextApproval(t); ap.State != ApprovalPending {
 			t.Fatalf("%+v", ap)
 		}
-		a.failReply(id, CodeConsentRequired)
+		a.failReply(id, frame.CodeConsentRequired)
 		if ap := h.events.nextApproval(t); ap.State != ApprovalExpired {
 			t.Fatalf("%+v", ap)
 		}
@@ -102,8 +103,8 @@ func TestErrorCodes(t *testing.T) {
 		if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
 			t.Fatal(err)
 		}
-		a.failReply(id, CodeConsentDenied)
-		a.failReply(a.request(policy.MethodSessionOpen, nil), CodeConsentDenied)
+		a.failReply(id, frame.CodeConsentDenied)
+		a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeConsentDenied)
 		h.events.nextApproval(t) // denied
 		h.events.noApproval(t)
 	})
@@ -111,7 +112,7 @@ func TestErrorCodes(t *testing.T) {
 		h := newHarness(t, nil)
 		a := h.attach(notesApp("notes"))
 		h.grant(a)
-		a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "n0nce-99"}), CodeUnknownContext)
+		a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "n0nce-99"}), frame.CodeUnknownContext)
 	})
 	t.Run("duplicate", func(t *testing.T) {
 		h := newHarness(t, nil)
@@ -122,7 +123,7 @@ func TestErrorCodes(t *testing.T) {
 		a.requestID("t1", policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"})
 		k.nextRequest(t)
 		a.requestID("t1", policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "again"})
-		a.errorFrame(CodeDuplicate, "t1")
+		a.errorFrame(frame.CodeDuplicate, "t1")
 		if err := ks.Reply(KernelReply{App: "notes", ReqID: "t1", OK: true, Data: json.RawMessage(`{"turn_id":"T1"}`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +134,7 @@ func TestErrorCodes(t *testing.T) {
 		a := h.attach(notesApp("notes"))
 		h.grant(a)
 		ctx := a.open(nil)
-		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"}), CodeNoKernel)
+		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"}), frame.CodeNoKernel)
 		k := newFakeKernel()
 		k.refuse = true
 		ks, err := h.m.AttachKernel(k)
@@ -141,7 +142,7 @@ func TestErrorCodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ks.Detach()
-		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"}), CodeNoKernel)
+		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"}), frame.CodeNoKernel)
 	})
 	t.Run("timeout", func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.KernelTimeout = 50 * time.Millisecond })
@@ -151,7 +152,7 @@ func TestErrorCodes(t *testing.T) {
 		ctx := a.open(nil)
 		id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"})
 		k.nextRequest(t)
-		a.failReply(id, CodeTimeout)
+		a.failReply(id, frame.CodeTimeout)
 		err := ks.Reply(KernelReply{App: "notes", ReqID: id, OK: true, Data: json.RawMessage(`{"turn_id":"T"}`)})
 		if !errors.Is(err, ErrUnknownRequest) {
 			t.Fatalf("late reply: %v", err)
@@ -166,8 +167,8 @@ func TestErrorCodes(t *testing.T) {
 		id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"})
 		k.nextRequest(t)
 		cl := a.request(policy.MethodContextClose, map[string]any{"context_id": ctx})
-		a.failReply(id, CodeCancelled)
-		if cc, ok := a.next().(*ContextClosed); !ok || cc.ContextID != ctx || cc.Reason != "closed_by_app" {
+		a.failReply(id, frame.CodeCancelled)
+		if cc, ok := a.next().(*frame.ContextClosed); !ok || cc.ContextID != ctx || cc.Reason != "closed_by_app" {
 			t.Fatalf("want context_closed, got %#v", cc)
 		}
 		a.okReply(cl)
@@ -180,7 +181,7 @@ func TestErrorCodes(t *testing.T) {
 		a := h.attach(notesApp("notes"))
 		h.grant(a)
 		h.store.Close() // the disk went away under the daemon
-		a.failReply(a.request(policy.MethodSessionOpen, nil), CodeInternal)
+		a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeInternal)
 	})
 }
 
@@ -200,15 +201,15 @@ func TestFramingOnLink(t *testing.T) {
 	}
 	for _, line := range bad {
 		a.write(line + "\n")
-		a.errorFrame(CodeBadFrame, "")
+		a.errorFrame(frame.CodeBadFrame, "")
 	}
 	// Over the cap, then a request: refused, then answered.
-	over := append(passthroughOfSize(MaxFrame+1), '\n')
+	over := append(passthroughOfSize(frame.MaxFrame+1), '\n')
 	go a.conn.Write(over) // the daemon reads it while we wait for the answer
-	a.errorFrame(CodeBadFrame, "")
+	a.errorFrame(frame.CodeBadFrame, "")
 	ctx := a.open(nil)
 	// An exact-cap pass-through frame reaches the shell whole.
-	exact := passthroughOfSize(MaxFrame)
+	exact := passthroughOfSize(frame.MaxFrame)
 	go a.conn.Write(append(bytes.Clone(exact), '\n'))
 	select {
 	case f := <-h.events.frames:
@@ -221,7 +222,7 @@ func TestFramingOnLink(t *testing.T) {
 	// Many frames in one write, and one frame split over many writes.
 	var batch bytes.Buffer
 	for i := range 50 {
-		line, _ := EncodeUp(&Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
+		line, _ := frame.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
 			Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 		batch.Write(line)
 	}
@@ -229,7 +230,7 @@ func TestFramingOnLink(t *testing.T) {
 	for i := range 50 {
 		a.okReply(fmt.Sprintf("b%d", i))
 	}
-	line, _ := EncodeUp(&Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
+	line, _ := frame.EncodeUp(&frame.Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 	for _, b := range line {
 		a.write(string([]byte{b}))
 	}
@@ -245,14 +246,14 @@ func TestSpoofedIdentity(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	for _, field := range []string{"app", "client", "account", "caller"} {
 		a.write(`{"octos_peer":{"type":"request","req_id":"s1","method":"octos.session.open","` + field + `":"mail"}}` + "\n")
-		a.errorFrame(CodeBadFrame, "s1")
+		a.errorFrame(frame.CodeBadFrame, "s1")
 	}
 	h.events.noApproval(t) // nothing reached the request path
 	h.grant(a)
 	ctx := a.open(map[string]any{"account": "work"})
 	for _, field := range []string{"app", "client", "account", "caller"} {
 		id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi", field: "mail"})
-		a.failReply(id, CodeBadFrame)
+		a.failReply(id, frame.CodeBadFrame)
 	}
 	id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"})
 	r := k.nextRequest(t)
@@ -281,7 +282,7 @@ func TestContextOwnership(t *testing.T) {
 	a.okReply(cl)
 	answers := map[string]string{}
 	for name, id := range map[string]string{"other app's": ctxA, "closed": closed, "made-up": "n0nce-4242"} {
-		e := b.failReply(b.request(policy.MethodSessionHistory, map[string]any{"context_id": id}), CodeUnknownContext)
+		e := b.failReply(b.request(policy.MethodSessionHistory, map[string]any{"context_id": id}), frame.CodeUnknownContext)
 		answers[name] = strings.Replace(e.Message, id, "ID", 1)
 	}
 	if answers["other app's"] != answers["closed"] || answers["closed"] != answers["made-up"] {
@@ -298,7 +299,7 @@ func TestConsentOnce(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	var batch bytes.Buffer
 	for i := range 20 {
-		line, _ := EncodeUp(&Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
+		line, _ := frame.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
 		batch.Write(line)
 	}
 	a.write(batch.String())
@@ -447,16 +448,16 @@ func runChild() int {
 	m.Attach(notesApp("notes"), os.NewFile(uintptr(fds[0]), "hub"))
 	app := os.NewFile(uintptr(fds[1]), "app")
 	defer app.Close()
-	line, _ := EncodeUp(&Request{ReqID: "x", Method: policy.MethodSessionOpen})
+	line, _ := frame.EncodeUp(&frame.Request{ReqID: "x", Method: policy.MethodSessionOpen})
 	app.Write(line)
-	r := NewReader(app, MaxFrame)
+	r := frame.NewReader(app, frame.MaxFrame)
 	got, err := r.Next()
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	d, err := DecodeDown(got)
-	if rp, ok := d.(*Reply); err == nil && ok && rp.OK {
+	d, err := frame.DecodeDown(got)
+	if rp, ok := d.(*frame.Reply); err == nil && ok && rp.OK {
 		var data struct {
 			ContextID string `json:"context_id"`
 		}
@@ -576,7 +577,7 @@ func TestKernelDetachMidTurn(t *testing.T) {
 	if got := string(a.event(streaming)); !strings.Contains(got, `"reason":"kernel_detached"`) {
 		t.Fatalf("end event %s", got)
 	}
-	a.failReply(waiting, CodeNoKernel)
+	a.failReply(waiting, frame.CodeNoKernel)
 	if err := ks.Reply(KernelReply{App: "notes", ReqID: waiting, OK: true}); !errors.Is(err, ErrKernelDetached) {
 		t.Fatalf("reply after detach: %v", err)
 	}
@@ -614,7 +615,7 @@ func TestDeath(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	b := h.attach(notesApp("notes"))
-	b.failReply(b.request(policy.MethodSessionHistory, map[string]any{"context_id": ctx}), CodeUnknownContext)
+	b.failReply(b.request(policy.MethodSessionHistory, map[string]any{"context_id": ctx}), frame.CodeUnknownContext)
 	b.open(nil) // no new consent prompt
 	h.events.noApproval(t)
 	// The app closing its own end is a death too.
@@ -632,7 +633,7 @@ func TestFloodNeverReads(t *testing.T) {
 	other := h.attach(notesApp("other"))
 	h.grant(flood)
 	h.grant(other)
-	line, _ := EncodeUp(&Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
+	line, _ := frame.EncodeUp(&frame.Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
 	batch := bytes.Repeat(line, 256)
 	errc := make(chan error, 1)
 	go func() {
@@ -693,4 +694,10 @@ func TestPassThrough(t *testing.T) {
 		t.Fatalf("send to nobody: %v", err)
 	}
 	h.events.noApproval(t)
+}
+
+// passthroughOfSize is a valid JSON object of exactly n bytes.
+func passthroughOfSize(n int) []byte {
+	const head, tail = `{"pad":"`, `"}`
+	return []byte(head + strings.Repeat("p", n-len(head)-len(tail)) + tail)
 }

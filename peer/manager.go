@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"octosup/peer/internal/frame"
 	"os"
 	"slices"
 	"sync"
@@ -412,20 +413,20 @@ func (m *Manager) Close() {
 
 // Send writes a pass-through frame (control op app.send) to the app. The
 // frame must be one JSON object that is not a peer-link frame.
-func (m *Manager) Send(appID string, frame json.RawMessage) error {
+func (m *Manager) Send(appID string, raw json.RawMessage) error {
 	var buf bytes.Buffer
-	if err := json.Compact(&buf, frame); err != nil {
+	if err := json.Compact(&buf, raw); err != nil {
 		return fmt.Errorf("app.send to %s: %w: frame is not JSON: %v", appID, ErrInvalid, err)
 	}
-	_, pass, err := ParseLine(buf.Bytes())
+	_, pass, err := frame.ParseLine(buf.Bytes())
 	if err != nil {
 		return fmt.Errorf("app.send to %s: %w: %v", appID, ErrInvalid, err)
 	}
 	if !pass {
-		return fmt.Errorf("app.send to %s: %w: %q frames belong to the daemon", appID, ErrInvalid, Envelope)
+		return fmt.Errorf("app.send to %s: %w: %q frames belong to the daemon", appID, ErrInvalid, frame.Envelope)
 	}
-	if buf.Len() > MaxFrame {
-		return fmt.Errorf("app.send to %s: %w: frame over %d bytes", appID, ErrInvalid, MaxFrame)
+	if buf.Len() > frame.MaxFrame {
+		return fmt.Errorf("app.send to %s: %w: frame over %d bytes", appID, ErrInvalid, frame.MaxFrame)
 	}
 	buf.WriteByte('\n')
 	var l *link

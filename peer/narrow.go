@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 
@@ -114,12 +115,12 @@ func (p *peer) granted(app policy.App, method string) *Error {
 }
 
 func noService(app policy.App) *Error {
-	return errorf(CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
+	return frame.Errorf(frame.CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
 		app.ID, policy.ServiceAgent, policy.ServiceAgent)
 }
 
 func noMethod(app policy.App, method string) *Error {
-	return errorf(CodeNotGranted, "%s is not in the grants.methods of app %s", method, app.ID)
+	return frame.Errorf(frame.CodeNotGranted, "%s is not in the grants.methods of app %s", method, app.ID)
 }
 
 // stillGranted is the refusal of a request whose store work is done, when
@@ -131,7 +132,7 @@ func (p *peer) stillGranted(r *request, account string) *Error {
 		return e
 	}
 	if r.method == policy.MethodSessionOpen && account != "" && !slices.Contains(app.Sandbox.Accounts, account) {
-		return errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, app.ID)
+		return frame.Errorf(frame.CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, app.ID)
 	}
 	return nil
 }

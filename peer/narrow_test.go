@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"octosup/peer/internal/frame"
 	"slices"
 	"testing"
 
@@ -26,7 +27,7 @@ func grantedContext(h *harness, a *testApp) string {
 // by a reload.
 func nextClosed(t *testing.T, a *testApp, ctx string) {
 	t.Helper()
-	if d, ok := a.next().(*ContextClosed); !ok || d.ContextID != ctx || d.Reason != ReasonGrantRevoked {
+	if d, ok := a.next().(*frame.ContextClosed); !ok || d.ContextID != ctx || d.Reason != ReasonGrantRevoked {
 		t.Fatalf("want context_closed %s grant_revoked, got %#v", ctx, d)
 	}
 }
@@ -52,14 +53,14 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		h.m.SetManifest(reloaded(app, func(e *policy.App) {
 			e.Grants.Methods = []string{policy.MethodTurnInterrupt}
 		}))
-		a.failReply(waiting, CodeNotGranted)
+		a.failReply(waiting, frame.CodeNotGranted)
 		// The prompt stands (the service is still granted); answered, it
 		// serves nothing the grant no longer allows.
 		if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); err != nil {
 			t.Fatal(err)
 		}
 		next := a.request(policy.MethodTurnInterrupt, map[string]any{"context_id": "c", "turn_id": "t"})
-		a.failReply(next, CodeUnknownContext)
+		a.failReply(next, frame.CodeUnknownContext)
 	})
 
 	t.Run("the service", func(t *testing.T) {
@@ -83,7 +84,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		if got, want := k.nextClosed(t), "notes "+ctx+" grant_revoked"; got != want {
 			t.Errorf("kernel got context.closed %q, want %q", got, want)
 		}
-		a.failReply(a.request(policy.MethodSessionOpen, nil), CodeNotGranted)
+		a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeNotGranted)
 		if st := h.m.LinkStatus("notes"); st.Connected {
 			t.Errorf("link status %+v: an app without the service has no peer link", st)
 		}
@@ -96,7 +97,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		waiting := a.request(policy.MethodSessionOpen, nil)
 		ap := h.events.nextApproval(t)
 		h.m.SetManifest(reloaded(app, func(e *policy.App) { e.Grants = policy.Grants{} }))
-		a.failReply(waiting, CodeNotGranted)
+		a.failReply(waiting, frame.CodeNotGranted)
 		if got := h.events.nextApproval(t); got.ApprovalID != ap.ApprovalID || got.State != ApprovalCancelled {
 			t.Fatalf("the prompt: %+v, want %s cancelled", got, ap.ApprovalID)
 		}
@@ -116,7 +117,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		a.nextToolCall("c1")
 
 		h.m.SetManifest(reloaded(app, func(e *policy.App) { e.Sandbox.Accounts = []string{"work"} }))
-		a.expectFrames(cancelLine("c1", ReasonGrantRevoked), line(&ContextClosed{ContextID: personal, Reason: ReasonGrantRevoked}))
+		a.expectFrames(cancelLine("c1", ReasonGrantRevoked), line(&frame.ContextClosed{ContextID: personal, Reason: ReasonGrantRevoked}))
 		expectRelay(t, relay, "ack notes c1", "fin notes c1 error cancelled")
 		if got, want := k.nextClosed(t), "notes "+personal+" grant_revoked"; got != want {
 			t.Errorf("kernel got context.closed %q, want %q", got, want)
@@ -124,7 +125,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		if err := h.m.ToolCall("notes", kc(personal, "c2", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrUnknownContext) {
 			t.Fatalf("a call in the closed context: %v", err)
 		}
-		a.failReply(a.request(policy.MethodSessionOpen, map[string]any{"account": "personal"}), CodeNotGranted)
+		a.failReply(a.request(policy.MethodSessionOpen, map[string]any{"account": "personal"}), frame.CodeNotGranted)
 		// The other account's context goes on.
 		a.okReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": work}))
 	})
@@ -156,7 +157,7 @@ func TestReloadNarrowsLiveLink(t *testing.T) {
 		ctx := grantedContext(h, a)
 		h.m.SetManifest(&policy.Manifest{Version: 1, Apps: []policy.App{}})
 		nextClosed(t, a, ctx)
-		a.failReply(a.request(policy.MethodSessionOpen, nil), CodeNotGranted)
+		a.failReply(a.request(policy.MethodSessionOpen, nil), frame.CodeNotGranted)
 	})
 }
 
@@ -171,5 +172,5 @@ func TestAttachTakesTheManifestsGrants(t *testing.T) {
 	}))
 	a := h.attach(started)
 	h.grant(a)
-	a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "c"}), CodeNotGranted)
+	a.failReply(a.request(policy.MethodSessionHistory, map[string]any{"context_id": "c"}), frame.CodeNotGranted)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"os"
 	"runtime"
 	"strconv"
@@ -31,13 +32,13 @@ func openCloseUntitled(t testing.TB, a *testApp, n, window int) string {
 		w := min(window, n-done)
 		buf.Reset()
 		for i := range w {
-			line, _ := EncodeUp(&Request{ReqID: "o" + strconv.Itoa(i), Method: policy.MethodSessionOpen})
+			line, _ := frame.EncodeUp(&frame.Request{ReqID: "o" + strconv.Itoa(i), Method: policy.MethodSessionOpen})
 			buf.Write(line)
 		}
 		a.write(buf.String())
 		ctxs := make([]string, w)
 		for range w {
-			r, ok := a.next().(*Reply)
+			r, ok := a.next().(*frame.Reply)
 			if !ok || !r.OK {
 				t.Fatalf("session.open %d of %d: %+v", done, n, r)
 			}
@@ -54,15 +55,15 @@ func openCloseUntitled(t testing.TB, a *testApp, n, window int) string {
 		}
 		buf.Reset()
 		for i, c := range ctxs {
-			line, _ := EncodeUp(&Request{ReqID: "c" + strconv.Itoa(i), Method: policy.MethodContextClose,
+			line, _ := frame.EncodeUp(&frame.Request{ReqID: "c" + strconv.Itoa(i), Method: policy.MethodContextClose,
 				Args: json.RawMessage(`{"context_id":"` + c + `"}`)})
 			buf.Write(line)
 		}
 		a.write(buf.String())
 		for range 2 * len(ctxs) { // context_closed, then the reply, each
 			switch f := a.next().(type) {
-			case *ContextClosed:
-			case *Reply:
+			case *frame.ContextClosed:
+			case *frame.Reply:
 				if !f.OK {
 					t.Fatalf("context.close: %+v", f.Error)
 				}
@@ -237,7 +238,7 @@ func TestHistoryReadsOnlyWhatFits(t *testing.T) {
 	var session uint64
 	h.m.inspect("notes", func(p *peer) { session = p.contexts[ctx].session.ID })
 	const turns = 64
-	input := json.RawMessage(`"` + strings.Repeat("a", MaxFrame-4096) + `"`)
+	input := json.RawMessage(`"` + strings.Repeat("a", frame.MaxFrame-4096) + `"`)
 	for i := range turns {
 		tn := policy.Turn{TurnID: fmt.Sprint("T", i), Input: input, Events: []json.RawMessage{}, End: "completed"}
 		if err := h.store.AppendTurn(session, tn, policy.Limits{}, nil); err != nil {

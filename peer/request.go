@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ type request struct {
 	link   *link
 	id     string
 	method string
-	args   requestArgs
+	args   frame.Args
 	ctx    *appContext // for methods that name a context
 	state  reqState
 	timer  *time.Timer // the kernel's reply deadline, while atKernel
@@ -97,17 +98,6 @@ func (r *request) move(to reqState) bool {
 	return true
 }
 
-// requestArgs holds the decoded args of any method; each method reads its
-// own members.
-type requestArgs struct {
-	Account   string
-	Title     string
-	ContextID string
-	TurnID    string
-	Input     json.RawMessage
-	raw       json.RawMessage // as the app sent them, for the kernel
-}
-
 // appContext is a live context: one process's handle on a session.
 type appContext struct {
 	id       string
@@ -146,20 +136,20 @@ func (c *appContext) useTurn(id string, max int) {
 func (p *peer) reply(l *link, reqID string, data any) {
 	raw, err := json.Marshal(data)
 	if err != nil {
-		l.sendFrame(&Reply{ReqID: reqID, Error: errorf(CodeInternal, "encode reply: %v", err)})
+		l.sendFrame(&frame.Reply{ReqID: reqID, Error: frame.Errorf(frame.CodeInternal, "encode reply: %v", err)})
 		return
 	}
-	l.sendFrame(&Reply{ReqID: reqID, OK: true, Data: raw})
+	l.sendFrame(&frame.Reply{ReqID: reqID, OK: true, Data: raw})
 }
 
 func (p *peer) fail(l *link, reqID string, e *Error) {
-	l.sendFrame(&Reply{ReqID: reqID, Error: e})
+	l.sendFrame(&frame.Reply{ReqID: reqID, Error: e})
 }
 
 // onRequestLine handles a request frame the link's reader handed over,
 // with one of the link's tokens (slots), which the request keeps while it
 // is open.
-func (p *peer) onRequestLine(l *link, f *Request) {
+func (p *peer) onRequestLine(l *link, f *frame.Request) {
 	l.spare = true
 	p.onRequest(l, f)
 	if l.spare {
@@ -173,7 +163,7 @@ func (p *peer) onRequestLine(l *link, f *Request) {
 // frame that is not a reply). A request that needs the app's consent
 // while the decision is not cached waits, with the lines after it, for
 // the store to read it (readConsent).
-func (p *peer) onRequest(l *link, f *Request) {
+func (p *peer) onRequest(l *link, f *frame.Request) {
 	if p.link != l || l.isShut() {
 		return
 	}
@@ -182,7 +172,7 @@ func (p *peer) onRequest(l *link, f *Request) {
 		return
 	}
 	if _, open := l.requests[f.ReqID]; open {
-		l.sendFrame(&ErrorFrame{Code: CodeDuplicate, ReqID: f.ReqID,
+		l.sendFrame(&frame.ErrorFrame{Code: frame.CodeDuplicate, ReqID: f.ReqID,
 			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
 		return
 	}
@@ -190,9 +180,9 @@ func (p *peer) onRequest(l *link, f *Request) {
 		p.fail(l, f.ReqID, e)
 		return
 	}
-	args, err := decodeArgs(f.Method, f.Args)
+	args, err := frame.DecodeArgs(f.Method, f.Args)
 	if err != nil {
-		p.fail(l, f.ReqID, errorf(CodeBadFrame, "%s args: %v", f.Method, err))
+		p.fail(l, f.ReqID, frame.Errorf(frame.CodeBadFrame, "%s args: %v", f.Method, err))
 		return
 	}
 	if !p.consent.loaded && p.consentErr == nil {
@@ -204,7 +194,7 @@ func (p *peer) onRequest(l *link, f *Request) {
 	switch d := p.consent.decision; {
 	case !p.consent.loaded:
 		p.m.log.Error("read consent", zap.String("app", p.id), zap.Error(p.consentErr))
-		p.fail(l, f.ReqID, errorf(CodeInternal, "the daemon could not read its consent records"))
+		p.fail(l, f.ReqID, frame.Errorf(frame.CodeInternal, "the daemon could not read its consent records"))
 	case d == policy.Deny:
 		p.fail(l, f.ReqID, consentDenied(p.id))
 	case d == policy.Allow:
@@ -224,7 +214,7 @@ func (p *peer) check(method string) *Error {
 		return noService(p.app)
 	}
 	if !slices.Contains(policy.KnownMethods(), method) {
-		return errorf(CodeUnknownMethod, "no method %q (known: %v)", method, policy.KnownMethods())
+		return frame.Errorf(frame.CodeUnknownMethod, "no method %q (known: %v)", method, policy.KnownMethods())
 	}
 	if !slices.Contains(p.app.Grants.Methods, method) {
 		return noMethod(p.app, method)
@@ -234,34 +224,9 @@ func (p *peer) check(method string) *Error {
 
 // park keeps a request, with its token, until the consent decision is
 // read: it and the lines after it are handled then, in order.
-func (p *peer) park(l *link, f *Request) {
+func (p *peer) park(l *link, f *frame.Request) {
 	l.spare = false // the token waits with it
 	p.parked = append(p.parked, func() { p.onRequestLine(l, f) })
-}
-
-func decodeArgs(method string, raw json.RawMessage) (requestArgs, error) {
-	if raw == nil {
-		raw = json.RawMessage("{}")
-	}
-	o := newObject("args", raw)
-	a := requestArgs{raw: raw}
-	switch method {
-	case policy.MethodSessionOpen:
-		a.Account = o.str("account", false)
-		a.Title = o.str("title", false)
-		if o.err == nil && len(a.Title) > 256 {
-			o.fail(`"title": over 256 bytes`)
-		}
-	case policy.MethodSessionHistory, policy.MethodContextClose:
-		a.ContextID = o.id("context_id", true)
-	case policy.MethodTurnStart:
-		a.ContextID = o.id("context_id", true)
-		a.Input = o.raw("input", true)
-	case policy.MethodTurnInterrupt:
-		a.ContextID = o.id("context_id", true)
-		a.TurnID = o.id("turn_id", true)
-	}
-	return a, o.done()
 }
 
 // dispatch runs a request whose app has consent.
@@ -272,7 +237,7 @@ func (p *peer) dispatch(r *request) {
 		if c == nil {
 			// Another app's, a closed or a made-up id: one answer for all,
 			// so an app learns nothing about contexts it does not own.
-			p.finish(r, errorf(CodeUnknownContext, "no context %q on this link", r.args.ContextID))
+			p.finish(r, frame.Errorf(frame.CodeUnknownContext, "no context %q on this link", r.args.ContextID))
 			return
 		}
 		r.ctx = c
@@ -324,7 +289,7 @@ func (p *peer) atStore(r *request, io func(), done func()) {
 		})
 	})
 	if !queued {
-		p.finish(r, errorf(CodeInternal, "the daemon is stopping"))
+		p.finish(r, frame.Errorf(frame.CodeInternal, "the daemon is stopping"))
 	}
 }
 
@@ -341,11 +306,11 @@ func (p *peer) history(r *request) {
 		}
 		if err != nil {
 			p.m.log.Error("read history", zap.String("app", p.id), zap.Error(err))
-			p.finish(r, errorf(CodeInternal, "the daemon could not read this session's history"))
+			p.finish(r, frame.Errorf(frame.CodeInternal, "the daemon could not read this session's history"))
 			return
 		}
 		r.move(reqDone)
-		r.link.sendFrame(&Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.sendFrame(&frame.Reply{ReqID: r.id, OK: true, Data: data})
 	})
 }
 
@@ -355,11 +320,11 @@ func (p *peer) history(r *request) {
 // first and the walk stops at the first that does not fit, so what is
 // read is what is kept (at most a frame), whatever the session holds.
 func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, error) {
-	empty, err := EncodeDown(&Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
+	empty, err := frame.EncodeDown(&frame.Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
 	if err != nil {
 		return nil, err
 	}
-	budget := MaxFrame - (len(empty) - 1) // its newline is not part of the cap
+	budget := frame.MaxFrame - (len(empty) - 1) // its newline is not part of the cap
 	var kept [][]byte
 	truncated := false
 	err = m.store.History(session, func(turn []byte) bool {
@@ -377,7 +342,7 @@ func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, er
 		return nil, err
 	}
 	var buf bytes.Buffer
-	buf.Grow(MaxFrame - budget)
+	buf.Grow(frame.MaxFrame - budget)
 	buf.WriteString(`{"turns":[`)
 	for i := len(kept) - 1; i >= 0; i-- {
 		buf.Write(kept[i])
@@ -425,11 +390,11 @@ func (p *peer) openSession(r *request) {
 	case account == "" && len(accounts) > 0:
 		account = accounts[0]
 	case account != "" && !slices.Contains(accounts, account):
-		p.finish(r, errorf(CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, p.id))
+		p.finish(r, frame.Errorf(frame.CodeNotGranted, "account %q is not in the sandbox.accounts of app %s", account, p.id))
 		return
 	}
 	if n := len(l.contexts) + l.opening; n >= p.m.cfg.MaxContexts {
-		p.finish(r, errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
+		p.finish(r, frame.Errorf(CodeQuotaExceeded, "app %s holds %d contexts, the most one process may: close one (%s) first",
 			p.id, n, policy.MethodContextClose))
 		return
 	}
@@ -467,12 +432,12 @@ func (p *peer) opened(r *request, account string, s policy.Session, err error) {
 	var le *policy.LimitError
 	if errors.As(err, &le) {
 		p.m.log.Info("session refused: the app is at a limit", zap.String("app", p.id), zap.Error(err))
-		p.finish(r, errorf(CodeQuotaExceeded, "%s", le.Error()))
+		p.finish(r, frame.Errorf(CodeQuotaExceeded, "%s", le.Error()))
 		return
 	}
 	if err != nil {
 		p.m.log.Error("open session", zap.String("app", p.id), zap.Error(err))
-		p.finish(r, errorf(CodeInternal, "the daemon could not record the session"))
+		p.finish(r, frame.Errorf(frame.CodeInternal, "the daemon could not record the session"))
 		return
 	}
 	c := &appContext{
@@ -497,13 +462,13 @@ func (p *peer) opened(r *request, account string, s policy.Session, err error) {
 func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	p.endContextCalls(c, reason, tell)
 	for _, r := range sortedRequests(c.requests) {
-		p.endRequest(r, reason, errorf(CodeCancelled, "context %s closed (%s)", c.id, reason))
+		p.endRequest(r, reason, frame.Errorf(frame.CodeCancelled, "context %s closed (%s)", c.id, reason))
 	}
 	delete(p.contexts, c.id)
 	delete(c.link.contexts, c.id)
 	p.m.feed.contextClosed(p.id, c.id, reason)
 	if tell {
-		c.link.sendFrame(&ContextClosed{ContextID: c.id, Reason: reason})
+		c.link.sendFrame(&frame.ContextClosed{ContextID: c.id, Reason: reason})
 	}
 }
 

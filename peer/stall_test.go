@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -43,9 +44,9 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 
 	// The stuck app stops reading: pass-through frames fill its socket
 	// and its write queue's push share.
-	frame := json.RawMessage(`{"ui":"` + strings.Repeat("s", 4000) + `"}`)
+	pass := json.RawMessage(`{"ui":"` + strings.Repeat("s", 4000) + `"}`)
 	for sent := 0; ; sent++ {
-		if err := h.m.Send("stuck", frame); errors.Is(err, ErrQueueFull) {
+		if err := h.m.Send("stuck", pass); errors.Is(err, ErrQueueFull) {
 			break
 		} else if err != nil {
 			t.Fatalf("send %d: %v", sent, err)
@@ -123,8 +124,8 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 	// Released: the stuck app gets its frames, then its context.
 	release()
 	for {
-		d, err := DecodeDown(stuck.nextLine())
-		if r, ok := d.(*Reply); err == nil && ok {
+		d, err := frame.DecodeDown(stuck.nextLine())
+		if r, ok := d.(*frame.Reply); err == nil && ok {
 			if !r.OK {
 				t.Fatalf("session.open after the stall: %v", r.Error)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"octosup/peer/internal/frame"
 	"sync"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 			s := session()
 			switch n := rng.IntN(10); {
 			case n < 2:
-				s.Reply(KernelReply{App: r.App, ReqID: r.ReqID, Error: &Error{Code: CodeInternal, Message: "kernel says no"}})
+				s.Reply(KernelReply{App: r.App, ReqID: r.ReqID, Error: &Error{Code: frame.CodeInternal, Message: "kernel says no"}})
 			case n < 3:
 				// ignored: the daemon's deadline answers it
 			case r.Method == policy.MethodTurnInterrupt:
@@ -93,10 +94,10 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 				if err != nil {
 					return
 				}
-				d, err := DecodeDown(line)
+				d, err := frame.DecodeDown(line)
 				l.mu.Lock()
 				switch f := d.(type) {
-				case *Reply:
+				case *frame.Reply:
 					l.replies[f.ReqID]++
 					if l.replies[f.ReqID] > 1 {
 						l.bad = append(l.bad, "second reply to "+f.ReqID)
@@ -114,14 +115,14 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 							l.opened <- v.ContextID
 						}
 					}
-				case *Event:
+				case *frame.Event:
 					if !l.okStart[f.ReqID] || l.ended[f.ReqID] {
 						l.bad = append(l.bad, fmt.Sprintf("event for %s outside its stream: %s", f.ReqID, f.Event))
 					}
 					if isTurnEnd(f.Event) {
 						l.ended[f.ReqID] = true
 					}
-				case *ContextClosed:
+				case *frame.ContextClosed:
 				default:
 					l.bad = append(l.bad, fmt.Sprintf("unexpected %q (%v)", line, err))
 				}
@@ -140,7 +141,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 			var ctxs []string // contexts this app opened, as far as it knows
 			send := func(id, method string, args any) {
 				b, _ := json.Marshal(args)
-				line, _ := EncodeUp(&Request{ReqID: id, Method: method, Args: b})
+				line, _ := frame.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: b})
 				a.conn.Write(line)
 			}
 			for n := range perApp {

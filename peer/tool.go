@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,11 @@ const CodeDeclined = "declined"
 // room for the frame (ErrQueueFull). It only reaches the relay and the
 // control socket, never the app.
 const CodeQueueFull = "queue_full"
+
+// CodeQuotaExceeded is the error code of ErrLimit: the app is at one of
+// the daemon's limits (docs/protocol.md, "Limits"). Apps read it in
+// replies too.
+const CodeQuotaExceeded = frame.CodeQuotaExceeded
 
 // Defaults of the tool-call layer's Config fields.
 const (
@@ -189,7 +195,7 @@ func (p *peer) cancelCall(callID string) error {
 	case !c.placed:
 		c.cancelled = true // its place ends it
 	default:
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "cancelled")
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 	}
 	return nil
 }

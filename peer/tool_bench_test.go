@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"octosup/internal/roundtrip"
+	"octosup/peer/internal/frame"
 	"strconv"
 	"sync"
 	"testing"
@@ -54,11 +55,11 @@ func BenchmarkToolCall(b *testing.B) {
 	for _, inflight := range []int{1, 64} {
 		b.Run("raw-echo/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
 			conns := roundtrip.Socketpair(b)
-			done := roundtrip.EchoJSON(conns[1], NewReader(conns[1], MaxFrame).Next)
+			done := roundtrip.EchoJSON(conns[1], frame.NewReader(conns[1], frame.MaxFrame).Next)
 			defer func() { conns[0].Close(); <-done; conns[1].Close() }()
-			line, _ := EncodeDown(&ToolCall{CallID: "b1", Name: "notes.search", Args: json.RawMessage(`{"query":"milk"}`),
+			line, _ := frame.EncodeDown(&frame.ToolCall{CallID: "b1", Name: "notes.search", Args: json.RawMessage(`{"query":"milk"}`),
 				Risk: RiskRead, TimeoutMS: 60000, Account: "personal", ContextID: "n0nce-2", Client: "notes", Caller: "bench"})
-			r := NewReader(conns[0], MaxFrame)
+			r := frame.NewReader(conns[0], frame.MaxFrame)
 			var wmu sync.Mutex
 			send := func() {
 				wmu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
@@ -119,13 +120,13 @@ func normalizeRisk(r string) string {
 // checkCall checks what a call says, whatever its app: its args
 // compacted and its confirm normalized.
 func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error) {
-	if !ValidID(kc.CallID) {
+	if !frame.ValidID(kc.CallID) {
 		return nil, "", fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
 	}
 	if kc.Name == "" || len(kc.Name) > 128 {
 		return nil, "", fmt.Errorf("%w: name must be a tool name of 1 to 128 bytes", ErrInvalid)
 	}
-	if !ValidID(kc.ContextID) {
+	if !frame.ValidID(kc.ContextID) {
 		return nil, "", fmt.Errorf("%w: context_id must be 1 to 128 printable ASCII characters", ErrInvalid)
 	}
 	if len(kc.Caller) > 256 {
@@ -206,19 +207,19 @@ func (p *peer) place(c *call) {
 	l := c.link
 	switch {
 	case p.link != l || l.isShut():
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's process ended"), "")
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's process ended"), "")
 		return
 	case l.contexts[c.ctx.id] != c.ctx:
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed", c.ctx.id)), "")
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, fmt.Sprintf("context %s closed", c.ctx.id)), "")
 		return
 	case !slices.Contains(p.app.Grants.Tools, c.name):
 		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+p.id+" (the manifest was reloaded)"), "")
 		return
 	case c.cancelled:
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the caller cancelled the call"), "")
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "")
 		return
 	case c.expired:
-		p.endCall(c, callTimedOut, failResult(c, CodeTimeout, "the call did not reach the app within its timeout"), "")
+		p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, "the call did not reach the app within its timeout"), "")
 		return
 	}
 	c.ctx.calls[c.id] = c
@@ -287,12 +288,12 @@ func (p *peer) confirmHost(c *call, rule ruleRead) {
 		p.deliver(c)
 	case ok:
 		c.decision, c.approved = policy.AuditDecisionRule, policy.Deny
-		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeDeclined,
 			"a standing rule of app %s denies %s: revoking the rule (control op rules, action revoke) has the next call ask the person", p.id, c.name)}, "")
 	case p.sheets >= m.cfg.MaxPendingApprovals:
 		// More sheets than a person reads: the call does not wait for
 		// one.
-		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeQuotaExceeded,
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQuotaExceeded,
 			"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", p.id, p.sheets, c.name)}, "")
 	default:
 		c.decision = policy.AuditDecisionSheet
@@ -308,7 +309,7 @@ func (p *peer) deliver(c *call) bool {
 	if ms < 1 {
 		ms = 1
 	}
-	f := &ToolCall{
+	f := &frame.ToolCall{
 		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
 		ConfirmRequired: c.confirm == control.ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
@@ -318,11 +319,11 @@ func (p *peer) deliver(c *call) bool {
 	// gathers them into one write.
 	err := c.link.pushFrame(f, len(c.link.calls) == 1)
 	if errors.Is(err, ErrQueueFull) {
-		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: errorf(CodeQueueFull, "%v", err)}, "")
+		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQueueFull, "%v", err)}, "")
 		return false
 	}
 	if err != nil {
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, "the app's hub closed before the call could be written"), "")
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's hub closed before the call could be written"), "")
 		return false
 	}
 	c.move(callDelivered)
@@ -384,7 +385,7 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	// After the outcome is posted: whatever the app reads, the relay has
 	// had what came before it.
 	if cancel != "" && wasSent {
-		l.sendFrame(&ToolCancel{CallID: c.id, Reason: cancel})
+		l.sendFrame(&frame.ToolCancel{CallID: c.id, Reason: cancel})
 	}
 }
 
@@ -422,12 +423,12 @@ func (p *peer) callTimeout(c *call) {
 		why = "nobody approved the call within its timeout"
 	}
 	p.m.log.Info("tool call timed out", zap.String("app", p.id), zap.String("call_id", c.id), zap.Stringer("state", c.state))
-	p.endCall(c, callTimedOut, failResult(c, CodeTimeout, why), "timeout")
+	p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, why), "timeout")
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit
 // the call's state is ignored and logged: terminal is final.
-func (p *peer) onToolResult(l *link, f *ToolResult) {
+func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 	if p.link != l || l.isShut() {
 		return
 	}
@@ -453,8 +454,8 @@ func (p *peer) onToolResult(l *link, f *ToolResult) {
 	if c.confirm == control.ConfirmApp && c.state == callDelivered {
 		p.m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
 			zap.String("app", p.id), zap.String("call_id", c.id))
-		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeConfirmationSkipped,
-			"app %s answered %s without asking its person first (confirm_required)", p.id, c.name)}, CodeConfirmationSkipped)
+		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(frame.CodeConfirmationSkipped,
+			"app %s answered %s without asking its person first (confirm_required)", p.id, c.name)}, frame.CodeConfirmationSkipped)
 		return
 	}
 	r := Result{Outcome: OutcomeOK, Data: f.Data}
@@ -480,7 +481,7 @@ func (p *peer) endContextCalls(ctx *appContext, reason string, tell bool) {
 		cancel = reason
 	}
 	for _, c := range calls {
-		p.endCall(c, callCancelled, failResult(c, CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
 	}
 }
 
@@ -561,6 +562,6 @@ func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 		p.deliver(c)
 		return
 	}
-	p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: errorf(CodeDeclined,
+	p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeDeclined,
 		"the person declined %s for app %s", c.name, p.id)}, "")
 }

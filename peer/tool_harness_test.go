@@ -2,6 +2,7 @@ package peer
 
 import (
 	"encoding/json"
+	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"testing"
@@ -54,9 +55,9 @@ func (a *testApp) framesUntilSync() []string {
 	var out []string
 	for {
 		line := a.nextLine()
-		if d, err := DecodeDown(line); err == nil {
-			if r, ok := d.(*Reply); ok && r.ReqID == id {
-				if r.OK || r.Error.Code != CodeUnknownContext {
+		if d, err := frame.DecodeDown(line); err == nil {
+			if r, ok := d.(*frame.Reply); ok && r.ReqID == id {
+				if r.OK || r.Error.Code != frame.CodeUnknownContext {
 					a.t.Fatalf("sync reply %s", line)
 				}
 				return out
@@ -87,8 +88,8 @@ func expectRelay(t testing.TB, r *RecordingToolRelay, want ...string) {
 	}
 }
 
-func line(f Down) string {
-	b, err := EncodeDown(f)
+func line(f frame.Down) string {
+	b, err := frame.EncodeDown(f)
 	if err != nil {
 		panic(err)
 	}
@@ -102,19 +103,19 @@ func toolCallLine(app, ctx string, kc KernelToolCall, risk string) string {
 	if args == nil {
 		args = json.RawMessage("{}")
 	}
-	return line(&ToolCall{CallID: kc.CallID, Name: kc.Name, Args: args, Risk: risk,
+	return line(&frame.ToolCall{CallID: kc.CallID, Name: kc.Name, Args: args, Risk: risk,
 		ConfirmRequired: kc.Confirm == ConfirmApp, TimeoutMS: kc.TimeoutMS,
 		Account: "personal", ContextID: ctx, Client: app, Caller: kc.Caller})
 }
 
 func cancelLine(id, reason string) string {
-	return line(&ToolCancel{CallID: id, Reason: reason})
+	return line(&frame.ToolCancel{CallID: id, Reason: reason})
 }
 
 // result writes a tool_result.
-func (a *testApp) result(r *ToolResult) {
+func (a *testApp) result(r *frame.ToolResult) {
 	a.t.Helper()
-	b, err := EncodeUp(r)
+	b, err := frame.EncodeUp(r)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -127,19 +128,19 @@ func (a *testApp) ok(id, data string) {
 	if data != "" {
 		raw = json.RawMessage(data)
 	}
-	a.result(&ToolResult{CallID: id, OK: true, Data: raw})
+	a.result(&frame.ToolResult{CallID: id, OK: true, Data: raw})
 }
 
 func (a *testApp) awaiting(id string) {
 	a.t.Helper()
-	a.result(&ToolResult{CallID: id, AwaitingConfirmation: true})
+	a.result(&frame.ToolResult{CallID: id, AwaitingConfirmation: true})
 }
 
 // nextToolCall reads the next frame, which must be the tool_call id.
-func (a *testApp) nextToolCall(id string) *ToolCall {
+func (a *testApp) nextToolCall(id string) *frame.ToolCall {
 	a.t.Helper()
 	d := a.next()
-	c, ok := d.(*ToolCall)
+	c, ok := d.(*frame.ToolCall)
 	if !ok || c.CallID != id {
 		a.t.Fatalf("want tool_call %s, got %#v", id, d)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"octosup/peer/internal/frame"
 	"sync"
 	"testing"
 	"time"
@@ -34,15 +35,15 @@ func (s *scriptedApp) fail(format string, args ...any) {
 	s.mu.Unlock()
 }
 
-func (s *scriptedApp) send(f Up) bool {
-	b, _ := EncodeUp(f)
+func (s *scriptedApp) send(f frame.Up) bool {
+	b, _ := frame.EncodeUp(f)
 	_, err := s.a.conn.Write(b)
 	return err == nil
 }
 
 func (s *scriptedApp) run() {
 	defer close(s.done)
-	s.send(&Request{ReqID: "open", Method: policy.MethodSessionOpen})
+	s.send(&frame.Request{ReqID: "open", Method: policy.MethodSessionOpen})
 	cancelled := map[string]bool{}
 	var later []string // calls it will answer at some later frame
 	for {
@@ -50,13 +51,13 @@ func (s *scriptedApp) run() {
 		if err != nil {
 			return // killed
 		}
-		d, err := DecodeDown(line)
+		d, err := frame.DecodeDown(line)
 		if err != nil {
 			s.fail("bad frame %q", line)
 			return
 		}
 		switch f := d.(type) {
-		case *Reply:
+		case *frame.Reply:
 			if f.ReqID == "open" && f.OK {
 				var v struct {
 					ContextID string `json:"context_id"`
@@ -64,12 +65,12 @@ func (s *scriptedApp) run() {
 				json.Unmarshal(f.Data, &v)
 				s.ctx <- v.ContextID
 			}
-		case *ToolCancel:
+		case *frame.ToolCancel:
 			if cancelled[f.CallID] {
 				s.fail("second tool_cancel for %s", f.CallID)
 			}
 			cancelled[f.CallID] = true
-		case *ToolCall:
+		case *frame.ToolCall:
 			if cancelled[f.CallID] {
 				s.fail("tool_call %s after its tool_cancel", f.CallID)
 			}
@@ -77,17 +78,17 @@ func (s *scriptedApp) run() {
 			switch n := s.rng.IntN(10); {
 			case n < 3:
 				if f.ConfirmRequired && s.rng.IntN(4) > 0 {
-					s.send(&ToolResult{CallID: id, AwaitingConfirmation: true})
+					s.send(&frame.ToolResult{CallID: id, AwaitingConfirmation: true})
 				}
-				s.send(&ToolResult{CallID: id, OK: true, Data: json.RawMessage(`1`)})
+				s.send(&frame.ToolResult{CallID: id, OK: true, Data: json.RawMessage(`1`)})
 			case n < 4:
-				s.send(&ToolResult{CallID: id, Error: &Error{Code: "internal", Message: "no"}})
+				s.send(&frame.ToolResult{CallID: id, Error: &Error{Code: "internal", Message: "no"}})
 			case n < 5:
-				s.send(&ToolResult{CallID: id, OK: true})
-				s.send(&ToolResult{CallID: id, OK: true}) // second: ignored
+				s.send(&frame.ToolResult{CallID: id, OK: true})
+				s.send(&frame.ToolResult{CallID: id, OK: true}) // second: ignored
 			case n < 6:
 				if f.ConfirmRequired {
-					s.send(&ToolResult{CallID: id, AwaitingConfirmation: true})
+					s.send(&frame.ToolResult{CallID: id, AwaitingConfirmation: true})
 				}
 				// then silence: the deadline ends it
 			case n < 7:
@@ -99,8 +100,8 @@ func (s *scriptedApp) run() {
 		if len(later) > 0 && s.rng.IntN(3) == 0 {
 			id := later[0]
 			later = later[1:]
-			s.send(&ToolResult{CallID: id, AwaitingConfirmation: true})
-			s.send(&ToolResult{CallID: id, OK: true, Data: json.RawMessage(`2`)})
+			s.send(&frame.ToolResult{CallID: id, AwaitingConfirmation: true})
+			s.send(&frame.ToolResult{CallID: id, OK: true, Data: json.RawMessage(`2`)})
 		}
 	}
 }

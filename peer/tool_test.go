@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"octosup/peer/internal/frame"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestToolCallPlain(t *testing.T) {
 	// the app sent them.
 	h.call("notes", kc(ctx, "c2", "notes.append", RiskWrite, ConfirmNone))
 	a.nextToolCall("c2")
-	a.result(&ToolResult{CallID: "c2", Error: &Error{Code: "internal", Message: "disk full"}})
+	a.result(&frame.ToolResult{CallID: "c2", Error: &Error{Code: "internal", Message: "disk full"}})
 	a.expectFrames()
 	ev := relay.WaitFor(4, wait)
 	if len(ev) != 4 || ev[3].Finished == nil || *ev[3].Finished.Error != (Error{Code: "internal", Message: "disk full"}) {
@@ -110,7 +111,7 @@ func TestToolCallRefusals(t *testing.T) {
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
-			if Code(err) == CodeInternal {
+			if Code(err) == frame.CodeInternal {
 				t.Fatalf("no code for %v", err)
 			}
 		})
@@ -137,7 +138,7 @@ func TestToolSecondResultIgnored(t *testing.T) {
 	a.nextToolCall("c1")
 	a.ok("c1", `1`)
 	a.ok("c1", `2`)
-	a.result(&ToolResult{CallID: "c1", Error: &Error{Code: "internal", Message: "late"}})
+	a.result(&frame.ToolResult{CallID: "c1", Error: &Error{Code: "internal", Message: "late"}})
 	a.awaiting("c1")
 	a.expectFrames()
 	expectRelay(t, relay, "ack notes c1", "fin notes c1 ok 1")
@@ -353,7 +354,7 @@ func TestToolConfirmApp(t *testing.T) {
 		h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmApp))
 		a.nextToolCall("c1")
 		a.ok("c1", "")
-		a.expectFrames(cancelLine("c1", CodeConfirmationSkipped))
+		a.expectFrames(cancelLine("c1", frame.CodeConfirmationSkipped))
 		expectRelay(t, relay, "ack notes c1", "fin notes c1 error confirmation_skipped")
 	})
 	t.Run("awaiting without confirm_required", func(t *testing.T) {
@@ -479,9 +480,9 @@ func TestToolCloseAccount(t *testing.T) {
 	}
 	// Each context: its calls cancelled first, then context_closed.
 	a.expectFrames(
-		line(&ContextClosed{ContextID: "n0nce-1", Reason: "account_closed"}),
-		cancelLine("p1", "account_closed"), line(&ContextClosed{ContextID: personal, Reason: "account_closed"}),
-		cancelLine("p2", "account_closed"), line(&ContextClosed{ContextID: p2, Reason: "account_closed"}),
+		line(&frame.ContextClosed{ContextID: "n0nce-1", Reason: "account_closed"}),
+		cancelLine("p1", "account_closed"), line(&frame.ContextClosed{ContextID: personal, Reason: "account_closed"}),
+		cancelLine("p2", "account_closed"), line(&frame.ContextClosed{ContextID: p2, Reason: "account_closed"}),
 	)
 	expectRelay(t, relay, "ack notes p1", "ack notes p2", "ack notes w1",
 		"fin notes p1 outcome_unknown cancelled", "fin notes p2 error cancelled")
@@ -513,8 +514,8 @@ func TestToolContextClosedByApp(t *testing.T) {
 	a.nextToolCall("c1")
 	a.awaiting("c1")
 	id := a.request(policy.MethodContextClose, map[string]any{"context_id": ctx})
-	a.expectFrames(cancelLine("c1", "closed_by_app"), line(&ContextClosed{ContextID: ctx, Reason: "closed_by_app"}),
-		line(&Reply{ReqID: id, OK: true, Data: json.RawMessage(`{}`)}))
+	a.expectFrames(cancelLine("c1", "closed_by_app"), line(&frame.ContextClosed{ContextID: ctx, Reason: "closed_by_app"}),
+		line(&frame.Reply{ReqID: id, OK: true, Data: json.RawMessage(`{}`)}))
 	expectRelay(t, relay, "ack notes c1", "fin notes c1 outcome_unknown cancelled")
 }
 

@@ -102,7 +102,7 @@ func FuzzLex(f *testing.F) {
 	for _, s := range usualTexts {
 		f.Add([]byte(s))
 	}
-	addGoldenLines(f, "../../peer/testdata/golden/*.json", "../../control/testdata/golden/*.jsonl")
+	addGoldenLines(f, "../../peer/internal/frame/testdata/golden/*.json", "../../control/testdata/golden/*.jsonl")
 	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `[1,{"b":[true,null,"\ud800"]},-0.5E-7]`, `{"a":1} x`, `123456789012345678`, `"é\u00e9"`} {
 		f.Add([]byte(s))
 	}

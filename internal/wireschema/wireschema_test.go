@@ -157,13 +157,13 @@ func TestEveryOpHasSchemasAndAnExample(t *testing.T) {
 	}
 }
 
-// TestHubGoldenFramesFitTheSchemas: peer/testdata/golden, both ways.
+// TestHubGoldenFramesFitTheSchemas: peer/internal/frame/testdata/golden, both ways.
 func TestHubGoldenFramesFitTheSchemas(t *testing.T) {
 	s, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob("../../peer/testdata/golden/*.json")
+	files, _ := filepath.Glob("../../peer/internal/frame/testdata/golden/*.json")
 	if len(files) == 0 {
 		t.Fatal("no hub golden files")
 	}

@@ -1,4 +1,4 @@
-package peer
+package frame
 
 import (
 	"encoding/json"

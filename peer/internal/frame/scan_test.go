@@ -1,4 +1,4 @@
-package peer
+package frame
 
 import (
 	"bytes"
@@ -91,7 +91,7 @@ func TestScanner(t *testing.T) {
 		{`{"a":` + strings.Repeat(`[`, strictjson.MaxDepth) + strings.Repeat(`]`, strictjson.MaxDepth) + `}`, false},
 	}
 	for _, tt := range tests {
-		got := checkAny([]byte(tt.in))
+		got := CheckValue([]byte(tt.in))
 		if (got == nil) != tt.ok {
 			t.Errorf("checkAny %q: %v, want ok=%v", tt.in, got, tt.ok)
 		}
@@ -111,7 +111,7 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		if !utf8.Valid(data) {
 			return
 		}
-		got := checkAny(data)
+		got := CheckValue(data)
 		want := oracleCheck(data)
 		if (got == nil) != (want == nil) {
 			t.Fatalf("%q: checkAny %v, oracle %v", data, got, want)
@@ -119,7 +119,7 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		if got != nil || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
 			return
 		}
-		m, err := members(data)
+		m, err := Members(data)
 		if err != nil {
 			t.Fatalf("%q: members: %v", data, err)
 		}

@@ -1,4 +1,4 @@
-package peer
+package frame
 
 import (
 	"bytes"
@@ -143,17 +143,17 @@ func (f fields) firstOther(except string) string {
 	return first
 }
 
-// checkAny verifies that data is exactly one JSON value, strictly
+// CheckValue verifies that data is exactly one JSON value, strictly
 // (strictjson: no duplicate key in any object, at most strictjson.MaxDepth
 // levels of nesting), for kernel data and events. encoding/json would
 // silently keep the last of two duplicate keys and match keys
 // case-insensitively; both would let a sender smuggle a member past a
 // reader that sees the other copy.
-func checkAny(data []byte) error { return frameJSONError(data, strictjson.Check(data)) }
+func CheckValue(data []byte) error { return frameJSONError(data, strictjson.Check(data)) }
 
-// members returns the members of a JSON object (checking it on the way).
+// Members returns the members of a JSON object (checking it on the way).
 // Their values alias data.
-func members(data []byte) (map[string]json.RawMessage, error) {
+func Members(data []byte) (map[string]json.RawMessage, error) {
 	list, err := strictjson.Object(data, nil)
 	if err != nil {
 		return nil, frameJSONError(data, err)
@@ -164,8 +164,6 @@ func members(data []byte) (map[string]json.RawMessage, error) {
 	}
 	return m, nil
 }
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // frameJSONError words strictjson's refusal of data the way bad_frame
 // reasons have always read (docs/protocol.md).

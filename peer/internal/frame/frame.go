@@ -1,4 +1,4 @@
-package peer
+package frame
 
 import (
 	"encoding/json"
@@ -67,7 +67,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-func errorf(code, format string, args ...any) *Error {
+// Errorf is an *Error with code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 

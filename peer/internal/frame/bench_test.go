@@ -1,4 +1,4 @@
-package peer
+package frame
 
 import "testing"
 
@@ -36,7 +36,7 @@ func BenchmarkRequestArgs(b *testing.B) {
 			b.Fatal(err)
 		}
 		r := up.(*Request)
-		if _, err := decodeArgs(r.Method, r.Args); err != nil {
+		if _, err := DecodeArgs(r.Method, r.Args); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,16 @@
+// Package frame is the peer link's wire codec: the frames an app and the
+// daemon exchange on a hub, one JSON object per line under "octos_peer"
+// (docs/protocol.md, "Frames"), and the link's error codes.
+//
+// Decoding is strict (internal/strictjson: no duplicate or case-variant
+// key, valid UTF-8, one value per line, at most strictjson.MaxDepth
+// levels), and a member a frame does not define is bad_frame, never
+// ignored: identity comes from the socket, so a frame that names an app
+// or an account must fail rather than be half-read. Reader splits a hub
+// into lines under a size cap; ParseLine tells a peer-link frame from a
+// pass-through one; EncodeDown and EncodeUp write the golden bytes of
+// testdata/golden.
+//
+// It is internal to peer: the daemon and the apps speak the wire, not
+// this package.
+package frame
