@@ -66,17 +66,17 @@
 // holding one of those: the hub's publisher takes the streams of a topic
 // under hub.mu, lets go, then applies each stream's skip under stream.mu,
 // lets go, then puts. No Then calls into the peer Manager beyond that
-// Start: AttachKernel decides
-// kernel.attach's answer, so it runs before it, and tool.call's place
-// runs the app's peer in its caller when it is idle (a lone call's
-// latency), which may write to the app's hub, so it runs after the
-// answer is queued (answerFirst), not under the queue lock. No lock is
-// held across a write to a socket (linewriter writes off its lock).
+// Start: AttachKernel decides kernel.attach's answer, so it runs before
+// it. No lock is held across a write to a socket (linewriter writes off
+// its lock).
 //
-// One way keeps events behind the answer that announces them: the
-// answer's Then makes what sends them visible in the step that queued the
-// answer (a subscription or a follow stream joins the hub; an attached
-// kernel's session, attached held, is started, and the peer's feed,
-// which makes every call to a kernel, goes on). A tool call's events start only once
-// place made it visible, after its answer was queued.
+// One way keeps events behind the answer that announces them: the answer
+// is queued in the step that makes what sends them visible. For what the
+// connection owns, that step is the answer's Then (a subscription or a
+// follow stream joins the hub; an attached kernel's session, attached
+// held, is started, and the peer's feed, which makes every call to a
+// kernel, goes on). A tool call's state is its app's peer's, so its step
+// is the peer's: tool.call answers with answerAt, and the peer queues
+// "accepted" on its feed in the step on the app's serial that accepts
+// the call, before the call is placed (peer.KernelSession.ToolCall).
 package daemon

@@ -30,7 +30,7 @@ import (
 
 // handler serves one op. args are the request's args (nil when absent);
 // the result is marshaled as the answer's data (see answerThen and
-// answerFirst for the results that do more). An error that is a
+// answerAt for the results that do more). An error that is a
 // *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
@@ -204,13 +204,16 @@ type answerThen struct {
 	before func() error
 }
 
-// answerFirst is a handler's result whose after runs once its answer is
-// queued, with no lock held, for a step that starts events but may not
-// run under the queue lock: tool.call's place runs the app's peer in its
-// caller, and that may write to the app's hub.
-type answerFirst struct {
-	data  any
-	after func()
+// answerAt is a handler's result whose answer someone else queues, in
+// the step that makes what it announces visible: at calls queue (which
+// never blocks) at that moment, from whatever goroutine takes the step,
+// and returns once it did. tool.call's at is the peer's ToolCall, which
+// queues "accepted" in the step that accepts the call, before anything
+// of the call happens. An error from at is the answer instead, and
+// queue must not have been called then.
+type answerAt struct {
+	data any
+	at   func(queue func()) error
 }
 
 // dispatch runs one request's handler and queues its answer.
@@ -239,12 +242,12 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 	}
 	var then func(*linewriter.Queue)
 	var before func() error
-	var after func()
+	var at func(func()) error
 	switch r := data.(type) {
 	case answerThen:
 		data, then, before = r.data, r.then, r.before
-	case answerFirst:
-		data, after = r.data, r.after
+	case answerAt:
+		data, at = r.data, r.at
 	}
 	resp := control.Response{ID: req.ID, OK: true}
 	if data != nil {
@@ -252,21 +255,12 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		if merr != nil {
 			c.log.Error("encode op data", zap.String("op", req.Op), zap.Error(merr))
 			c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", merr)})
-			if after != nil {
-				after()
-			}
 			return
 		}
 		resp.Data = b
 	}
-	if after != nil {
-		// Corked while after runs, for batching only: the answer and the
-		// first events after starts (tool.call's tool.acknowledged) leave
-		// in one write.
-		c.w.Hold()
-		c.answer(resp, nil)
-		after()
-		c.w.Release()
+	if at != nil {
+		c.answerAt(resp, at)
 	} else if err := c.answerWith(resp, linewriter.Opt{Then: then, Before: before}); err != nil {
 		var refused *linewriter.BeforeError
 		if errors.As(err, &refused) {
@@ -291,6 +285,13 @@ func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
 // answer's own). An answer that cannot be queued went with its
 // connection: nothing of o is owed to it.
 func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
+	o.Now, o.Wait = true, c.ctx.Done()
+	return c.w.Put(c.encodeAnswer(resp), o)
+}
+
+// encodeAnswer is resp's line; one too large for a line, or that cannot
+// be encoded, is an internal error instead.
+func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	line, err := encodeResponse(resp)
 	if err == nil && len(line) > control.MaxLine {
 		resp.OK, resp.Data = false, nil
@@ -301,8 +302,30 @@ func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
 		c.log.Error("encode answer", zap.Error(err))
 		line, _ = json.Marshal(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
 	}
-	o.Now, o.Wait = true, c.ctx.Done()
-	return c.w.Put(line, o)
+	return line
+}
+
+// answerAt has at queue resp (answerAt). Corked meanwhile, for batching
+// only: the answer and the first events of the step (tool.call's
+// tool.acknowledged) leave in one write.
+func (c *Conn) answerAt(resp control.Response, at func(queue func()) error) {
+	line := c.encodeAnswer(resp)
+	queued := false
+	c.w.Hold()
+	err := at(func() {
+		queued = true
+		// Not Wait: queue may run on the peer's feed, which must not
+		// block; a connection that far behind is dropped instead.
+		_ = c.w.Put(line, linewriter.Opt{Now: true})
+	})
+	c.w.Release()
+	switch {
+	case err != nil:
+		c.reply(control.Response{ID: resp.ID, Error: asControlError(err)})
+	case !queued:
+		c.log.Error("an op's answer was never queued", zap.Int64("id", resp.ID))
+		c.reply(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "the daemon lost this op's answer (a bug, logged): the op may have taken effect")})
+	}
 }
 
 // asControlError maps an op's error to its wire form.

@@ -126,15 +126,15 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	place, err := ks.AcceptToolCall(ca.App, ca.Call)
-	if err != nil {
-		return nil, toolError(err)
-	}
-	// Answer "accepted" before the call's first event: place makes the
-	// call visible once the answer is queued. It takes the Manager's
-	// lock, under which the Manager puts this connection's events, so it
-	// cannot run under the queue lock (answerThen): it runs after.
-	return answerFirst{data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, after: place}, nil
+	// "accepted" is queued by the peer in the step that accepts the
+	// call, before its first event: the call's state is the app's
+	// peer's, not this connection's, so that step is the peer's.
+	return answerAt{data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, at: func(queue func()) error {
+		if err := ks.ToolCall(ca.App, ca.Call, queue); err != nil {
+			return toolError(err)
+		}
+		return nil
+	}}, nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {

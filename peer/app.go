@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -9,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -150,7 +150,7 @@ func (p *peer) stopTimers() {
 // teardown retires a link whose hub is closed: the consent prompt it raised
 // is withdrawn (nothing persisted), its contexts close (the kernel told),
 // and its open requests end. Nothing is written to the app: its hub is
-// gone. A call accepted and not yet placed is its place's to end.
+// gone.
 func (p *peer) teardown(l *link) {
 	if a := p.ask; a != nil && a.link == l && !a.deciding {
 		p.settle(a, ApprovalCancelled)
@@ -169,12 +169,10 @@ func (p *peer) teardown(l *link) {
 	for _, r := range sortedRequests(l.requests) {
 		r.move(reqDone)
 	}
-	// Every placed call has a context, so none should be left; if one
-	// is, it still gets its outcome.
+	// Every call has a context, so none should be left; if one is, it
+	// still gets its outcome.
 	for _, c := range l.calls {
-		if c.placed {
-			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's process ended"), "")
-		}
+		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's process ended"), "")
 	}
 	if p.link == l {
 		p.link = nil

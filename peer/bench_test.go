@@ -2,10 +2,10 @@ package peer
 
 import (
 	"encoding/json"
-	"octosup/peer/internal/frame"
 	"testing"
 
 	"octosup/internal/roundtrip"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

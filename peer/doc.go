@@ -53,8 +53,11 @@
 // entries waiting for their batch (written on a serial of their own).
 // Lock order: Manager.mu before a serial's mu, and nothing else nests;
 // posting to a serial never blocks. A caller that finds a serial idle
-// may run the function itself (serial.call: a tool call's place, a
-// hub's line), so such calls are made with no lock held. A kernel
+// may run the function itself (serial.call: a tool call, a hub's line),
+// so such calls are made with no lock held. One wait nests: a kernel's
+// tool call (KernelSession.ToolCall) runs its accepted on the feed from
+// the app's serial and waits for it, which cannot close a loop because
+// nothing on the feed waits for an app's serial. A kernel
 // attached held (AttachKernelHeld, the control socket's kernel.attach)
 // keeps the feed waiting until its Start, so that it hears its attach's
 // answer before any callback.

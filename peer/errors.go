@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+
 	"octosup/peer/internal/frame"
 )
 

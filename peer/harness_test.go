@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"octosup/peer/internal/frame"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

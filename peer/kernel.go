@@ -564,13 +564,19 @@ func endReason(data json.RawMessage) string {
 	return "completed"
 }
 
-// AcceptToolCall is Manager.AcceptToolCall for a call the kernel makes
-// (op tool.call); a detached session is refused ErrKernelDetached.
-func (s *KernelSession) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
+// ToolCall is Manager.ToolCall for a call the kernel makes (op
+// tool.call); a detached session is refused ErrKernelDetached. accepted
+// runs once the call is accepted, before anything else of the call
+// happens: the control socket queues its answer "accepted" there, so
+// the kernel hears it before the call's tool.acknowledged and any event
+// of its sheet. It runs on the Manager's feed, where it must not block
+// (a full connection is dropped, not waited for), and ToolCall returns
+// after it. A refusal returns the error, and accepted does not run.
+func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func()) error {
 	if !s.attached() {
-		return nil, ErrKernelDetached
+		return ErrKernelDetached
 	}
-	return s.m.AcceptToolCall(app, kc)
+	return s.m.toolCall(app, kc, accepted)
 }
 
 // ToolCancel is Manager.ToolCancel for the kernel (op tool.cancel).

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"strings"
 	"testing"
 	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

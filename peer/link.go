@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"octosup/peer/internal/frame"
 	"sync"
 
 	"go.uber.org/zap"
 
 	"octosup/internal/linewriter"
+	"octosup/peer/internal/frame"
 )
 
 // link is one process's hub. Its reader handles one line at a time, so an

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

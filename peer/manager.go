@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"octosup/peer/internal/frame"
 	"os"
 	"slices"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

@@ -1,12 +1,12 @@
 package peer
 
 import (
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -86,7 +86,7 @@ func (p *peer) narrow(old policy.App, oldDev bool) {
 	// Tool calls of a revoked tool, in the contexts left.
 	var ending []*call
 	for _, c := range l.calls {
-		if c.placed && slices.Contains(tools, c.name) { // place checks the others
+		if slices.Contains(tools, c.name) {
 			ending = append(ending, c)
 		}
 	}

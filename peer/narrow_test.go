@@ -3,10 +3,10 @@ package peer
 import (
 	"encoding/json"
 	"errors"
-	"octosup/peer/internal/frame"
 	"slices"
 	"testing"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

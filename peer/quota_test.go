@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

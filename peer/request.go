@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

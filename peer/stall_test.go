@@ -3,13 +3,13 @@ package peer
 import (
 	"encoding/json"
 	"errors"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

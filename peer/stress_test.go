@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"octosup/peer/internal/frame"
 	"sync"
 	"testing"
 	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

@@ -3,12 +3,12 @@ package peer
 import (
 	"encoding/json"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
 
 	"octosup/control"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -115,6 +115,15 @@ func (m *Manager) SetToolRelay(r ToolRelay) {
 // A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
 // ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
 func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
+	return m.toolCall(app, kc, nil)
+}
+
+// toolCall accepts a call and places it in one step on the app's serial.
+// accepted, when set, runs on the feed in between and is waited for:
+// after it, nothing else of the call can come first (the relay's
+// callbacks queue behind it on the feed, and the app, its sheet and
+// its store hear of the call only once it is placed).
+func (m *Manager) toolCall(app string, kc control.ToolCall, accepted func()) error {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
@@ -122,9 +131,17 @@ func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
 	err = ErrClosed
 	p.call(func() {
 		var c *call
-		if c, err = p.acceptCall(kc, args, confirm); err == nil {
-			p.place(c) // nothing answers in between: placed in the same step
+		if c, err = p.acceptCall(kc, args, confirm); err != nil {
+			return
 		}
+		// The feed never waits for an app's serial, so this wait (on
+		// its goroutine only when it is busy) cannot close a loop.
+		if accepted != nil && !m.feed.in.call(accepted) {
+			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the daemon is shutting down"), "")
+			err = ErrClosed
+			return
+		}
+		p.place(c)
 	})
 	return err
 }
@@ -145,30 +162,6 @@ func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessag
 		return nil, nil, "", ErrNotConnected
 	}
 	return p, args, confirm, nil
-}
-
-// AcceptToolCall is ToolCall in two steps: it accepts (or refuses) the
-// call, and place sends it on its way (acknowledgement, rules, sheet,
-// delivery). The control socket queues the answer "accepted" and then
-// calls place, so that the kernel hears of the acceptance before any
-// event of the call: an accepted call has none until it is placed. place
-// runs on the app's peer, in its caller when the peer is idle (no
-// goroutine wake-up on the way to the app: it is most of a lone call's
-// latency), so it must be called with no lock held. It must be called once; the
-// call's deadline runs from acceptance. A refusal does not repeat the app
-// and call id: the caller knows them.
-func (m *Manager) AcceptToolCall(app string, kc control.ToolCall) (place func(), err error) {
-	p, args, confirm, err := m.callee(app, kc)
-	if err != nil {
-		return nil, err
-	}
-	var c *call
-	err = ErrClosed
-	p.call(func() { c, err = p.acceptCall(kc, args, confirm) })
-	if err != nil {
-		return nil, err
-	}
-	return func() { p.call(func() { p.place(c) }) }, nil
 }
 
 // ToolCancel withdraws an outstanding call: the app gets tool_cancel if it
@@ -192,8 +185,6 @@ func (p *peer) cancelCall(callID string) error {
 	switch {
 	case c == nil:
 		return ErrUnknownCall
-	case !c.placed:
-		c.cancelled = true // its place ends it
 	default:
 		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 	}

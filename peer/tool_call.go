@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -28,7 +28,7 @@ import (
 type callState int
 
 const (
-	callAccepted     callState = iota // accepted, not yet placed
+	callAccepted     callState = iota // accepted: its sheet or rule not yet decided
 	callAwaitingHost                  // a host sheet is open for it
 	callDelivered                     // its tool_call was written to the app
 	callAwaitingApp                   // the app asks its person (awaiting_confirmation)
@@ -54,23 +54,15 @@ type call struct {
 	confirm string // normalized: none, host or app
 	caller  string
 
-	state callState
-	acked bool
-	// placed is set when place runs. Until then the call is inert: it is
-	// outstanding (its id taken, counted) but in no context, and nothing
-	// ends it; place ends it if what it needs went meanwhile (cancelled:
-	// ToolCancel came first; expired: its deadline). So nothing of the
-	// call reaches the kernel before the answer that accepted it.
-	placed    bool
-	cancelled bool
-	expired   bool
-	started   time.Time // monotonic: durations and the deadline
-	at        time.Time // Config.Now at acceptance, for the audit
-	deadline  time.Time
-	timer     *time.Timer
-	approval  *approval // the open host sheet, in awaitingHost
-	decision  string    // audit: none, rule, sheet
-	approved  policy.Decision
+	state    callState
+	acked    bool
+	started  time.Time // monotonic: durations and the deadline
+	at       time.Time // Config.Now at acceptance, for the audit
+	deadline time.Time
+	timer    *time.Timer
+	approval *approval // the open host sheet, in awaitingHost
+	decision string    // audit: none, rule, sheet
+	approved policy.Decision
 }
 
 // move is the one place a call changes state; an illegal move is a bug,
@@ -159,7 +151,7 @@ func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error
 }
 
 // acceptCall checks a call against the app's state and, when it may go,
-// records it as accepted (not yet placed).
+// records it as accepted; place sends it on its way in the same step.
 func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm string) (*call, error) {
 	l := p.link
 	if l == nil {
@@ -199,29 +191,9 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	return c, nil
 }
 
-// place sends an accepted call on its way, unless what it needs went
-// since its acceptance: then it ends, with its acknowledgement and
-// outcome sent now, after the answer that accepted it.
+// place sends a call acceptCall just accepted on its way, in the same
+// step: its acknowledgement, its rule or sheet, its delivery.
 func (p *peer) place(c *call) {
-	c.placed = true
-	l := c.link
-	switch {
-	case p.link != l || l.isShut():
-		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's process ended"), "")
-		return
-	case l.contexts[c.ctx.id] != c.ctx:
-		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, fmt.Sprintf("context %s closed", c.ctx.id)), "")
-		return
-	case !slices.Contains(p.app.Grants.Tools, c.name):
-		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+p.id+" (the manifest was reloaded)"), "")
-		return
-	case c.cancelled:
-		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "")
-		return
-	case c.expired:
-		p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, "the call did not reach the app within its timeout"), "")
-		return
-	}
 	c.ctx.calls[c.id] = c
 	switch c.confirm {
 	case control.ConfirmHost:
@@ -411,10 +383,6 @@ func (p *peer) callTimeout(c *call) {
 	defer p.m.liveTimers.Add(-1)
 	if c.state.terminal() {
 		return // ended while its timer fired
-	}
-	if !c.placed {
-		c.expired = true // its place ends it
-		return
 	}
 	why := "the call did not reach the app within its timeout"
 	if c.sent() {

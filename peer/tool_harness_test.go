@@ -2,11 +2,14 @@ package peer
 
 import (
 	"encoding/json"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -151,4 +154,26 @@ func (a *testApp) nextToolCall(id string) *frame.ToolCall {
 func kc(ctx, id, name, risk, confirm string) KernelToolCall {
 	return KernelToolCall{CallID: id, ContextID: ctx, Name: name, Args: json.RawMessage(`{"q":"milk"}`), Risk: risk,
 		Confirm: confirm, TimeoutMS: 60000, Caller: "assistant"}
+}
+
+// buffered is how many bytes wait in the app's socket, unread: peeked,
+// not taken, without blocking (-1 when it cannot tell). It does not
+// stop the test, so that it may run on the Manager's goroutines.
+func (a *testApp) buffered() int {
+	sc, err := a.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	var buf [1]byte
+	sc.Control(func(fd uintptr) {
+		m, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			n = m
+		case err == unix.EAGAIN:
+			n = 0
+		}
+	})
+	return n
 }

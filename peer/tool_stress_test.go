@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"octosup/peer/internal/frame"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

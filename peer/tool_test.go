@@ -3,11 +3,12 @@ package peer
 import (
 	"encoding/json"
 	"errors"
-	"octosup/peer/internal/frame"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -582,19 +583,16 @@ func TestToolKernelIsRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	place, err := ks.AcceptToolCall("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
-	if err != nil {
+	if err := ks.ToolCall("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone), func() {}); err != nil {
 		t.Fatal(err)
 	}
-	a.expectFrames() // accepted, not placed: nothing sent yet
-	place()
 	a.nextToolCall("c1")
 	expectRelay(t, k.RecordingToolRelay, "ack notes c1")
 	// Detached: its outcome queues for the next kernel.
 	ks.Detach()
 	a.ok("c1", "")
 	a.expectFrames()
-	if _, err := ks.AcceptToolCall("notes", kc(ctx, "c2", "notes.search", RiskRead, ConfirmNone)); !errors.Is(err, ErrKernelDetached) {
+	if err := ks.ToolCall("notes", kc(ctx, "c2", "notes.search", RiskRead, ConfirmNone), func() { t.Error("accepted ran for a refused call") }); !errors.Is(err, ErrKernelDetached) {
 		t.Fatalf("detached call: %v", err)
 	}
 	if err := ks.ToolCancel("notes", "c1"); !errors.Is(err, ErrKernelDetached) {
@@ -658,11 +656,11 @@ func TestToolAudit(t *testing.T) {
 	}
 }
 
-// TestNothingBeforePlace: a call that ends between its acceptance and its
-// placing (here its deadline passes while the control socket is still
-// writing the answer that accepted it) sends the relay nothing until it
-// is placed, then its acknowledgement and its outcome: no event of a call
-// may reach the kernel before the answer that accepted it.
+// TestNothingBeforePlace: the kernel's accepted (where the control
+// socket queues its answer) runs before anything of the call happens:
+// the relay has heard nothing, the app has been sent nothing and no
+// sheet is raised, whatever the call's confirm; and all of that follows.
+// A call that is refused never runs it.
 func TestNothingBeforePlace(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ctx := h.toolApp(toolEntry("notes"))
@@ -672,17 +670,46 @@ func TestNothingBeforePlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ks.Detach()
-	call := kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone)
-	call.TimeoutMS = 1
-	place, err := ks.AcceptToolCall("notes", call)
-	if err != nil {
-		t.Fatal(err)
+	for i, confirm := range []string{ConfirmNone, ConfirmApp, ConfirmHost} {
+		id := fmt.Sprint("c", i)
+		ran := false
+		accepted := func() {
+			ran = true
+			if evs := k.RecordingToolRelay.Events(); len(evs) != 2*i {
+				t.Errorf("confirm %s: the relay heard of the call before it was accepted: %v", confirm, evs)
+			}
+			if n := a.buffered(); n != 0 {
+				t.Errorf("confirm %s: the app was sent %d bytes before the call was accepted", confirm, n)
+			}
+			if n := len(h.events.approvals); n != 0 {
+				t.Errorf("confirm %s: %d sheets raised before the call was accepted", confirm, n)
+			}
+		}
+		if err := ks.ToolCall("notes", kc(ctx, id, "notes.search", RiskRead, confirm), accepted); err != nil {
+			t.Fatal(err)
+		}
+		if !ran {
+			t.Fatalf("confirm %s: ToolCall returned before accepted ran", confirm)
+		}
+		if confirm == ConfirmHost {
+			ap := h.events.nextApproval(t)
+			if err := h.m.Approve(ap.ApprovalID, policy.Deny, false); err != nil {
+				t.Fatal(err)
+			}
+			expectRelay(t, k.RecordingToolRelay, "ack notes c0", "fin notes c0 ok", "ack notes c1", "fin notes c1 ok", "ack notes c2", "fin notes c2 error declined")
+			a.expectFrames()
+			break
+		}
+		a.nextToolCall(id)
+		if confirm == ConfirmApp {
+			a.awaiting(id)
+		}
+		a.ok(id, "")
+		if evs := k.RecordingToolRelay.WaitFor(2*(i+1), wait); len(evs) != 2*(i+1) {
+			t.Fatalf("confirm %s: the relay saw %v", confirm, evs)
+		}
 	}
-	h.m.timers.Wait() // its deadline fired and ended it
-	if evs := k.Events(); len(evs) != 0 {
-		t.Fatalf("the relay heard of the call before it was placed: %v", evs)
+	if err := ks.ToolCall("notes", kc(ctx, "c0", "notes.search", RiskRead, ConfirmNone), func() { t.Error("accepted ran for a refused call") }); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("a duplicate: %v", err)
 	}
-	place()
-	expectRelay(t, k.RecordingToolRelay, "ack notes c1", "fin notes c1 error timeout")
-	a.expectFrames() // never sent to the app
 }
