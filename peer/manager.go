@@ -112,6 +112,10 @@ type Config struct {
 	// AuditKeep is how many audit entries the store keeps
 	// (policy.DefaultAuditKeep when 0).
 	AuditKeep int
+	// AuditInterval is how long a batch of the audit trail waits after
+	// its first entry before it is written (DefaultAuditInterval when 0):
+	// what a SIGKILL of the daemon may lose, against an fsync per batch.
+	AuditInterval time.Duration
 }
 
 // Events receives what the control socket publishes to subscribers.
@@ -246,6 +250,9 @@ func New(cfg Config) *Manager {
 	if cfg.DuplicateWindow <= 0 {
 		cfg.DuplicateWindow = DefaultDuplicateWindow
 	}
+	if cfg.AuditInterval <= 0 {
+		cfg.AuditInterval = DefaultAuditInterval
+	}
 	log := cfg.Log.Named("peer")
 	m := &Manager{
 		cfg:        cfg,
@@ -256,7 +263,7 @@ func New(cfg Config) *Manager {
 		store:      cfg.Store,
 		peers:      map[string]*peer{},
 		approvals:  map[string]pendingApproval{},
-		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, log),
+		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
 	}
 	m.feed.init(cfg.RelayQueue, log)
 	return m

@@ -14,8 +14,8 @@ import (
 // grow the daemon).
 const maxAuditPending = 1 << 16
 
-// The audit trail is written in batches: a batch is written auditInterval
-// after its first entry, or as soon as auditBatch entries are waiting.
+// The audit trail is written in batches: a batch is written
+// Config.AuditInterval (DefaultAuditInterval) after its first entry, or as soon as auditBatch entries are waiting.
 // Each batch is one fsync'd transaction (with the trim), so a busy daemon
 // pays for the disk once per batch, not once per call, and at one call in
 // flight the writer wakes once per interval, not once per call. The
@@ -23,17 +23,18 @@ const maxAuditPending = 1 << 16
 // last batch not yet written (a clean stop writes them, see close). The
 // trail is a record, not a decision: consent and rules are written and
 // fsync'd before they are acted on, elsewhere.
-const (
-	auditInterval = 50 * time.Millisecond
-	auditBatch    = 1024
-)
+const auditBatch = 1024
+
+// DefaultAuditInterval is Config.AuditInterval's default.
+const DefaultAuditInterval = 50 * time.Millisecond
 
 // auditLog writes finished calls to the store in batches. Its writer
 // goroutine starts with the first entry and ends in close.
 type auditLog struct {
-	store *policy.Store
-	keep  int
-	log   *zap.Logger
+	store    *policy.Store
+	keep     int
+	interval time.Duration
+	log      *zap.Logger
 
 	mu      sync.Mutex
 	pending []policy.AuditEntry
@@ -51,8 +52,8 @@ type auditLog struct {
 	spare  []policy.AuditEntry // owned by writes: the last batch's array, emptied, for the next pending
 }
 
-func newAuditLog(store *policy.Store, keep int, log *zap.Logger) *auditLog {
-	return &auditLog{store: store, keep: keep, log: log,
+func newAuditLog(store *policy.Store, keep int, interval time.Duration, log *zap.Logger) *auditLog {
+	return &auditLog{store: store, keep: keep, interval: interval, log: log,
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -85,14 +86,14 @@ func (a *auditLog) add(e policy.AuditEntry) {
 
 func (a *auditLog) loop() {
 	defer close(a.done)
-	t := time.NewTimer(auditInterval)
+	t := time.NewTimer(a.interval)
 	t.Stop()
 	for {
 		// Wait for a batch's first entry, then for the interval or a
 		// full batch.
 		select {
 		case <-a.wake:
-			t.Reset(auditInterval)
+			t.Reset(a.interval)
 			select {
 			case <-t.C:
 			case <-a.full:

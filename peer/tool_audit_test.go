@@ -21,7 +21,7 @@ func TestAuditFlushTakesItsSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	a := newAuditLog(store, 0, zap.NewNop())
+	a := newAuditLog(store, 0, DefaultAuditInterval, zap.NewNop())
 	// As add leaves them for a full batch, without the writer running.
 	a.mu.Lock()
 	for i := range auditBatch {
