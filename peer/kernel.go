@@ -136,7 +136,9 @@ func (s *KernelSession) Start() {
 
 // Detach ends the session: every turn request still open fails, so no app
 // is left waiting (no_kernel before the kernel replied, a turn.end event
-// with reason kernel_detached after). Detaching twice is harmless.
+// with reason kernel_detached after). When it returns, the Kernel has had
+// every callback it will get; what comes later queues for the next one.
+// Detaching twice is harmless.
 func (s *KernelSession) Detach() {
 	m := s.m
 	s.Start() // a held feed would keep the detach waiting
@@ -159,6 +161,10 @@ func (s *KernelSession) Detach() {
 	for _, p := range peers {
 		p.call(func() { n += p.kernelDetached() })
 	}
+	// Returns once the feed has run the detach, and what it held for k
+	// before it: the caller closes k's connection next, and a callback
+	// after that would be an outcome lost, not queued for the next kernel.
+	m.feed.sync()
 	m.log.Info("kernel detached", zap.Int("requests_failed", n))
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -711,5 +712,52 @@ func TestNothingBeforePlace(t *testing.T) {
 	}
 	if err := ks.ToolCall("notes", kc(ctx, "c0", "notes.search", RiskRead, ConfirmNone), func() { t.Error("accepted ran for a refused call") }); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("a duplicate: %v", err)
+	}
+}
+
+// TestDetachWaitsForTheFeed: once Detach returns, what the feed held for
+// its session's relay has reached it, and nothing more will: the control
+// socket closes the kernel's connection right after Detach, so a
+// callback after it is an outcome lost (make chaos found one: an accepted
+// call whose tool.finished no kernel got).
+func TestDetachWaitsForTheFeed(t *testing.T) {
+	h := newHarness(t, nil)
+	_, ctx := h.toolApp(toolEntry("notes"))
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks, err := h.m.AttachKernel(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		h.m.feed.in.mu.Lock()
+		defer h.m.feed.in.mu.Unlock()
+		return len(h.m.feed.in.q)
+	}
+	// The feed is held, on its own goroutine, until Detach has returned
+	// (the bug) or waits behind what it holds: c1's ack, the detach and
+	// the wait (the fix).
+	held, returned := make(chan struct{}), make(chan struct{})
+	h.m.feed.in.post(func() {
+		close(held)
+		for queued() < 3 {
+			select {
+			case <-returned:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	})
+	<-held
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	ks.Detach()
+	got := k.RecordingToolRelay.Events()
+	close(returned)
+	if len(got) != 1 {
+		t.Fatalf("the relay had %v when Detach returned, want c1's ack", got)
+	}
+	h.m.feed.sync()
+	if got := k.RecordingToolRelay.Events(); len(got) != 1 {
+		t.Fatalf("the relay had %v after Detach returned, want c1's ack alone", got)
 	}
 }
