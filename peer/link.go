@@ -261,18 +261,19 @@ func (l *link) toPeer(f func()) bool {
 	case <-l.closing:
 		return false
 	}
-	var run func()
-	run = func() {
-		if l.p.consentReading {
-			// Behind a request that waits for the consent read.
-			l.p.parked = append(l.p.parked, run)
-			return
-		}
-		f()
-		<-l.backlog
-	}
-	l.p.do(run)
+	l.p.do(func() { l.runLine(f) })
 	return true
+}
+
+// runLine runs a line's handling on the peer and gives its token back.
+func (l *link) runLine(f func()) {
+	if l.p.consentReading {
+		// Behind a request that waits for the consent read.
+		l.p.parked = append(l.p.parked, func() { l.runLine(f) })
+		return
+	}
+	f()
+	<-l.backlog
 }
 
 // handleLine decodes a line on the reader and hands it to the peer; the

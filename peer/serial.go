@@ -16,7 +16,7 @@ type serial struct {
 	q       []func()
 	running bool
 	closed  bool
-	stopped chan struct{} // closed when the current goroutine exits
+	idle    chan struct{} // made by close while running; closed when the run ends
 	spare   []func()      // the drained batch's array, for the next one
 }
 
@@ -30,18 +30,16 @@ func (s *serial) post(f func()) bool {
 	s.q = append(s.q, f)
 	if !s.running {
 		s.running = true
-		s.stopped = make(chan struct{})
-		go s.run(s.stopped)
+		go s.run()
 	}
 	return true
 }
 
-func (s *serial) run(stopped chan struct{}) {
-	defer close(stopped)
+func (s *serial) run() {
 	for {
 		s.mu.Lock()
 		if len(s.q) == 0 {
-			s.running = false
+			s.stopLocked()
 			s.mu.Unlock()
 			return
 		}
@@ -105,28 +103,42 @@ func (s *serial) do(f func()) bool {
 // was posted meanwhile goes to a goroutine. It releases mu.
 func (s *serial) runHere(f func()) {
 	s.running = true
-	stopped := make(chan struct{})
-	s.stopped = stopped
 	s.mu.Unlock()
 	f()
 	s.mu.Lock()
 	if len(s.q) == 0 {
-		s.running = false
+		s.stopLocked()
 		s.mu.Unlock()
-		close(stopped)
 		return
 	}
 	s.mu.Unlock()
-	go s.run(stopped)
+	go s.run()
+}
+
+// stopLocked ends a run, whoever ran it; mu is held. The channel close
+// waits on is made only then: a run is most often a caller's one
+// function, and a channel for each would be an allocation per call.
+func (s *serial) stopLocked() {
+	s.running = false
+	if s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
 }
 
 // close refuses new functions and returns once the queued ones ran.
 func (s *serial) close() {
 	s.mu.Lock()
 	s.closed = true
-	running, stopped := s.running, s.stopped
+	var idle chan struct{}
+	if s.running {
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle = s.idle
+	}
 	s.mu.Unlock()
-	if running {
-		<-stopped
+	if idle != nil {
+		<-idle
 	}
 }

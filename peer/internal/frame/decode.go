@@ -168,6 +168,9 @@ func Members(data []byte) (map[string]json.RawMessage, error) {
 // frameJSONError words strictjson's refusal of data the way bad_frame
 // reasons have always read (docs/protocol.md).
 func frameJSONError(data []byte, err error) error {
+	if err == nil {
+		return nil // and no *strictjson.Error escapes for errors.As
+	}
 	var e *strictjson.Error
 	if !errors.As(err, &e) {
 		return err
