@@ -3,6 +3,7 @@ package peer
 import (
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -15,8 +16,9 @@ import (
 // peer is what the daemon keeps of an app across its processes. Its state
 // is touched only by the functions run on in (post, call): the app's link,
 // requests, contexts, calls, approvals, consent cache and duplicate
-// window have that one owner, and no lock. Outside in, only cur and
-// status are read (atomically), and in and jobs posted to.
+// window have that one owner, and no lock. Outside in, only cur
+// (atomically) and status (under statusMu) are read, and in and jobs
+// posted to.
 type peer struct {
 	m  *Manager
 	id string
@@ -28,8 +30,11 @@ type peer struct {
 	// before the first); Detach and Send use it.
 	cur atomic.Pointer[link]
 	// status is what LinkStatus reports, published by in after each of
-	// its functions.
-	status atomic.Pointer[control.LinkStatus]
+	// its functions. A value under a lock, not a pointer swapped: it
+	// changes twice a tool call (outstanding_calls), and a snapshot for
+	// each was two allocations a call.
+	statusMu sync.Mutex
+	status   control.LinkStatus
 
 	// Owned by in.
 	app     policy.App
@@ -65,7 +70,6 @@ type peer struct {
 func newPeer(m *Manager, id string) *peer {
 	p := &peer{m: m, id: id, app: policy.App{ID: id},
 		contexts: map[string]*appContext{}, approvals: map[string]*approval{}}
-	p.status.Store(&control.LinkStatus{})
 	return p
 }
 
@@ -109,9 +113,13 @@ func (p *peer) publish() {
 		// frames flow) but no peer link: no request of it is served.
 		st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
 	}
-	if *p.status.Load() != st {
-		p.status.Store(&st)
-	}
+	p.setStatus(st)
+}
+
+func (p *peer) setStatus(st control.LinkStatus) {
+	p.statusMu.Lock()
+	p.status = st
+	p.statusMu.Unlock()
 }
 
 func (p *peer) serviceGranted(app policy.App) bool {

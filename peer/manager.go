@@ -359,7 +359,7 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	// The manifest's grants, not those of the entry the process's start
 	// read: a reload may have narrowed them since.
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
-	p.status.Store(&control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
+	p.setStatus(control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
 	p.post(func() { p.attached(l, entry, dev) })
 	m.mu.Unlock()
 	if old != nil {
@@ -453,7 +453,9 @@ func (m *Manager) Send(appID string, raw json.RawMessage) error {
 // last, so that status never waits on an app.
 func (m *Manager) LinkStatus(appID string) control.LinkStatus {
 	if p := m.peerOf(appID); p != nil {
-		return *p.status.Load()
+		p.statusMu.Lock()
+		defer p.statusMu.Unlock()
+		return p.status
 	}
 	return control.LinkStatus{}
 }
