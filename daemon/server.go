@@ -36,7 +36,9 @@ type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, erro
 
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
-// event past either drops the connection, an answer waits for room. It
+// event past either drops the connection, an answer waits for room
+// (but tool.call's, which the peer's feed queues as the events are: it
+// drops the connection too). It
 // runs at most maxInflight requests at once; reading the next request
 // waits for a free slot, which slows that client only.
 const (
