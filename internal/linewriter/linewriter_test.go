@@ -8,34 +8,11 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// pair is a connected stream socketpair with a small send buffer, so that
-// writes come back short and the loop's path is taken.
-func pair(t *testing.T) (send, recv net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096); err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int, name string) net.Conn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	return conn(fds[0], "send"), conn(fds[1], "recv")
-}
+	"octosup/internal/roundtrip"
+)
 
 func start(t *testing.T, conn net.Conn, cfg Config) *Writer {
 	t.Helper()
@@ -49,7 +26,7 @@ func start(t *testing.T, conn net.Conn, cfg Config) *Writer {
 // TestOrderUnderConcurrentPuts: lines of many senders, direct and queued,
 // reach the socket whole and each sender's in its order.
 func TestOrderUnderConcurrentPuts(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := start(t, send, Config{MaxLines: 1 << 20})
 	const senders, each = 8, 2000
 	var wg sync.WaitGroup
@@ -91,7 +68,7 @@ func TestOrderUnderConcurrentPuts(t *testing.T) {
 // TestShortDirectWriteKeepsItsPlace: what the socket did not take of a
 // direct write goes out before what was put while it wrote.
 func TestShortDirectWriteKeepsItsPlace(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := New(send, Config{})
 	big := strings.Repeat("b", 1<<20) // the socket takes a part of it
 	w.duringDirect = func() {
@@ -119,7 +96,7 @@ func TestShortDirectWriteKeepsItsPlace(t *testing.T) {
 // TestNoLockAcrossAWrite: with the loop blocked in a write to a peer that
 // does not read, every other method still returns.
 func TestNoLockAcrossAWrite(t *testing.T) {
-	send, _ := pair(t)
+	send, _ := roundtrip.TightPair(t, 4096)
 	w := New(send, Config{})
 	taken := make(chan struct{}, 1)
 	w.afterTake = func() { taken <- struct{}{} }
@@ -147,7 +124,7 @@ func TestNoLockAcrossAWrite(t *testing.T) {
 // TestThenIsOneStepWithItsLine: nothing another sender puts lands between
 // a line and what its Then queued.
 func TestThenIsOneStepWithItsLine(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := start(t, send, Config{})
 	const n = 500
 	var wg sync.WaitGroup
@@ -177,7 +154,7 @@ func TestThenIsOneStepWithItsLine(t *testing.T) {
 
 func TestBounds(t *testing.T) {
 	t.Run("soft is refused and the writer stays", func(t *testing.T) {
-		send, recv := pair(t)
+		send, recv := roundtrip.TightPair(t, 4096)
 		w := New(send, Config{MaxLines: 4, SoftLines: 2, OnFail: func(f *Failure) { t.Errorf("failed: %v", f) }})
 		for range 2 {
 			if err := w.Put([]byte("a"), Opt{Soft: true}); err != nil {
@@ -207,7 +184,7 @@ func TestBounds(t *testing.T) {
 		}
 	})
 	t.Run("hard fails the writer once", func(t *testing.T) {
-		send, _ := pair(t)
+		send, _ := roundtrip.TightPair(t, 4096)
 		fails := make(chan *Failure, 2)
 		w := New(send, Config{MaxLines: 2, OnFail: func(f *Failure) { fails <- f }})
 		w.Put([]byte("a"), Opt{})
@@ -228,7 +205,7 @@ func TestBounds(t *testing.T) {
 		}
 	})
 	t.Run("wait waits for room", func(t *testing.T) {
-		send, recv := pair(t)
+		send, recv := roundtrip.TightPair(t, 4096)
 		w := start(t, send, Config{MaxLines: 1, MaxBytes: 1 << 20})
 		w.Hold() // the first line stays queued: the bound is reached
 		w.Put([]byte("first"), Opt{})
@@ -246,7 +223,7 @@ func TestBounds(t *testing.T) {
 		}
 	})
 	t.Run("wait gives up when told", func(t *testing.T) {
-		send, _ := pair(t)
+		send, _ := roundtrip.TightPair(t, 4096)
 		w := New(send, Config{MaxLines: 1})
 		w.Put([]byte("first"), Opt{})
 		stop := make(chan struct{})
@@ -258,7 +235,7 @@ func TestBounds(t *testing.T) {
 }
 
 func TestTimeoutFails(t *testing.T) {
-	send, _ := pair(t)
+	send, _ := roundtrip.TightPair(t, 4096)
 	fails := make(chan *Failure, 1)
 	w := New(send, Config{WriteTimeout: 50 * time.Millisecond, OnFail: func(f *Failure) { fails <- f }})
 	w.Put([]byte(strings.Repeat("z", 1<<20)), Opt{})
@@ -272,7 +249,7 @@ func TestTimeoutFails(t *testing.T) {
 // TestCloseWritesTheRest: Close is a flush, even of what a direct writer
 // handed back.
 func TestCloseWritesTheRest(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := New(send, Config{})
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run() }()
@@ -296,7 +273,7 @@ func TestCloseWritesTheRest(t *testing.T) {
 
 // TestHoldBatches: what is put under a hold waits for the release.
 func TestHoldBatches(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := start(t, send, Config{})
 	w.Hold()
 	for i := range 3 {
@@ -317,7 +294,7 @@ func TestHoldBatches(t *testing.T) {
 // locked, so nothing put because of it (by another goroutine) can come
 // ahead of the line; a refusal queues nothing and is returned.
 func TestBeforeRunsAheadOfItsLine(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	w := start(t, send, Config{})
 	caused := make(chan error)
 	err := w.Put([]byte("answer"), Opt{Now: true, Before: func() error {

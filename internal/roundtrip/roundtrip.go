@@ -60,6 +60,31 @@ func Socketpair(tb testing.TB) [2]net.Conn {
 	return conns
 }
 
+// TightPair is Socketpair with send's send buffer set to sndbuf bytes,
+// so that its writes fill the socket and come back short; both ends are
+// closed when the test ends.
+func TightPair(tb testing.TB, sndbuf int) (send, recv net.Conn) {
+	tb.Helper()
+	c := Socketpair(tb)
+	for _, end := range c {
+		tb.Cleanup(func() { end.Close() })
+	}
+	rc, err := c[0].(syscall.Conn).SyscallConn()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, sndbuf)
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	if serr != nil {
+		tb.Fatal(serr)
+	}
+	return c[0], c[1]
+}
+
 // EchoJSON is the far end of a floor: each line next returns is decoded
 // with encoding/json, re-encoded and written back to w, until next or a
 // write fails. It returns a channel closed when it has stopped.

@@ -3,36 +3,12 @@ package trywrite
 import (
 	"bytes"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// pair is a connected Unix stream socket pair as net.Conns, the sender's
-// send buffer made small so that it fills.
-func pair(t *testing.T) (send, recv net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096); err != nil {
-		t.Fatal(err)
-	}
-	conns := make([]net.Conn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "pair")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		conns[i] = c
-	}
-	return conns[0], conns[1]
-}
+	"octosup/internal/roundtrip"
+)
 
 func raw(t *testing.T, c net.Conn) syscall.RawConn {
 	t.Helper()
@@ -47,7 +23,7 @@ func raw(t *testing.T, c net.Conn) syscall.RawConn {
 // nothing and is no error; a passed deadline takes nothing and is no
 // error; a peer gone is an error.
 func TestWrite(t *testing.T) {
-	send, recv := pair(t)
+	send, recv := roundtrip.TightPair(t, 4096)
 	rc := raw(t, send)
 	if n, err := Write(rc, []byte("hello\n")); n != 6 || err != nil {
 		t.Fatalf("Write to an empty socket: %d, %v", n, err)
