@@ -473,14 +473,7 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 // hasSpace reports whether v holds a byte json.Compact could remove. A
 // valid value without any is its own compact form (a space inside a
 // string counts too: the check is for the usual value, not every one).
-func hasSpace(v []byte) bool {
-	for _, c := range v {
-		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
-			return true
-		}
-	}
-	return false
-}
+func hasSpace(v []byte) bool { return bytes.ContainsAny(v, " \t\n\r") }
 
 func turnIDOf(data json.RawMessage) (string, error) {
 	var v struct {
