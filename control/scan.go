@@ -28,7 +28,7 @@ func strictRequest(line []byte) (req Request, ok bool, strictErr error) {
 		case "id":
 			req.ID, haveID = requestID(v)
 		case "op":
-			req.Op, haveOp = stringValue(v)
+			req.Op, haveOp = known(v, OpToolCall, OpToolCancel, OpRequestReply, OpRequestEvent)
 			haveOp = haveOp && req.Op != ""
 		case "args":
 			switch v[0] {
@@ -131,7 +131,9 @@ func toolCall(c *ToolCall, members []strictjson.Member) bool {
 	return true
 }
 
-// known is stringValue that spares the usual words a copy each.
+// known is stringValue that spares the usual words a copy each: the
+// risk and confirm words, and the ops a kernel sends for every call and
+// request.
 func known(v []byte, words ...string) (string, bool) {
 	if len(v) > 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		for _, w := range words {

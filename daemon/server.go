@@ -212,10 +212,11 @@ type answerThen struct {
 // and returns once it did. tool.call's at is the peer's ToolCall, which
 // queues "accepted" in the step that accepts the call, before anything
 // of the call happens. An error from at is the answer instead, and
-// queue must not have been called then.
-type answerAt struct {
-	data any
-	at   func(queue func()) error
+// queue must not have been called then. It is an interface so that a
+// handler's one allocation holds its args, its data and its step.
+type answerAt interface {
+	answerData() any
+	at(queue func()) error
 }
 
 // dispatch runs one request's handler and queues its answer.
@@ -249,7 +250,7 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 	case answerThen:
 		data, then, before = r.data, r.then, r.before
 	case answerAt:
-		data, at = r.data, r.at
+		data, at = r.answerData(), r.at
 	}
 	resp := control.Response{ID: req.ID, OK: true}
 	if data != nil {

@@ -126,15 +126,26 @@ func (t toolOps) call(_ context.Context, c *Conn, raw json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	// "accepted" is queued by the peer in the step that accepts the
-	// call, before its first event: the call's state is the app's
-	// peer's, not this connection's, so that step is the peer's.
-	return answerAt{data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}, at: func(queue func()) error {
-		if err := ks.ToolCall(ca.App, ca.Call, queue); err != nil {
-			return toolError(err)
-		}
-		return nil
-	}}, nil
+	return &toolCallStep{ks: ks, args: ca, data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}}, nil
+}
+
+// toolCallStep is tool.call's answerAt. "accepted" is queued by the peer
+// in the step that accepts the call, before its first event: the call's
+// state is the app's peer's, not this connection's, so that step is the
+// peer's.
+type toolCallStep struct {
+	ks   *peer.KernelSession
+	args control.ToolCallArgs
+	data control.ToolCallData
+}
+
+func (s *toolCallStep) answerData() any { return &s.data }
+
+func (s *toolCallStep) at(queue func()) error {
+	if err := s.ks.ToolCall(s.args.App, s.args.Call, queue); err != nil {
+		return toolError(err)
+	}
+	return nil
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {

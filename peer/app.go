@@ -70,25 +70,26 @@ type peer struct {
 func newPeer(m *Manager, id string) *peer {
 	p := &peer{m: m, id: id, app: policy.App{ID: id},
 		contexts: map[string]*appContext{}, approvals: map[string]*approval{}}
+	p.in.after = p.publish // every function of the peer ends in it
 	return p
 }
 
 // post runs f on the peer's serial, later; false when the Manager is
 // closed. It never blocks.
 func (p *peer) post(f func()) bool {
-	return p.in.post(func() { f(); p.publish() })
+	return p.in.post(f)
 }
 
 // do runs f on the peer's serial, at once when it is idle (serial.do).
 func (p *peer) do(f func()) bool {
-	return p.in.do(func() { f(); p.publish() })
+	return p.in.do(f)
 }
 
 // call runs f on the peer's serial and waits for it; false when the
 // Manager is closed (f did not run). The peer's functions never block,
 // so neither does call for long.
 func (p *peer) call(f func()) bool {
-	return p.in.call(func() { f(); p.publish() })
+	return p.in.call(f)
 }
 
 // store queues a store job of the app; false when the Manager is closed.

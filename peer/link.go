@@ -138,15 +138,15 @@ func (l *link) push(line []byte, now bool) error { return l.write(line, now, tru
 
 func (l *link) write(line []byte, now, push bool) error {
 	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
+	if err == nil {
+		return nil // before errors.As, whose target is an allocation
+	}
 	var full *linewriter.Full
-	switch {
-	case errors.As(err, &full):
+	if errors.As(err, &full) {
 		return fmt.Errorf("%w: %d frames (%d bytes) are queued for app %s, and frames from outside the link may fill %d frames / %d bytes",
 			ErrQueueFull, full.Lines, full.Bytes, l.appID, l.m.pushFrames, l.m.pushBytes)
-	case err != nil:
-		return ErrNotConnected // shut, or just failed (failed says why)
 	}
-	return nil
+	return ErrNotConnected // shut, or just failed (failed says why)
 }
 
 // sendFrame encodes and queues a down frame. A frame over MaxFrame is

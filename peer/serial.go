@@ -12,6 +12,12 @@ import "sync"
 // mu guards the queue alone: nothing runs, and nothing else is locked,
 // while it is held.
 type serial struct {
+	// after, when set (before the first post), runs after each
+	// function, on the serial: the peer's status publish, without a
+	// wrapping closure (an allocation) around every function. It must
+	// not mind running twice.
+	after func()
+
 	mu      sync.Mutex
 	q       []func()
 	running bool
@@ -47,7 +53,7 @@ func (s *serial) run() {
 		s.q, s.spare = s.spare, nil
 		s.mu.Unlock()
 		for i, f := range batch {
-			f()
+			s.run1(f)
 			batch[i] = nil
 		}
 		s.mu.Lock()
@@ -71,7 +77,9 @@ func (s *serial) call(f func()) bool {
 	}
 	if s.running || len(s.q) > 0 {
 		done := make(chan struct{})
-		s.q = append(s.q, func() { f(); close(done) })
+		// after runs again once this returns, harmlessly: it must have
+		// run before the caller goes on.
+		s.q = append(s.q, func() { s.run1(f); close(done) })
 		s.mu.Unlock()
 		<-done
 		return true
@@ -99,12 +107,20 @@ func (s *serial) do(f func()) bool {
 	return true
 }
 
+// run1 runs one function, and after.
+func (s *serial) run1(f func()) {
+	f()
+	if s.after != nil {
+		s.after()
+	}
+}
+
 // runHere runs f as the serial's owner, mu held and the serial idle; what
 // was posted meanwhile goes to a goroutine. It releases mu.
 func (s *serial) runHere(f func()) {
 	s.running = true
 	s.mu.Unlock()
-	f()
+	s.run1(f)
 	s.mu.Lock()
 	if len(s.q) == 0 {
 		s.stopLocked()
