@@ -21,6 +21,11 @@ type Request struct {
 	ID   int64           `json:"id"`
 	Op   string          `json:"op"`
 	Args json.RawMessage `json:"args,omitempty"`
+
+	// tool.call's args, when DecodeRequest decoded them in the pass that
+	// read the line (Request.ToolCallArgs).
+	toolCall     ToolCallArgs
+	haveToolCall bool
 }
 
 // Response answers exactly one Request. An ID of 0 (the answer is about

@@ -3,6 +3,7 @@ package control
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -75,6 +76,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id":3,"op":"st\u0061tus"}`,
 		`{"id":123456789012345678,"op":"x"}`,
 		`{"id":1,"op":"x","args":{"a":{"b":{"c":[[[{}]]]}}}}`,
+		`{"id":1234,"op":"tool.call","args":{"app":"tools","call":{"call_id":"b12345","name":"bench.echo","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":60000,"context_id":"ctx-0123456789abcdef","caller":"bench"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -88,6 +90,13 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			if fast.ID != slow.ID || fast.Op != slow.Op || string(fast.Args) != string(slow.Args) {
 				t.Fatalf("fast path decoded %q as %+v; encoding/json as %+v", line, fast, slow)
+			}
+			// tool.call's args read with the line are the args read alone.
+			if fast.haveToolCall {
+				alone, err := DecodeToolCallArgs(fast.Args)
+				if err != nil || !reflect.DeepEqual(fast.toolCall, alone) {
+					t.Fatalf("%q: args read with the line %+v; alone %+v, %v", line, fast.toolCall, alone, err)
+				}
 			}
 		}
 		req, err := DecodeRequest(line)

@@ -14,10 +14,16 @@ import (
 // find the id to answer with).
 
 // strictRequest decodes a line that strictjson takes and whose members
-// are a good request; ok is false for any other.
+// are a good request; ok is false for any other. tool.call's args are
+// read in the same pass (the members of args and of args.call), and
+// decoded into req when they are the usual ones.
 func strictRequest(line []byte) (req Request, ok bool, strictErr error) {
+	// Arrays for the usual members: no allocation for them. Any op's
+	// args are read into args (request.reply's are four).
 	var few [4]strictjson.Member
-	members, err := strictjson.Object(line, few[:0])
+	var args [6]strictjson.Member
+	var call [8]strictjson.Member
+	members, am, cm, err := strictjson.ObjectIn2(line, "args", "call", few[:0], args[:0], call[:0])
 	if err != nil {
 		return req, false, err
 	}
@@ -41,6 +47,9 @@ func strictRequest(line []byte) (req Request, ok bool, strictErr error) {
 		default:
 			return req, false, nil
 		}
+	}
+	if req.Op == OpToolCall && req.Args != nil {
+		req.toolCall, req.haveToolCall = toolCallArgs(am, cm)
 	}
 	return req, haveID && haveOp, nil
 }
@@ -77,6 +86,12 @@ func strictToolCallArgs(args []byte) (a ToolCallArgs, ok bool) {
 	if err != nil {
 		return ToolCallArgs{}, false
 	}
+	return toolCallArgs(tm, cm)
+}
+
+// toolCallArgs decodes tool.call's args from their members (tm) and those
+// of their call (cm).
+func toolCallArgs(tm, cm []strictjson.Member) (a ToolCallArgs, ok bool) {
 	for _, m := range tm {
 		switch string(m.Name) {
 		case "app":

@@ -25,8 +25,8 @@ func BenchmarkDecodeRequest(b *testing.B) {
 	}
 }
 
-// BenchmarkToolCall is a tool.call line read whole: the request, then its
-// args.
+// BenchmarkToolCall is a tool.call line read whole, as the daemon reads
+// it: the request, then its args (read with the line).
 func BenchmarkToolCall(b *testing.B) {
 	line := []byte(benchRequests[0].line)
 	b.ReportAllocs()
@@ -35,7 +35,7 @@ func BenchmarkToolCall(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := DecodeToolCallArgs(req.Args); err != nil {
+		if _, err := req.ToolCallArgs(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -76,3 +76,35 @@ func FuzzDecodeToolCallArgs(f *testing.F) {
 		}
 	})
 }
+
+// tool.call's args read with the line (Request.ToolCallArgs) are the args
+// DecodeToolCallArgs reads on their own, for each of the table's args and
+// for a line of any op: the line's pass decodes only a tool.call's.
+func TestToolCallArgsReadWithTheLine(t *testing.T) {
+	usual := `{"app":"notes","call":{"call_id":"c1","name":"notes.search","args":{"q":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":"ctx","caller":"k"}}`
+	for _, tt := range []struct {
+		line     string
+		withLine bool // decoded in the line's pass
+	}{
+		{`{"id":1,"op":"tool.call","args":` + usual + `}`, true},
+		{`{"args":` + usual + `,"op":"tool.call","id":1}`, true},
+		{`{"id":1,"op":"tool.call","args":{"app":"n\u006ftes","call":{"call_id":"c"}}}`, true}, // an escape: by jsontext, still in one pass
+		{`{"id":1,"op":"tool.call","args":{"app":"a","call":{"id":"x"}}}`, false},              // DecodeArgs words it
+		{`{"id":1,"op":"tool.call","args":{"app":1}}`, false},
+		{`{"id":1,"op":"tool.call"}`, false},
+		{`{"id":1,"op":"tool.cancel","args":` + usual + `}`, false},
+	} {
+		req, err := DecodeRequest([]byte(tt.line))
+		if err != nil {
+			t.Fatalf("DecodeRequest(%s): %v", tt.line, err)
+		}
+		if req.haveToolCall != tt.withLine {
+			t.Errorf("DecodeRequest(%s) read the args with the line: %v, want %v", tt.line, req.haveToolCall, tt.withLine)
+		}
+		got, gerr := req.ToolCallArgs()
+		want, werr := DecodeToolCallArgs(req.Args)
+		if !reflect.DeepEqual(got, want) || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Errorf("%s: with the line %+v, %v; alone %+v, %v", tt.line, got, gerr, want, werr)
+		}
+	}
+}

@@ -58,10 +58,14 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 					}
 				}
 				inflight.Add(1)
+				// The goroutine's own copy: a Request is too large to be
+				// captured by value, and req would move to the heap for
+				// every request, ordered ones too.
+				r := req
 				go func() {
 					defer inflight.Done()
 					defer func() { <-slots }()
-					c.dispatch(ctx, req)
+					c.dispatch(ctx, r)
 				}()
 			}
 		}

@@ -34,6 +34,15 @@ import (
 // *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
+// requestHandler is a handler given the whole request: tool.call's,
+// whose args DecodeRequest read with the line (Request.ToolCallArgs).
+// Every op is served as one.
+type requestHandler func(ctx context.Context, c *Conn, req control.Request) (any, error)
+
+func argsOnly(h handler) requestHandler {
+	return func(ctx context.Context, c *Conn, req control.Request) (any, error) { return h(ctx, c, req.Args) }
+}
+
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room
@@ -97,7 +106,7 @@ type Server struct {
 	// mu guards the registry: ops and topics are added before Serve (by
 	// the peer link's register, and tests), read by every request.
 	mu      sync.RWMutex
-	ops     map[string]handler
+	ops     map[string]requestHandler
 	ordered map[string]bool // ops run in arrival order on the reader
 	topics  map[string]bool
 }
@@ -123,32 +132,35 @@ func NewServer(cfg ServerConfig) *Server {
 			control.TopicAppFrame: true,
 		},
 	}
-	s.ops = builtinOps(s)
+	s.ops = map[string]requestHandler{}
+	for op, h := range builtinOps(s) {
+		s.ops[op] = argsOnly(h)
+	}
 	s.ordered = map[string]bool{}
 	return s
 }
 
 // handle registers the handler of an op. It replaces nothing: a second
 // registration of the same op is a programming error and panics.
-func (s *Server) handle(op string, h handler) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.ops[op]; dup {
-		panic(fmt.Sprintf("daemon: op %q registered twice", op))
-	}
-	s.ops[op] = h
-}
+func (s *Server) handle(op string, h handler) { s.register(op, argsOnly(h), false) }
 
 // handleOrdered registers an op whose requests on one connection run one
 // at a time, in the order they arrived, on the connection's reader: what
 // they do (e.g. a kernel's request.reply then its request.events) happens
 // in the order the client sent it. Its handler must not block for long:
 // the connection reads nothing else meanwhile.
-func (s *Server) handleOrdered(op string, h handler) {
-	s.handle(op, h)
+func (s *Server) handleOrdered(op string, h handler) { s.register(op, argsOnly(h), true) }
+
+func (s *Server) register(op string, h requestHandler, ordered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ordered[op] = true
+	if _, dup := s.ops[op]; dup {
+		panic(fmt.Sprintf("daemon: op %q registered twice", op))
+	}
+	s.ops[op] = h
+	if ordered {
+		s.ordered[op] = true
+	}
 }
 
 // addTopic makes a topic subscribable.
@@ -171,7 +183,7 @@ func (s *Server) publish(topic string, event any) {
 	s.hub.publish(topic, line)
 }
 
-func (s *Server) lookup(op string) (handler, bool) {
+func (s *Server) lookup(op string) (requestHandler, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	h, ok := s.ops[op]
@@ -232,7 +244,7 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 	if c.srv.debug {
 		start = time.Now()
 	}
-	data, err := h(ctx, c, req.Args)
+	data, err := h(ctx, c, req)
 	if err != nil {
 		cerr := asControlError(err)
 		if cerr.Code == control.CodeInternal {

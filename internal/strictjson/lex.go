@@ -273,9 +273,9 @@ func seen(names [][]byte, name []byte) bool {
 }
 
 // fastMembers appends the members of the object at data[i], which opens
-// level depth, to members, and those of its member named inner (when an
-// object) to in, in the same pass.
-func fastMembers(data []byte, i, depth int, inner string, members, in []Member) ([]Member, []Member, int, bool) {
+// level depth, to members, and those of its member named p[0] (when an
+// object) to in[0], and so on down the path, in the same pass.
+func fastMembers(data []byte, i, depth int, p path, members []Member, in levels) ([]Member, levels, int, bool) {
 	n0 := len(members)
 	i = Space(data, i+1)
 	if i < len(data) && data[i] == '}' {
@@ -290,8 +290,10 @@ func fastMembers(data []byte, i, depth int, inner string, members, in []Member) 
 			return members, in, 0, false
 		}
 		start := i
-		if inner != "" && i < len(data) && data[i] == '{' && string(name) == inner {
-			in, _, i, ok = fastMembers(data, i, depth+1, "", in, nil)
+		if p[0] != "" && i < len(data) && data[i] == '{' && string(name) == p[0] {
+			below, lv := p.down(in)
+			in[0], lv, i, ok = fastMembers(data, i, depth+1, below, in[0], lv)
+			in[1] = lv[0]
 		} else {
 			i, ok = Value(data, i, depth)
 		}

@@ -77,7 +77,7 @@ type Member struct {
 // Check reports whether data is exactly one JSON value, strictly (see the
 // package comment), with space around it at most.
 func Check(data []byte) error {
-	_, _, err := read(data, false, "", nil, nil)
+	_, _, err := read(data, false, path{}, nil, levels{})
 	return err
 }
 
@@ -85,7 +85,7 @@ func Check(data []byte) error {
 // it must be to dst, in the order written (a caller's array spares the
 // usual small object an allocation).
 func Object(data []byte, dst []Member) ([]Member, error) {
-	m, _, err := read(data, true, "", dst, nil)
+	m, _, err := read(data, true, path{}, dst, levels{})
 	return m, err
 }
 
@@ -93,7 +93,35 @@ func Object(data []byte, dst []Member) ([]Member, error) {
 // named inner, when its value is an object: the line and its envelope
 // read in one pass.
 func ObjectIn(data []byte, inner string, dst, in []Member) ([]Member, []Member, error) {
-	return read(data, true, inner, dst, in)
+	m, lv, err := read(data, true, path{inner}, dst, levels{in})
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, lv[0], nil
+}
+
+// ObjectIn2 is ObjectIn a level further down: in2 gets the members of
+// the member inner2 of data's member inner, when both are objects. A
+// request and the args of its args are read in one pass so.
+func ObjectIn2(data []byte, inner, inner2 string, dst, in, in2 []Member) ([]Member, []Member, []Member, error) {
+	m, lv, err := read(data, true, path{inner, inner2}, dst, levels{in, in2})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return m, lv[0], lv[1], nil
+}
+
+// A path is the names an object read goes down, "" where it stops, and
+// levels the members read there, by value: a caller's arrays stay its
+// own (a slice stored through a pointer would be moved to the heap).
+type (
+	path   [2]string
+	levels [2][]Member
+)
+
+// down is the path and levels below their first name.
+func (p path) down(lv levels) (path, levels) {
+	return path{p[1]}, levels{lv[1]}
 }
 
 // decoders keeps jsontext's decoders (a few hundred bytes of state each)
@@ -110,25 +138,25 @@ type decoder struct {
 // encoding/json has always taken (as U+FFFD) and so have octosup's readers.
 var options = jsontext.AllowInvalidUTF8(true)
 
-func read(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
+func read(data []byte, object bool, p path, members []Member, in levels) ([]Member, levels, error) {
 	if !utf8.Valid(data) {
-		return nil, nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
+		return nil, in, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
 	}
 	start := skipSpace(data, 0)
 	if start == len(data) {
-		return nil, nil, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
+		return nil, in, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
 	}
 	if object && data[start] != '{' {
-		return nil, nil, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
+		return nil, in, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
 	}
-	if m, mi, ok := readFast(data, start, object, inner, members, in); ok {
-		return m, mi, nil
+	if m, lv, ok := readFast(data, start, object, p, members, in); ok {
+		return m, lv, nil
 	}
-	return readGeneral(data, object, inner, members, in)
+	return readGeneral(data, object, p, members, in)
 }
 
 // readGeneral is read by jsontext, for any text.
-func readGeneral(data []byte, object bool, inner string, members, in []Member) ([]Member, []Member, error) {
+func readGeneral(data []byte, object bool, p path, members []Member, in levels) ([]Member, levels, error) {
 	d := decoders.Get().(*decoder)
 	defer func() {
 		d.buf = bytes.Buffer{} // not keep data alive
@@ -138,28 +166,29 @@ func readGeneral(data []byte, object bool, inner string, members, in []Member) (
 	d.dec.Reset(&d.buf, options)
 	var err error
 	if object {
-		members, in, err = readObject(&d.dec, data, 1, inner, members, in)
+		members, in, err = readObject(&d.dec, data, 1, p, members, in)
 	} else {
 		_, err = readValue(&d.dec, data, 0)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, in, err
 	}
 	if end := skipSpace(data, int(d.dec.InputOffset())); end != len(data) {
-		return nil, nil, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
+		return nil, in, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
 	}
 	return members, in, nil
 }
 
 // readFast is read by hand (lex.go), for the usual text; ok is false for
 // any other, and members and in are then as they were.
-func readFast(data []byte, start int, object bool, inner string, members, in []Member) ([]Member, []Member, bool) {
+func readFast(data []byte, start int, object bool, p path, members []Member, in levels) ([]Member, levels, bool) {
 	var end int
 	ok := false
 	if object {
-		var m, mi []Member
-		if m, mi, end, ok = fastMembers(data, start, 1, inner, members, in); ok {
-			members, in = m, mi
+		var m []Member
+		var lv levels
+		if m, lv, end, ok = fastMembers(data, start, 1, p, members, in); ok {
+			members, in = m, lv
 		}
 	} else {
 		end, ok = Value(data, start, 0)
@@ -171,36 +200,38 @@ func readFast(data []byte, start int, object bool, inner string, members, in []M
 }
 
 // readObject reads the object the decoder is at, which opens level
-// depth, member by member: those of its member inner (an object) go to
-// in, read in the same pass.
-func readObject(d *jsontext.Decoder, data []byte, depth int, inner string, members, in []Member) ([]Member, []Member, error) {
+// depth, member by member: those of its member p[0] (an object) go to
+// in[0], and so on down the path, read in the same pass.
+func readObject(d *jsontext.Decoder, data []byte, depth int, p path, members []Member, in levels) ([]Member, levels, error) {
 	if _, err := d.ReadToken(); err != nil {
-		return nil, nil, wrap(err, data)
+		return nil, in, wrap(err, data)
 	}
 	for d.PeekKind() != '}' {
 		quoted, err := d.ReadValue() // a name, as written
 		if err != nil {
-			return nil, nil, wrap(err, data)
+			return nil, in, wrap(err, data)
 		}
 		name := quoted[1 : len(quoted)-1 : len(quoted)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			name, _ = jsontext.AppendUnquote(nil, quoted) // checked: it unquotes
 		}
 		var start int
-		if inner != "" && string(name) == inner && d.PeekKind() == '{' {
+		if p[0] != "" && string(name) == p[0] && d.PeekKind() == '{' {
 			start = valueStart(data, int(d.InputOffset()))
-			in, _, err = readObject(d, data, depth+1, "", in, nil)
+			below, lv := p.down(in)
+			in[0], lv, err = readObject(d, data, depth+1, below, in[0], lv)
+			in[1] = lv[0]
 		} else {
 			start, err = readValue(d, data, depth)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, in, err
 		}
 		end := int(d.InputOffset())
 		members = append(members, Member{Name: name, Value: data[start:end:end]})
 	}
 	if _, err := d.ReadToken(); err != nil {
-		return nil, nil, wrap(err, data)
+		return nil, in, wrap(err, data)
 	}
 	return members, in, nil
 }
