@@ -27,6 +27,40 @@ func TestEncodeResponseIsJSONMarshal(t *testing.T) {
 	}
 }
 
+// spacedJSON marshals with space in it, which json.Marshal compacts.
+type spacedJSON struct{}
+
+func (spacedJSON) MarshalJSON() ([]byte, error) { return []byte(`{ "a" : [1, 2] }`), nil }
+
+// encodeMarshalled writes json.Marshal's bytes for any answer whose Data
+// json.Marshal wrote, as dispatch's is: json.Marshal writes its own
+// output again as it is (compact, HTML escapes made).
+func TestEncodeMarshalledIsJSONMarshal(t *testing.T) {
+	for _, v := range []any{
+		control.ToolCallData{CallID: "b1", Accepted: true},
+		map[string]any{"a": "<b>&", "c": "\u2028 \u2029", "d": []any{1.5, nil, true}},
+		json.RawMessage(`{"a": 1, "b": "<x>"}`),
+		spacedJSON{},
+		"x", []int{}, struct{}{},
+	} {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, resp := range []control.Response{
+			{ID: 7, OK: true, Data: data},
+			{ID: 0, OK: true, Data: data},
+			{ID: 7, OK: true},
+		} {
+			want, werr := json.Marshal(resp)
+			got, gerr := encodeMarshalled(resp)
+			if string(got) != string(want) || werr != nil || gerr != nil {
+				t.Errorf("encodeMarshalled(%+v) = %s, %v; json.Marshal %s, %v", resp, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
 func BenchmarkEncodeResponse(b *testing.B) {
 	resp := control.Response{ID: 1234, OK: true, Data: json.RawMessage(`{"call_id":"b12345","accepted":true}`)}
 	b.Run("encodeResponse", func(b *testing.B) {

@@ -274,9 +274,12 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		}
 		resp.Data = b
 	}
+	// Data is json.Marshal's own output, which it would write again as
+	// it is: the line is not checked for that a second time.
+	line := c.encodeAnswer(resp, encodeMarshalled)
 	if at != nil {
-		c.answerAt(resp, at)
-	} else if err := c.answerWith(resp, linewriter.Opt{Then: then, Before: before}); err != nil {
+		c.answerAt(resp.ID, line, at)
+	} else if err := c.putAnswer(line, linewriter.Opt{Then: then, Before: before}); err != nil {
 		var refused *linewriter.BeforeError
 		if errors.As(err, &refused) {
 			c.reply(control.Response{ID: req.ID, Error: asControlError(refused.Err)})
@@ -300,14 +303,20 @@ func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
 // answer's own). An answer that cannot be queued went with its
 // connection: nothing of o is owed to it.
 func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
-	o.Now, o.Wait = true, c.ctx.Done()
-	return c.w.Put(c.encodeAnswer(resp), o)
+	return c.putAnswer(c.encodeAnswer(resp, encodeResponse), o)
 }
 
-// encodeAnswer is resp's line; one too large for a line, or that cannot
-// be encoded, is an internal error instead.
-func (c *Conn) encodeAnswer(resp control.Response) []byte {
-	line, err := encodeResponse(resp)
+// putAnswer is answerWith of an encoded answer.
+func (c *Conn) putAnswer(line []byte, o linewriter.Opt) error {
+	o.Now, o.Wait = true, c.ctx.Done()
+	return c.w.Put(line, o)
+}
+
+// encodeAnswer is resp's line, by encode (encodeResponse, or
+// encodeMarshalled for Data json.Marshal wrote); one too large for a
+// line, or that cannot be encoded, is an internal error instead.
+func (c *Conn) encodeAnswer(resp control.Response, encode func(control.Response) ([]byte, error)) []byte {
+	line, err := encode(resp)
 	if err == nil && len(line) > control.MaxLine {
 		resp.OK, resp.Data = false, nil
 		resp.Error = control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
@@ -320,11 +329,10 @@ func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	return line
 }
 
-// answerAt has at queue resp (answerAt). Corked meanwhile, for batching
-// only: the answer and the first events of the step (tool.call's
-// tool.acknowledged) leave in one write.
-func (c *Conn) answerAt(resp control.Response, at func(queue func()) error) {
-	line := c.encodeAnswer(resp)
+// answerAt has at queue the answer line of request id (answerAt).
+// Corked meanwhile, for batching only: the answer and the first events of
+// the step (tool.call's tool.acknowledged) leave in one write.
+func (c *Conn) answerAt(id int64, line []byte, at func(queue func()) error) {
 	queued := false
 	c.w.Hold()
 	err := at(func() {
@@ -336,10 +344,10 @@ func (c *Conn) answerAt(resp control.Response, at func(queue func()) error) {
 	c.w.Release()
 	switch {
 	case err != nil:
-		c.reply(control.Response{ID: resp.ID, Error: asControlError(err)})
+		c.reply(control.Response{ID: id, Error: asControlError(err)})
 	case !queued:
-		c.log.Error("an op's answer was never queued", zap.Int64("id", resp.ID))
-		c.reply(control.Response{ID: resp.ID, Error: control.Errorf(control.CodeInternal, "the daemon lost this op's answer (a bug, logged): the op may have taken effect")})
+		c.log.Error("an op's answer was never queued", zap.Int64("id", id))
+		c.reply(control.Response{ID: id, Error: control.Errorf(control.CodeInternal, "the daemon lost this op's answer (a bug, logged): the op may have taken effect")})
 	}
 }
 
@@ -388,11 +396,21 @@ func readRequestLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err e
 // encodeResponse is json.Marshal of a Response, with the usual Data
 // checked, not compacted a second time.
 func encodeResponse(resp control.Response) ([]byte, error) {
-	// The usual answer's Data is the daemon's own json.Marshal output,
-	// which json.Marshal would write again as it is (strictjson's
-	// Verbatim says so, strictly): it is appended, not compacted a second
+	// Data that json.Marshal would write again as it is (strictjson's
+	// Verbatim says so, strictly) is appended, not compacted a second
 	// time. Any other answer is json.Marshal's.
-	if !resp.OK || resp.ID <= 0 || resp.Error != nil || !strictjson.Verbatim(resp.Data) {
+	if !strictjson.Verbatim(resp.Data) {
+		return json.Marshal(resp)
+	}
+	return encodeMarshalled(resp)
+}
+
+// encodeMarshalled is encodeResponse of an answer whose Data, if any, is
+// json.Marshal's output (dispatch's), which json.Marshal writes again as
+// it is (compact, its HTML escapes made): the usual one is appended, any
+// other answer is json.Marshal's.
+func encodeMarshalled(resp control.Response) ([]byte, error) {
+	if !resp.OK || resp.ID <= 0 || resp.Error != nil || len(resp.Data) == 0 {
 		return json.Marshal(resp)
 	}
 	line := make([]byte, 0, len(resp.Data)+40)
