@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"octosup/policy"
 )
 
 // The hostile app's world: what an adversarial review reached from
@@ -26,6 +30,10 @@ type hostileWorld struct {
 	interp string // the probe's ELF interpreter
 	// oomScoreAdj is the daemon's, written back unchanged by the attempt.
 	oomScoreAdj string
+	// groupmate leads a process group of the daemon's session: the
+	// stand-in for the daemon's own group, which an attack that gets in
+	// renices (nice 19) and idles.
+	groupmate int
 }
 
 func newHostileWorld(t *testing.T, h *harness) *hostileWorld {
@@ -81,6 +89,13 @@ func newHostileWorld(t *testing.T, h *harness) *hostileWorld {
 		t.Fatal(err)
 	}
 	hw.oomScoreAdj = strings.TrimSpace(string(b))
+	mate := exec.Command("/bin/sleep", "600")
+	mate.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := mate.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mate.Process.Kill(); mate.Wait() })
+	hw.groupmate = mate.Process.Pid
 	return hw
 }
 
@@ -96,6 +111,7 @@ func hostileCases(h *harness, w *world, hw *hostileWorld) []escapeCase {
 	granted := withTCP([]uint16{uint16(w.tcpPort)}, nil)
 	bindFree := withTCP([]uint16{uint16(w.freePort)}, []uint16{uint16(w.freePort)})
 	roDir := filepath.Dir(w.roExternal)
+	mate := strconv.Itoa(hw.groupmate)
 	return []escapeCase{
 		// 1. Unix sockets with network tcp, below the Landlock ABI that
 		// narrows pathname connect: the control socket, the session bus.
@@ -235,6 +251,35 @@ func hostileCases(h *harness, w *world, hw *hostileWorld) []escapeCase {
 			control: plain("ioprio", d), allowed: "ok"},
 		{name: "modify_ldt", attempt: jailed(asIs, "modify_ldt"), refused: []string{"EPERM"},
 			control: plain("modify_ldt"), allowed: "ok"},
+
+		// Process groups and sessions: an app in the daemon's session
+		// joined the daemon's group, reniced it and idled its I/O (who 0
+		// is "the caller's group"), and escaped its own group's signals.
+		{name: "join the daemon's process group", attempt: jailed(asIs, "join_pgrp", d), refused: []string{"EPERM"},
+			control: plain("join_pgrp", d), allowed: "ok"},
+		{name: "renice a process group of the daemon's session", attempt: jailed(asIs, "pgrp_prio", mate), refused: []string{"EPERM"},
+			control: plain("pgrp_prio", mate), allowed: "ok"},
+		{name: "idle a process group of the daemon's session", attempt: jailed(asIs, "pgrp_ioprio", mate), refused: []string{"EPERM"},
+			control: plain("pgrp_ioprio", mate), allowed: "ok"},
+		{name: "io priority of the daemon's group by its id", attempt: jailed(asIs, "ioprio_group", d), refused: []string{"EPERM"},
+			control: plain("ioprio_group", mate), allowed: "ok"},
+		// The control must not set every process of the user's: its own.
+		{name: "io priority of every process of the user", attempt: jailed(asIs, "ioprio_user"), refused: []string{"EPERM"},
+			control: jailed(asIs, "ioprio", "0"), allowed: "ok"},
+		{name: "signal the daemon's process group", attempt: jailed(asIs, "kill_group", d), refused: []string{"EPERM"},
+			control: plain("kill_group", d), allowed: "ok"},
+		{name: "the app leads a session of its own", attempt: jailed(asIs, "kill_own_group"), refused: []string{"ok"},
+			control: jailed(asIs, "session"), allowed: "own=true"},
+		{name: "a jail app's child leaves its session", attempt: jailed(withProcesses, "setsid_child"), refused: []string{"EPERM"},
+			control: jailed(func(a *policy.App) { withProcesses(a); withBroad(a) }, "setsid_child"), allowed: "ok"},
+		{name: "pidfd info of the daemon", attempt: jailed(asIs, "pidfd_info", d), refused: []string{"EPERM"},
+			control: plain("pidfd_info", d), allowed: "ok"},
+		// The setuid rule looks at the mode only when the call creates:
+		// the kernel ignores it otherwise (a false refusal before).
+		{name: "create setuid with open and openat", attempt: jailed(asIs, "open_flags_mode", filepath.Join(jail, "suid.o"), "O_CREAT", "4755"), refused: []string{"EPERM"},
+			control: jailed(asIs, "open_flags_mode", "/etc/hostname", "O_RDONLY", "4000"), allowed: "ok"},
+		{name: "create setgid with O_TMPFILE", attempt: jailed(asIs, "open_flags_mode", jail, "O_TMPFILE", "2755"), refused: []string{"EPERM"},
+			control: jailed(asIs, "open_flags_mode", jail, "O_TMPFILE", "0644"), allowed: "ok"},
 
 		// 15. SysV IPC and its POSIX neighbour.
 		{name: "attach an outside shm segment", attempt: jailed(asIs, "shm_attach", strconv.Itoa(hw.shm)), refused: []string{"EPERM"},

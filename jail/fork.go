@@ -35,7 +35,7 @@ import (
 var stepError = map[spawn.Step]struct{ layer, msg string }{
 	spawn.StepSigmask:          {"signals", "sigprocmask"},
 	spawn.StepFDs:              {"fds", "set up 0-3"},
-	spawn.StepSetpgid:          {"setpgid", "setpgid"},
+	spawn.StepSetsid:           {"setsid", "setsid"},
 	spawn.StepNoNewPrivs:       {"no_new_privs", "prctl"},
 	spawn.StepPdeathsig:        {"pdeathsig", "prctl"},
 	spawn.StepParentGone:       {"pdeathsig", "the daemon is gone"},

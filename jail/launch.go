@@ -372,7 +372,7 @@ func inputFile(in *spawn.Input) (*os.File, error) {
 }
 
 // forkHelper forks and execs [HelperPath, HelperArg] with files as its
-// descriptors, in a process group of its own, killed when the forking
+// descriptors, in a session of its own, killed when the forking
 // thread (the spawner) dies.
 func (l *Launcher) forkHelper(files []uintptr, cgroupFD int) (pid, pidfd int, err error) {
 	pidfd = -1
@@ -381,7 +381,9 @@ func (l *Launcher) forkHelper(files []uintptr, cgroupFD int) (pid, pidfd int, er
 		Env:   helperEnv(),
 		Files: files,
 		Sys: &syscall.SysProcAttr{
-			Setpgid:   true,
+			// A session of its own from the fork (the sequence's
+			// setsid finds it so): see jail/spawn.
+			Setsid:    true,
 			Pdeathsig: syscall.SIGKILL,
 			PidFD:     &pidfd,
 			// clone3 with CLONE_INTO_CGROUP: the helper, and so the app

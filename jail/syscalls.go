@@ -129,6 +129,14 @@ var inodeIoctls = [...]struct {
 	{unix.FS_IOC_SET_ENCRYPTION_POLICY, "FS_IOC_SET_ENCRYPTION_POLICY"},
 }
 
+// tmpfileBit is __O_TMPFILE, the bit of O_TMPFILE that is not
+// O_DIRECTORY.
+const tmpfileBit = unix.O_TMPFILE &^ unix.O_DIRECTORY
+
+// pidfdGetInfo matches PIDFD_GET_INFO (type 0xFF, number 11) whatever the
+// size of its struct, which grows: the kernel matches it the same way.
+const pidfdGetInfo = 0xff0b
+
 // ruleSet is what decides an app's filter.
 type ruleSet struct {
 	network    policy.Network
@@ -236,6 +244,10 @@ func (r *ruleList) always() {
 	deny("ioprio_set", "another process's io priority (0 is the caller)", ne(1, 0))
 	deny("ioprio_set", "every process of the user", masked(0, mask32, 3 /* IOPRIO_WHO_USER */))
 	deny("modify_ldt", "x86 segment descriptors: kernel attack surface")
+	// pidfd_open takes any pid; the ioctl then tells another process's
+	// uid, cgroup and exit status (the daemon's, say), which /proc keeps
+	// from a jail app.
+	deny("ioctl", "PIDFD_GET_INFO: another process's credentials and cgroup", masked(1, 0xffff, pidfdGetInfo))
 }
 
 // filesystem: what a narrowed filesystem adds, the metadata and objects
@@ -259,8 +271,13 @@ func (r *ruleList) filesystem() {
 		if b == unix.S_ISGID {
 			bit = "setgid"
 		}
-		deny("open", "create "+bit+" files", masked(2, b, b))
-		deny("openat", "create "+bit+" files", masked(3, b, b))
+		// The mode counts only when the call creates (O_CREAT, or
+		// O_TMPFILE's own bit): the kernel ignores it otherwise, and
+		// open("/etc/hostname", O_RDONLY, 04000) was refused.
+		for _, creates := range []uint64{unix.O_CREAT, tmpfileBit} {
+			deny("open", "create "+bit+" files", masked(2, b, b), masked(1, creates, creates))
+			deny("openat", "create "+bit+" files", masked(3, b, b), masked(2, creates, creates))
+		}
 		deny("creat", "create "+bit+" files", masked(1, b, b))
 		deny("mkdir", "create "+bit+" directories", masked(1, b, b))
 		deny("mkdirat", "create "+bit+" directories", masked(2, b, b))
@@ -274,6 +291,11 @@ func (r *ruleList) filesystem() {
 		deny(n, "SysV IPC: objects by number, outside Landlock")
 	}
 	r.notify("inotify_add_watch", "the daemon checks the path against the grants")
+	// Every process of a jail app stays in the session the app was
+	// started in, which is how the daemon finds them all, however they
+	// forked and whoever's child they are now (docs/jail.md, "The app's
+	// processes").
+	deny("setsid", "stay in the app's session, by which the daemon finds its processes")
 }
 
 // noProcesses: processes: false, threads only.

@@ -252,6 +252,14 @@ static long add_proc_self(int ruleset, uint64_t access) {
 	return add;
 }
 
+// own_session makes the process lead a session of its own.
+static long own_session(void) {
+	long r = SYS0(SYS_setsid);
+	if (r == -EPERM && SYS1(SYS_getsid, 0) == SYS0(SYS_getpid))
+		return 0;
+	return r;
+}
+
 // jail_exec is the sequence, in the order docs/jail.md gives, then the
 // exec: it returns (the exit code) only when a step failed, having
 // reported which.
@@ -266,10 +274,16 @@ static int jail_exec(const char *buf, uint64_t mask, struct ocs_status *st, int 
 		}                                               \
 	} while (0)
 
-	// Out of the daemon's process group first: a signal to that group (a
-	// terminal's ^Z or ^C to a daemon run by hand) must not reach a child
-	// the daemon's spawner thread is waiting on.
-	STEP(OCS_SETPGID, SYS2(SYS_setpgid, 0, 0));
+	// Out of the daemon's session and process group first: a signal to
+	// the daemon's group (a terminal's ^Z or ^C to a daemon run by hand)
+	// must not reach a child the daemon's spawner thread is waiting on,
+	// and an app in the daemon's session could join the daemon's group
+	// (setpgid) and act on it: renice it (PRIO_PGRP, who 0), idle its
+	// I/O, and leave its own group's signals. A session of its own it
+	// cannot leave the app's way: setpgid does not cross sessions. The
+	// helper's fork made it a session leader already (EPERM, and its
+	// session is its own).
+	STEP(OCS_SETSID, own_session());
 	STEP(OCS_SIGMASK, reset_signals(in->ignored, mask));
 	int ruleset = in->ruleset_fd, notify = in->notify_sock;
 	STEP(OCS_FDS, above3(&ruleset));

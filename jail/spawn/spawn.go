@@ -57,7 +57,7 @@ const (
 	StepOK               Step = C.OCS_OK
 	StepSigmask          Step = C.OCS_SIGMASK
 	StepFDs              Step = C.OCS_FDS
-	StepSetpgid          Step = C.OCS_SETPGID
+	StepSetsid           Step = C.OCS_SETSID
 	StepNoNewPrivs       Step = C.OCS_NO_NEW_PRIVS
 	StepPdeathsig        Step = C.OCS_PDEATHSIG
 	StepParentGone       Step = C.OCS_PARENT_GONE

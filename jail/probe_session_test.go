@@ -1,0 +1,164 @@
+package jail
+
+import (
+	"os"
+	"strconv"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The hostile app's actions on process groups and sessions: an app in
+// the daemon's session joined the daemon's process group, and from there
+// reniced and idled every daemon thread (PRIO_PGRP and IOPRIO_WHO_PGRP
+// with who 0, "the caller's group", which the filter lets through), and
+// could no longer be stopped by signalling its own group. Each prints
+// "ok" when the kernel let it through.
+
+const (
+	ioprioWhoPgrp = 2
+	ioprioWhoUser = 3
+	// ioprioIdle is IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0).
+	ioprioIdle = 3 << 13
+)
+
+// pidfdGetInfoCmd is PIDFD_GET_INFO, _IOWR(0xFF, 11, struct pidfd_info) with
+// the struct's first published size (64 bytes).
+const pidfdGetInfoCmd = 0xc040ff0b
+
+func sessionProbe(action string, a []string) (out string, err error, known bool) {
+	known = true
+	switch action {
+	case "join_pgrp":
+		// Join the process group of a[0] (the daemon).
+		err = joinGroupOf(atoi(a[0]))
+	case "pgrp_prio":
+		// Join a[0]'s group, then set the group's nice value to 19: the
+		// attack did it to every thread of the daemon (the tests aim it
+		// at a stand-in in the daemon's session).
+		if err = joinGroupOf(atoi(a[0])); err == nil {
+			err = unix.Setpriority(unix.PRIO_PGRP, 0, 19)
+		}
+	case "pgrp_ioprio":
+		// The same for the I/O priority: class idle.
+		if err = joinGroupOf(atoi(a[0])); err == nil {
+			_, _, e := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoPgrp, 0, ioprioIdle)
+			err = errOrNil(e)
+		}
+	case "ioprio_group":
+		// Name a[0]'s group outright. The value is class none, the
+		// kernel's default (harmless if let through).
+		var pgid int
+		if pgid, err = unix.Getpgid(atoi(a[0])); err == nil {
+			_, _, e := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoPgrp, uintptr(pgid), 0)
+			err = errOrNil(e)
+		}
+	case "ioprio_user":
+		// Every process of the user, to class none, as above.
+		_, _, e := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoUser, 0, 0)
+		err = errOrNil(e)
+	case "kill_group":
+		// Signal 0 to a[0]'s group, by its negative id.
+		var pgid int
+		if pgid, err = unix.Getpgid(atoi(a[0])); err == nil {
+			err = unix.Kill(-pgid, 0)
+		}
+	case "kill_own_group":
+		// kill(0, 0): the caller's own group.
+		err = unix.Kill(0, 0)
+	case "session":
+		// Whether the app leads a session of its own.
+		sid, e := unix.Getsid(0)
+		if e != nil {
+			return "", e, true
+		}
+		out = "own=" + strconv.FormatBool(sid == os.Getpid())
+	case "setsid_child":
+		// A child leaves the app's session: the attack's first step.
+		out, err = forkDo(func() unix.Errno {
+			_, _, e := unix.RawSyscall(unix.SYS_SETSID, 0, 0, 0)
+			return e
+		})
+	case "open_flags_mode":
+		// open(a[0], flags a[1], mode a[2]) with the mode as given,
+		// raw: the filter's setuid rule must look at the mode only when
+		// the flags create.
+		flags := map[string]int{"O_RDONLY": unix.O_RDONLY, "O_CREAT": unix.O_WRONLY | unix.O_CREAT,
+			"O_TMPFILE": unix.O_WRONLY | unix.O_TMPFILE}[a[1]]
+		mode, _ := strconv.ParseUint(a[2], 8, 32)
+		p, _ := unix.BytePtrFromString(a[0])
+		for _, nr := range []uintptr{unix.SYS_OPEN, unix.SYS_OPENAT} {
+			var fd uintptr
+			var e unix.Errno
+			if nr == unix.SYS_OPEN {
+				fd, _, e = unix.Syscall(nr, uintptr(unsafe.Pointer(p)), uintptr(flags|unix.O_CLOEXEC), uintptr(mode))
+			} else {
+				fd, _, e = unix.Syscall6(nr, uintptr(atFDCWD), uintptr(unsafe.Pointer(p)), uintptr(flags|unix.O_CLOEXEC), uintptr(mode), 0, 0)
+			}
+			if e != 0 {
+				return "", e, true
+			}
+			unix.Close(int(fd))
+		}
+	case "pidfd_info":
+		// PIDFD_GET_INFO on a pidfd of a[0] (the daemon): its uid and
+		// cgroup id.
+		var fd int
+		if fd, err = unix.PidfdOpen(atoi(a[0]), 0); err == nil {
+			var info [64]byte
+			info[0] = 0x3f // PIDFD_INFO_PID|CREDS|CGROUPID|EXIT|…
+			_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), pidfdGetInfoCmd, uintptr(unsafe.Pointer(&info[0])))
+			unix.Close(fd)
+			err = errOrNil(e)
+		}
+	default:
+		known = false
+	}
+	return out, err, known
+}
+
+// joinGroupOf puts the caller into the process group of pid.
+func joinGroupOf(pid int) error {
+	pgid, err := unix.Getpgid(pid)
+	if err != nil {
+		return err
+	}
+	return unix.Setpgid(0, pgid)
+}
+
+// forkDo forks with a raw syscall, runs f in the child (raw syscalls
+// only: the child has one thread of a Go program), passes its errno back
+// through a pipe and reaps it.
+func forkDo(f func() unix.Errno) (string, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return "", err
+	}
+	pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return "", e
+	}
+	if pid == 0 {
+		res := [1]byte{byte(f())}
+		unix.RawSyscall(unix.SYS_WRITE, uintptr(p[1]), uintptr(unsafe.Pointer(&res[0])), 1)
+		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	unix.Close(p[1])
+	var res [1]byte
+	n, err := unix.Read(p[0], res[:])
+	unix.Close(p[0])
+	var ws unix.WaitStatus
+	unix.Wait4(int(pid), &ws, 0, nil)
+	switch {
+	case err != nil:
+		return "", err
+	case n != 1:
+		return "", unix.ECHILD
+	}
+	return "", errOrNil(unix.Errno(res[0]))
+}
+
+// atFDCWD is AT_FDCWD as a register holds it.
+var atFDCWD = unix.AT_FDCWD
