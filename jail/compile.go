@@ -64,8 +64,12 @@ type Options struct {
 	// sandbox.strictness overrides it.
 	Strictness Strictness
 	ParentPID  int
-	// Interpreters are what the kernel opens for execute besides the
-	// program: a script's #! interpreter, the ELF interpreter.
+	// Program is the file exec[0] leads to, through its symlinks (""
+	// means exec[0] itself): the rule grants it, and it is it that is
+	// checked. Interpreters are what the kernel opens for execute besides
+	// the program (each #! interpreter, the ELF interpreter), resolved
+	// the same way.
+	Program      string
 	Interpreters []string
 	// SystemLinks maps symlinks inside the system directories to where
 	// they resolve (e.g. /etc/resolv.conf → /run/systemd/...): a target
@@ -298,10 +302,20 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		}
 		add(l, AccessRead, "system", true)
 	}
-	add(app.Exec[0], AccessRead|AccessExec, "program", false)
+	program := app.Exec[0]
+	if opt.Program != "" {
+		program = opt.Program
+	}
+	if _, err := grantable(filepath.Clean(program), opt); err != nil {
+		return nil, fmt.Errorf("exec[0] %q %w", app.Exec[0], err)
+	}
+	add(program, AccessRead|AccessExec, "program", false)
 	for _, in := range opt.Interpreters {
 		if !filepath.IsAbs(in) {
 			return nil, fmt.Errorf("interpreter %q is not absolute", in)
+		}
+		if _, err := grantable(filepath.Clean(in), opt); err != nil {
+			return nil, fmt.Errorf("interpreter %q %w", in, err)
 		}
 		add(in, AccessRead|AccessExec, "interp", false)
 	}

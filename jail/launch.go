@@ -1,8 +1,6 @@
 package jail
 
 import (
-	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -255,9 +253,14 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
 	}
+	execs, err := resolveExec(append([]string{app.Exec[0]}, interps...), append([]policy.App{app}, req.Neighbours...), req.Dirs)
+	if err != nil {
+		return Spec{}, fmt.Errorf("jail %s: %w", app.ID, err)
+	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
 	resolved, planted := resolveGrants(app, req.Neighbours, req.Dirs)
 	return Compile(app, Options{
+		Program:       execs[0],
 		Resolved:      resolved,
 		Planted:       planted,
 		DeveloperMode: req.DeveloperMode,
@@ -266,7 +269,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		Narrowed:      slices.Contains(narrow, app.ID),
 		Strictness:    l.cfg.Strictness,
 		ParentPID:     os.Getpid(),
-		Interpreters:  interps,
+		Interpreters:  execs[1:],
 		SystemLinks:   l.facts.systemLinks("/etc"),
 		LandlockABI:   l.kernel().landlockABI,
 		BroadRoots:    l.facts.broadRoots(),
@@ -402,53 +405,6 @@ func lookupEnv(env []string, name string) string {
 		}
 	}
 	return ""
-}
-
-// interpreters lists what the kernel opens for execute besides the
-// program: a script's #! interpreter and the ELF interpreter of the
-// program (or of that interpreter). processes: false grants execute on
-// exactly these.
-func interpreters(program string) ([]string, error) {
-	f, err := os.Open(program)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	head := make([]byte, 256)
-	n, _ := io.ReadFull(f, head)
-	head = head[:n]
-	if bytes.HasPrefix(head, []byte("#!")) {
-		line, _, _ := bytes.Cut(head[2:], []byte("\n"))
-		fields := strings.Fields(string(line))
-		if len(fields) == 0 || !filepath.IsAbs(fields[0]) {
-			return nil, fmt.Errorf("%s: bad #! line", program)
-		}
-		more, err := interpreters(fields[0])
-		if err != nil {
-			return nil, fmt.Errorf("%s: interpreter: %w", program, err)
-		}
-		return append([]string{fields[0]}, more...), nil
-	}
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return nil, nil // not ELF, not a script: execve will say what it is
-	}
-	defer ef.Close()
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_INTERP {
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(p.Open(), 4096))
-		if err != nil {
-			return nil, fmt.Errorf("%s: PT_INTERP: %w", program, err)
-		}
-		interp := string(bytes.TrimRight(b, "\x00"))
-		if !filepath.IsAbs(interp) {
-			return nil, fmt.Errorf("%s: PT_INTERP %q is not absolute", program, interp)
-		}
-		return []string{interp}, nil
-	}
-	return nil, nil // static
 }
 
 // systemLinks maps the symlinks directly in dir to where they lead (e.g.

@@ -342,6 +342,11 @@ func (c *cli) validateCommand() *cobra.Command {
 			for _, p := range m.CheckPrograms() {
 				warns = append(warns, p.String())
 			}
+			if dirs, derr := policy.DirsFromEnv(os.Getenv); derr == nil {
+				for _, p := range m.CheckWritablePrograms(dirs) {
+					warns = append(warns, p.String())
+				}
+			}
 			if c.json {
 				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps), "warnings": warns})
 			}

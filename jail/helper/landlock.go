@@ -199,7 +199,7 @@ func closeAll(fds []int) {
 // looked at by path: no app can write where those live.
 func openRule(p PathRule) (path string, fd int, dir bool, err error) {
 	switch p.Why {
-	case "external", "resource", "jail", "secrets":
+	case "external", "resource", "jail", "secrets", "program", "interp":
 		fd, dir, err := OpenGrant(p)
 		if err != nil {
 			return "", -1, false, err
@@ -216,16 +216,18 @@ func openRule(p PathRule) (path string, fd int, dir bool, err error) {
 // OpenGrant opens a rule's path O_PATH, as whatever grants it must: the
 // ruleset, and the guard placing an inotify watch below it.
 //
-// An external's or a resource's path was resolved in full by the daemon,
-// so it is opened with RESOLVE_NO_SYMLINKS: a link in any component now
-// is a swap (an app with rw on a directory above it can make one), and
-// would grant wherever it leads. The jail and secrets directories (made
+// An external's, a resource's, the program's and an interpreter's path
+// was resolved in full by the daemon, so it is opened with
+// RESOLVE_NO_SYMLINKS: a link in any component now is a swap (an app with
+// rw on a directory above it can make one), and would grant wherever it
+// leads. The program and an interpreter must still be regular files: a
+// directory would be granted whole. The jail and secrets directories (made
 // by descriptor, below a data directory the user may reach through links
 // of their own) must be real directories of this user, not links. A
 // system path may be a link (/etc/resolv.conf): no app can write there.
 func OpenGrant(p PathRule) (fd int, dir bool, err error) {
 	switch p.Why {
-	case "external", "resource":
+	case "external", "resource", "program", "interp":
 		fd, err = unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
 		if errors.Is(err, unix.ELOOP) {
 			return -1, false, fmt.Errorf("%s leads through a symlink now (it was resolved before): %w", p.Path, unix.ELOOP)
@@ -244,6 +246,10 @@ func OpenGrant(p PathRule) (fd int, dir bool, err error) {
 		return -1, false, err
 	}
 	dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if (p.Why == "program" || p.Why == "interp") && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, false, fmt.Errorf("%s is not a regular file now (it was resolved to one before): %w", p.Path, unix.EACCES)
+	}
 	if p.Why == "jail" || p.Why == "secrets" {
 		switch {
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
