@@ -59,7 +59,7 @@ func shebang(head []byte) (string, error) {
 		if first == len(buf) {
 			return "", errors.New("the #! line is only blanks (the kernel refuses it: ENOEXEC)")
 		}
-		if bytes.IndexAny(buf[first:], " \t\x00") < 0 {
+		if !bytes.ContainsAny(buf[first:], " \t\x00") {
 			return "", fmt.Errorf("the #! interpreter's name runs past the first %d bytes (the kernel refuses it: ENOEXEC)", binprmBufSize)
 		}
 		end = len(buf) - 1
