@@ -75,6 +75,10 @@ type proc struct {
 	// limits are the entry's limits it started with, for the reason of an
 	// OOM kill.
 	limits policy.ResourceLimits
+	// broad: its entry's policy is broad, whose processes may leave the
+	// app's session (setsid): without a leaf, the daemon's strays are
+	// counted as its (procs.go).
+	broad bool
 }
 
 // runner is one app's lifecycle. Its goroutine (run) is the only place
@@ -113,8 +117,10 @@ type runner struct {
 	starts         int
 	proc           *proc
 	stopRequested  bool
-	stopWaiters    []chan cmdResult
-	startWaiters   []chan cmdResult // start once the current process is gone
+	// stopBy is when a stop's grace ends (beginStop).
+	stopBy       time.Time
+	stopWaiters  []chan cmdResult
+	startWaiters []chan cmdResult // start once the current process is gone
 	// deferred are the commands a start in progress leaves for after it
 	// (cmdReapply: the process it is about must be running to restart).
 	deferred  []command
@@ -435,7 +441,7 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		c.closeDaemon()
 		r.discard(sp)
 		r.s.mu.Lock()
-		r.s.spawning--
+		r.s.spawnedLocked()
 		r.s.mu.Unlock()
 		r.removeLeaf(leaf)
 		return r.fail(nil, err)
@@ -445,10 +451,18 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 	}
 	r.supervise(a, sp, c, leaf)
 
-	// Signalling the group must never reach the daemon's own group.
-	if pg, err := unix.Getpgid(sp.pid); err == nil && pg != sp.pid {
+	// Signalling the group and the session must never reach the daemon's.
+	pg, err := unix.Getpgid(sp.pid)
+	if err == nil && pg == sp.pid {
+		var sid int
+		if sid, err = unix.Getsid(sp.pid); err == nil && sid != sp.pid {
+			a.foreignGroup = true
+			return r.abort(a, fmt.Errorf("process does not lead a session of its own (sid %d): the launcher must call setsid", sid))
+		}
+	}
+	if err == nil && pg != sp.pid {
 		a.foreignGroup = true
-		return r.abort(a, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must set Setpgid", pg))
+		return r.abort(a, fmt.Errorf("process is not in its own process group (pgid %d): the launcher must call setsid", pg))
 	}
 	r.move(Starting, func(st *AppStatus) {
 		st.Pid = sp.pid
@@ -564,11 +578,12 @@ func (r *runner) supervise(a *attempt, sp spawned, c *captures, leaf *processLea
 		started: a.now,
 		leaf:    leaf,
 		limits:  a.entry.Limits,
+		broad:   a.entry.Sandbox.Policy == policy.PolicyBroad,
 	}
 	r.proc = p
 	s.mu.Lock()
 	s.pids[p.pid] = r
-	s.spawning--
+	s.spawnedLocked()
 	s.mu.Unlock()
 	a.hub = c.hub
 	a.confirmed = r.confirmAsync(sp.confirm)
@@ -782,22 +797,77 @@ func (r *runner) emitter(stream string) func(string) {
 func (r *runner) beginStop() {
 	r.stopRequested = true
 	r.move(Stopping, func(*AppStatus) {})
+	r.stopBy = time.Now().Add(r.s.cfg.StopGrace)
 	r.signal(unix.SIGTERM)
 	r.killTimer = time.NewTimer(r.s.cfg.StopGrace)
 }
 
-// signal sends sig to the app's process group and, for SIGKILL, to every
-// process in its cgroup leaf (cgroup.kill), which holds the descendants
-// that left the group too. Only the run goroutine calls it, and only
-// while the leader is unreaped.
+// signal sends sig to every process of the app: its main process
+// through its pidfd (wherever it went), its process group, its session
+// and their descendants (procs.go; a broad app's strays too without a
+// leaf), and its cgroup leaf: cgroup.kill for SIGKILL, each process in
+// cgroup.procs for any other. Only the run goroutine calls it, and only
+// while the leader is unreaped: its pid is the group's and the session's
+// id, which no other process can have meanwhile.
 func (r *runner) signal(sig unix.Signal) {
-	if err := killGroup(r.proc.pid, sig); err != nil {
+	p := r.proc
+	if err := pidfdSignal(p.pidfd, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
 	}
-	if sig == unix.SIGKILL && r.proc.leaf != nil {
-		if err := r.proc.leaf.killAll(); err != nil {
-			r.s.log.Error("cannot kill app's cgroup", zap.String("app", r.id), zap.Error(err))
-		}
+	if err := killGroup(p.pid, sig); err != nil {
+		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
+	}
+	_, fds, err := r.s.signalFamily(p.pid, p.broad && p.leaf == nil, sig)
+	closeFds(fds)
+	if err != nil {
+		r.s.log.Error("cannot find the app's processes", zap.String("app", r.id), zap.Error(err))
+	}
+	if p.leaf == nil {
+		return
+	}
+	if sig == unix.SIGKILL {
+		err = p.leaf.killAll()
+	} else {
+		err = signalLeaf(p.leaf.path, sig)
+	}
+	if err != nil {
+		r.s.log.Error("cannot signal app's cgroup", zap.String("app", r.id), zap.Error(err))
+	}
+}
+
+// awaitRest gives what is left of a stopping app, once its main process
+// has exited, the rest of the stop's grace to end by itself (the SIGTERM
+// reached it too), as systemd's KillMode=control-group does; a process
+// it forks meanwhile is not waited for. Without a stop it returns at once:
+// the rest of an app dies with its main process.
+func (r *runner) awaitRest() {
+	p := r.proc
+	left := time.Until(r.stopBy)
+	if !r.stopRequested || left <= 0 {
+		return
+	}
+	if p.leaf != nil {
+		_ = p.leaf.awaitEmpty(left) // what is left is killed next
+		return
+	}
+	_, fds, err := r.s.signalFamily(p.pid, p.broad, 0)
+	if err == nil {
+		awaitExits(fds, left)
+	}
+	closeFds(fds)
+}
+
+// killRest SIGKILLs what is left of the app once its main process has
+// exited (unreaped), until nothing is (procs.go's killFamily, bounded).
+func (r *runner) killRest() {
+	p := r.proc
+	r.signal(unix.SIGKILL)
+	left, err := r.s.killFamily(p.pid, p.broad && p.leaf == nil)
+	switch {
+	case err != nil:
+		r.s.log.Error("cannot find the app's processes", zap.String("app", r.id), zap.Error(err))
+	case left > 0:
+		r.s.log.Warn("processes of the app outlived the kill step", zap.String("app", r.id), zap.Int("left", left), zap.Duration("waited", killDrain))
 	}
 }
 
@@ -904,19 +974,22 @@ func (r *runner) tidy() {
 // caller publishes its end, then calls tidy, which removes the leaf.
 func (r *runner) collect() Exit {
 	s, p := r.s, r.proc
-	// What remains of the group dies with its leader: the leader, a
-	// zombie until reaped, still holds the group id, so the kill cannot
-	// reach anyone else.
-	r.signal(unix.SIGKILL)
-	s.mu.Lock()
-	delete(s.pids, p.pid)
-	r.leafPath = ""
-	s.mu.Unlock()
+	// What remains of the app dies with its leader: the leader, a zombie
+	// until reaped, still holds the group and session id, so the kill
+	// cannot reach anyone else.
+	r.awaitRest()
+	r.killRest()
 	exit, err := reap(p.pidfd, s.cfg.Now())
 	if err != nil {
 		s.log.Error("lost an app's exit status", zap.String("app", r.id), zap.Int("pid", p.pid), zap.Error(err))
 	}
 	p.pidfd.Close()
+	// Out of the books once reaped, not before: the stray reaper leaves
+	// what is in them to its runner.
+	s.mu.Lock()
+	delete(s.pids, p.pid)
+	r.leafPath = ""
+	s.mu.Unlock()
 	// The leaf was killed with the group: once it is empty, nothing of the
 	// app is left, wherever its descendants went. The leader's exit left
 	// it so unless a descendant is still dying: one read, as a rule.

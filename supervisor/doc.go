@@ -43,25 +43,39 @@
 // Every app process is forked by the Launcher (the jail) from one goroutine
 // locked to its OS thread for the life of Run: the kernel ties
 // PR_SET_PDEATHSIG to the forking thread, and a thread Go retires would
-// otherwise kill the apps it forked. Each process is in its own process
-// group, gets a hub socketpair as fd 3 (handed to the LinkHandler once the
+// otherwise kill the apps it forked. Each process leads a session of its
+// own (the launcher calls setsid; a process that does not is killed and
+// its start fails), gets a hub socketpair as fd 3 (handed to the LinkHandler once the
 // process runs) and a pipe per output stream, read line by line (at most 4
 // KiB a line) into a bounded per-app ring and the daemon's log.
 //
 // A process's death is noticed at once without a thread per child: its
 // pidfd is non-blocking and parked in Go's netpoller. The app's runner
 // goroutine is the one place that waits (waitid on the pidfd). Before it
-// reaps the leader it SIGKILLs the leader's process group: what remains of
-// an app once its main process is gone (helpers it forked) dies with it,
-// like systemd's KillMode=control-group, and the kill cannot hit a reused
-// pid because the unreaped leader still holds the group id.
+// reaps the leader it SIGKILLs what remains of the app (procs.go): its
+// process group, its session, their descendants and, for a broad app
+// without a cgroup, the strays below. What remains of an app once its
+// main process is gone dies with it, like systemd's
+// KillMode=control-group, and the kill cannot hit a reused pid: the
+// unreaped leader still holds the group and session id, and every other
+// process is signalled through a pidfd opened before its start time is
+// checked.
+//
+// Run makes the daemon a child subreaper (PR_SET_CHILD_SUBREAPER, as
+// systemd --user is): a process of an app whose parent dies is
+// re-parented to the daemon, not to init, so it stays findable (CheckPeer
+// refuses it, a stop kills it) and is reaped here. A goroutine Run owns,
+// woken by SIGCHLD, reaps those strays: zombie children of the daemon
+// that are no app's main process (each runner reaps its own) and not in
+// the daemon's own session; it stops once every runner has returned.
+// While a fork is under way it leaves the zombies alone (the new process
+// is not in the books yet) and the end of the fork wakes it again.
 //
 // Where the daemon may create cgroups in its own cgroup v2 (root, or a
 // systemd service with Delegate=yes; cgroup.go), each process is forked
 // straight into a leaf of its own (jail.Request.CgroupFD,
 // CLONE_INTO_CGROUP), and the SIGKILLs above also go to the whole leaf
-// through cgroup.kill, which reaches the descendants that left the group
-// (setsid, double fork). AppStatus.Stopper says "cgroup" then,
+// through cgroup.kill, and a stop's SIGTERM to every process of the leaf. AppStatus.Stopper says "cgroup" then,
 // "process-group" elsewhere (Config.NoCgroup forces it). At start the
 // supervisor kills and removes the leaves of a daemon that is gone (one
 // SIGKILLed, whose apps' descendants outlived it).
@@ -73,8 +87,14 @@
 // before the app's goroutine serves anything else, and before a Stop is
 // answered.
 //
-// Stop sends SIGTERM to the group and SIGKILL (group and leaf) after
-// Config.StopGrace.
+// Stop sends SIGTERM to every process of the app (main process by pidfd,
+// group, session and descendants, leaf) and SIGKILL to all of them after
+// Config.StopGrace. Once the main process has exited, the rest of the app
+// has what is left of the grace to end too (systemd waits for the whole
+// cgroup the same way); then the kill step SIGKILLs what is left, round
+// after round for at most 2s (killDrain), and logs any survivor. A stop
+// therefore ends within the grace plus that bound, and so does the
+// daemon's shutdown.
 //
 // An app is starting from the fork until the jail reports that the app's
 // program runs; its pid shows as soon as it is known. The report is read
@@ -94,21 +114,22 @@
 // # What is not guaranteed
 //
 // With the process-group stopper the supervisor knows an app's processes
-// only through the app's process group: a descendant that leaves it
-// (setsid, setpgid) is not stopped with the app; CheckPeer still finds
-// it by its ancestry while its parent chain to the app's main process
-// stands.
+// by a scan of /proc: its session, their descendants, and the strays. A
+// jail app cannot leave its session (its filter refuses setsid); a broad
+// app's process that does and whose parent then exits is a stray, which
+// cannot be told apart from another broad app's: it is killed at the stop
+// or exit of any broad app of the daemon, and CheckPeer refuses it (an
+// orphan of an app) whatever it is.
 // When the daemon itself dies (SIGKILL, a crash), each app's leader dies
 // with it (its parent-death signal), but the leader's descendants get no
 // such signal and can outlive the daemon (TestDaemonKilled checks the
 // leaders only). With the cgroup stopper those descendants die at the next
 // daemon start, and under systemd at once, since systemd kills the
-// service's cgroup. SIGTERM (a stop's first signal) still goes to the
-// process group only: cgroup.kill has no gentler signal. CheckPeer finds
+// service's cgroup. CheckPeer finds
 // a process by its leaf, so a setsid descendant is found too, and by its
 // ancestors' leaves once it is moved out of its own. A descendant moved
-// out of its leaf whose app processes above it have all exited (it was
-// reparented) carries no sign of its app any more, and is placed outside.
+// out of its leaf whose app processes above it have all exited was
+// re-parented to the daemon, and is refused as an orphan of an app.
 //
 // # Restart policy
 //

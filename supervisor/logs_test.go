@@ -105,16 +105,16 @@ func FuzzReadLines(f *testing.F) {
 
 func TestParseStat(t *testing.T) {
 	// The 18 fields between pgrp and starttime, as a sleeping process has
-	// them.
+	// them: the first is the session.
 	const mid = " 1200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 "
 	for _, tc := range []struct {
 		in      string
 		want    procStat
 		wantErr bool
 	}{
-		{in: "1234 (sleep) S 1200 1234" + mid + "98765 8192 200", want: procStat{state: 'S', ppid: 1200, pgid: 1234, start: 98765}},
-		{in: "77 (a) b) c) R 5 6" + mid + "7", want: procStat{state: 'R', ppid: 5, pgid: 6, start: 7}},
-		{in: "77 (with space) Z 0 0" + mid + "0", want: procStat{state: 'Z'}},
+		{in: "1234 (sleep) S 1200 1234" + mid + "98765 8192 200", want: procStat{state: 'S', ppid: 1200, pgid: 1234, sid: 1200, start: 98765}},
+		{in: "77 (a) b) c) R 5 6" + mid + "7", want: procStat{state: 'R', ppid: 5, pgid: 6, sid: 1200, start: 7}},
+		{in: "77 (with space) Z 0 0" + mid + "0", want: procStat{state: 'Z', sid: 1200}},
 		{in: "77 (x) S 1 2" + mid, wantErr: true},        // no starttime
 		{in: "77 (x) S 1 2" + mid + "-3", wantErr: true}, // bad starttime
 		{in: "77 (x) SS 1 2" + mid + "3", wantErr: true}, // bad state

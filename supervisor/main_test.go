@@ -107,6 +107,8 @@ func child(mode string) int {
 	case "exit3":
 		fmt.Fprintln(os.Stderr, "exiting with 3")
 		return 3
+	case "orphan", "orphan-child", "orphan-grandchild", "regroup", "regroup-child", "termtree", "termtree-child":
+		return escapeChild(mode)
 	case "daemon":
 		return daemon()
 	case "forkbomb":

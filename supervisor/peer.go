@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +74,7 @@ func (e *PeerError) Error() string {
 // *PeerError. The walk up the tree ends at the daemon itself or at a
 // child of pid 1. Without the cgroup stopper the walk is the whole check.
 func (s *Supervisor) CheckPeer(p Peer) error {
-	pl := placer{src: procfs{}, self: os.Getpid(), lookup: s.lookup, appNamed: s.appNamed}
+	pl := placer{src: procfs{}, self: s.self, selfSid: s.sid, lookup: s.lookup, appNamed: s.appNamed}
 	if s.cgroups != nil {
 		pl.own, pl.subtree = s.cgroups.own, s.cgroups.name
 	}
@@ -88,20 +87,25 @@ func (s *Supervisor) CheckPeer(p Peer) error {
 
 // record is what the supervisor's own books say of one process.
 type record struct {
-	app      string // the app whose main process it is, or whose group it is in
-	group    bool   // app is known by the process group
-	starting bool   // an app process is being started and not yet in the books
+	app string // the app whose main process it is, or whose group or session it is in
+	// by says how: "" (its main process), "group" or "session".
+	by       string
+	starting bool // an app process is being started and not yet in the books
 }
 
-// lookup reads the books on pid, of process group pgid, under one lock.
-func (s *Supervisor) lookup(pid, pgid int) record {
+// lookup reads the books on pid, of process group pgid and session sid,
+// under one lock. An app's main pid is its group's and its session's id.
+func (s *Supervisor) lookup(pid, pgid, sid int) record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.pids[pid]; ok {
 		return record{app: r.id}
 	}
 	if r, ok := s.pids[pgid]; ok {
-		return record{app: r.id, group: true}
+		return record{app: r.id, by: "group"}
+	}
+	if r, ok := s.pids[sid]; ok {
+		return record{app: r.id, by: "session"}
 	}
 	return record{starting: s.spawning > 0}
 }
@@ -149,12 +153,13 @@ func (procfs) close(pidfd int)           { unix.Close(pidfd) }
 
 // placer holds what placing a process needs.
 type placer struct {
-	src  procSource
-	self int // the daemon's pid
+	src     procSource
+	self    int // the daemon's pid
+	selfSid int // the daemon's session
 	// own is the daemon's cgroup and subtree the name of its apps'
 	// subtree in it ("" for both without the cgroup stopper).
 	own, subtree string
-	lookup       func(pid, pgid int) record
+	lookup       func(pid, pgid, sid int) record
 	appNamed     func(id string) bool
 }
 
@@ -300,10 +305,10 @@ func (w *walk) judge(depth int, cg string) (done bool, err error) {
 			return true, inside("", "is in the apps' cgroup subtree (%s), though in no known app's leaf", cg)
 		}
 	}
-	rec := w.pl.lookup(cur.pid, cur.st.pgid)
+	rec := w.pl.lookup(cur.pid, cur.st.pgid, cur.st.sid)
 	switch {
-	case rec.app != "" && rec.group:
-		return true, inside(rec.app, "is in the process group of app %q", rec.app)
+	case rec.app != "" && rec.by != "":
+		return true, inside(rec.app, "is in the %s of app %q", map[string]string{"group": "process group", "session": "session"}[rec.by], rec.app)
 	case rec.app != "":
 		return true, inside(rec.app, "is the main process of app %q", rec.app)
 	case rec.starting && cur.st.ppid == w.pl.self:
@@ -312,7 +317,16 @@ func (w *walk) judge(depth int, cg string) (done bool, err error) {
 			who = fmt.Sprintf("its ancestor %d", cur.pid)
 		}
 		return true, w.unplaced("%s is a child of the daemon while an app is being started, which may be that app's process: try again", who)
+	case cur.pid != w.pl.self && cur.st.ppid == w.pl.self && cur.st.sid != w.pl.selfSid:
+		// The daemon forks apps only, each the leader of a session of
+		// its own, and is their subreaper: a child of it that is no
+		// app's main process, outside the daemon's session, is an app's
+		// process whose parent died, whatever it did to its session.
+		return true, inside("", "is an orphan of an app: its parent exited and it was re-parented to the daemon, the apps' subreaper")
 	}
+	// The walk ends at the daemon, or at init (pid 1, or 0 for the
+	// kernel's own): no app's process reaches init while the daemon, its
+	// subreaper, lives.
 	return cur.pid == w.pl.self || cur.st.ppid <= 1, nil
 }
 

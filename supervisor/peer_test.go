@@ -124,6 +124,13 @@ func fproc(ppid, pgid int, start uint64, cg string) *fakeProc {
 	return &fakeProc{st: procStat{state: 'S', ppid: ppid, pgid: pgid, start: start}, cg: cg}
 }
 
+// fprocIn is fproc in session sid (fproc's are all in the daemon's, 0).
+func fprocIn(ppid, pgid, sid int, start uint64, cg string) *fakeProc {
+	p := fproc(ppid, pgid, start, cg)
+	p.st.sid = sid
+	return p
+}
+
 func baseTable() map[int]*fakeProc {
 	return map[int]*fakeProc{
 		1:  fproc(0, 1, 0, "/init.scope"),
@@ -172,6 +179,17 @@ func TestPlace(t *testing.T) {
 		{name: "no cgroups: setsid descendant", peer: 41, noCgroup: true, procs: map[int]*fakeProc{
 			41: fproc(40, 41, 400, ""), 40: fproc(20, 40, 300, "")}, inside: "notes"},
 		{name: "no cgroups: the user's client", peer: 100, noCgroup: true, procs: map[int]*fakeProc{100: fproc(50, 100, 300, "")}},
+		// The adversarial review's escape: an app's grandchild in a
+		// session of its own, whose parent exited. With the daemon as the
+		// apps' subreaper it is the daemon's child, not init's.
+		{name: "no cgroups: an orphan that left its app's session", peer: 70, noCgroup: true, procs: map[int]*fakeProc{
+			70: fprocIn(10, 70, 70, 300, "")}, inside: "-"},
+		{name: "an orphan that left its app's session", peer: 70, procs: map[int]*fakeProc{
+			70: fprocIn(10, 70, 70, 300, "/user")}, inside: "-"},
+		{name: "no cgroups: below such an orphan", peer: 71, noCgroup: true, procs: map[int]*fakeProc{
+			71: fprocIn(70, 71, 70, 400, ""), 70: fprocIn(10, 70, 70, 300, "")}, inside: "-"},
+		{name: "no cgroups: in the app's session, another group", peer: 72, noCgroup: true, procs: map[int]*fakeProc{
+			72: fprocIn(10, 72, 20, 300, "")}, inside: "notes"},
 
 		{name: "no pid", peer: 0, unplaced: "no pid"},
 		{name: "gone", peer: 100, procs: map[int]*fakeProc{100: {st: procStat{state: 'S', ppid: 50}, dead: true}}, unplaced: "exited before"},
@@ -222,12 +240,14 @@ func TestPlace(t *testing.T) {
 				f.byPid[pid] = p
 			}
 			pl := placer{src: f, self: 10, own: fakeOwn, subtree: fakeSubtree,
-				lookup: func(pid, pgid int) record {
+				lookup: func(pid, pgid, sid int) record {
 					switch {
 					case pid == 20:
 						return record{app: "notes"}
 					case pgid == 20:
-						return record{app: "notes", group: true}
+						return record{app: "notes", by: "group"}
+					case sid == 20:
+						return record{app: "notes", by: "session"}
 					}
 					return record{starting: c.starting}
 				},
@@ -276,7 +296,7 @@ func TestPlaceDepth(t *testing.T) {
 	f.fds[1] = f.byPid[1000]
 	f.nextFD = 1
 	pl := placer{src: f, self: 10, own: fakeOwn, subtree: fakeSubtree,
-		lookup: func(int, int) record { return record{} }, appNamed: func(string) bool { return false }}
+		lookup: func(int, int, int) record { return record{} }, appNamed: func(string) bool { return false }}
 	wantUnplaced(t, pl.place(1000, 1, 0), "more than 64 ancestors")
 	delete(f.fds, 1)
 	if len(f.fds) != 0 {

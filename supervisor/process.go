@@ -277,6 +277,20 @@ func signalName(n int) string {
 	return fmt.Sprintf("signal %d", n)
 }
 
+// pidfdSignal sends sig to the process behind pidfd, a non-blocking
+// file Go's netpoller holds (its Fd would make it blocking).
+func pidfdSignal(pidfd *os.File, sig unix.Signal) error {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
+		return err
+	}
+	return serr
+}
+
 // killGroup signals the app's process group. The caller guarantees that
 // the group leader is not yet reaped, so pgid still names the app's group
 // and cannot have been reused.
@@ -289,9 +303,9 @@ func killGroup(pgid int, sig unix.Signal) error {
 
 // procStat is what CheckPeer needs of /proc/PID/stat.
 type procStat struct {
-	state      byte   // R, S, D, Z, X, ...
-	ppid, pgid int    // parent, process group
-	start      uint64 // start time, clock ticks since boot
+	state           byte   // R, S, D, Z, X, ...
+	ppid, pgid, sid int    // parent, process group, session
+	start           uint64 // start time, clock ticks since boot
 }
 
 // parseStat decodes /proc/PID/stat. The command name (field 2) may hold
@@ -320,11 +334,15 @@ func parseStat(b []byte) (procStat, error) {
 	if err != nil || pgid < 0 {
 		return procStat{}, fmt.Errorf("stat: bad pgrp %q", f[2])
 	}
+	sid, err := strconv.Atoi(f[3])
+	if err != nil || sid < 0 {
+		return procStat{}, fmt.Errorf("stat: bad session %q", f[3])
+	}
 	start, err := strconv.ParseUint(f[19], 10, 64)
 	if err != nil {
 		return procStat{}, fmt.Errorf("stat: bad starttime %q", f[19])
 	}
-	return procStat{state: f[0][0], ppid: ppid, pgid: pgid, start: start}, nil
+	return procStat{state: f[0][0], ppid: ppid, pgid: pgid, sid: sid, start: start}, nil
 }
 
 func readStat(pid int) (procStat, error) {

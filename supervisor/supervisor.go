@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"octosup/jail"
 	"octosup/policy"
@@ -157,8 +159,15 @@ type Supervisor struct {
 	pending  []*runner       // created before Run started
 	pids     map[int]*runner // live (unreaped) process group leaders
 	// spawning counts the processes being started that are not in pids
-	// yet: CheckPeer does not place the daemon's children meanwhile.
+	// yet: CheckPeer does not place the daemon's children meanwhile, nor
+	// does reapStrays reap them.
 	spawning int
+
+	// self and sid are the daemon's pid and session (procs.go).
+	self, sid int
+	// reapKick wakes the stray reaper (buffered 1): a start that held it
+	// off is over.
+	reapKick chan struct{}
 
 	// launch starts processes on the spawner thread: cfg.Launcher, or a
 	// test's stand-in set before Run.
@@ -215,7 +224,14 @@ func New(cfg Config) (*Supervisor, error) {
 		apps:        make(map[string]*runner),
 		removing:    make(map[*runner]struct{}),
 		pids:        make(map[int]*runner),
+		self:        os.Getpid(),
+		reapKick:    make(chan struct{}, 1),
 	}
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: the daemon's session: %w", err)
+	}
+	s.sid = sid
 	s.launch = launcherFunc(cfg.Launcher)
 	s.spec = cfg.Launcher.Spec
 	s.slowHook = slowHook
@@ -284,6 +300,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return errors.New("supervisor: Run called twice")
 	}
 	s.started = true
+	// The apps' orphans are re-parented to the daemon, not to init: it
+	// finds them (the control socket's peer check, a stop) and reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		s.log.Warn("cannot become the apps' subreaper: a process of an app whose parent died is init's, and out of reach", zap.Error(err))
+	}
+	reaperStop, reaperDone := make(chan struct{}), make(chan struct{})
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, unix.SIGCHLD)
+	go s.reaper(sigchld, reaperStop, reaperDone)
 	go spawner(s.launch, s.spawnReqs, s.spawnStop, s.spawnerDone)
 	if s.tasks != nil {
 		s.io.Add(1)
@@ -305,6 +330,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.runners.Wait()
+	signal.Stop(sigchld)
+	close(reaperStop)
+	<-reaperDone
 	if s.tasks != nil {
 		s.tasks.close()
 	}
@@ -317,6 +345,39 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.subs.closeAll(ErrShutdown)
 	return nil
+}
+
+// spawnedLocked counts a start's process as in the books, or gone; the
+// last one lets the stray reaper go on.
+func (s *Supervisor) spawnedLocked() {
+	s.spawning--
+	if s.spawning == 0 {
+		select {
+		case s.reapKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reaper reaps the apps' strays (reapStrays) when a child of the daemon
+// exits, and once more when a start that held it off is over, until
+// stop; then once more.
+func (s *Supervisor) reaper(sigchld <-chan os.Signal, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	later := false
+	for {
+		select {
+		case <-sigchld:
+			later = s.reapStrays()
+		case <-s.reapKick:
+			if later {
+				later = s.reapStrays()
+			}
+		case <-stop:
+			s.reapStrays()
+			return
+		}
+	}
 }
 
 func (s *Supervisor) launchLocked(r *runner) {
