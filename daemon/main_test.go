@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DAEMON_TEST_RACEAPP") != "" {
 		os.Exit(raceApp())
 	}
+	if stage := os.Getenv("DAEMON_TEST_ORPHAN"); stage != "" {
+		os.Exit(orphanApp(stage))
+	}
 	if os.Getenv("DAEMON_TEST_PROBE") == "1" {
 		os.Exit(probeApp())
 	}

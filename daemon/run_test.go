@@ -119,19 +119,24 @@ func startDaemonLogging(t testing.TB, env testEnv, log *zap.Logger) *runningDaem
 // by parts (nil: as they are).
 func startDaemonWith(t testing.TB, env testEnv, log *zap.Logger, parts func([]watchedPart) []watchedPart) *runningDaemon {
 	t.Helper()
+	return startDaemonConfig(t, env, func(c *Config) { c.Log, c.watchedParts = log, parts })
+}
+
+// startDaemonConfig is startDaemon with its Config edited by edit.
+func startDaemonConfig(t testing.TB, env testEnv, edit func(*Config)) *runningDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{
-			Getenv:       env.getenv,
-			Environ:      env.environ(),
-			Log:          log,
-			StopGrace:    time.Second,
-			ready:        func() { close(ready) },
-			watchedParts: parts,
-		})
-	}()
+	cfg := Config{
+		Getenv:    env.getenv,
+		Environ:   env.environ(),
+		Log:       testLogger(t),
+		StopGrace: time.Second,
+		ready:     func() { close(ready) },
+	}
+	edit(&cfg)
+	go func() { done <- Run(ctx, cfg) }()
 	select {
 	case <-ready:
 	case err := <-done:
