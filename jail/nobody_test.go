@@ -45,7 +45,7 @@ func TestAsNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		"--", bin, "-test.run=^(TestEscape|TestJailedProcess|TestNarrow|TestHelperFailure|TestPlantedSymlinkIsNotFollowed|TestPlantedSymlinkRace|TestGuardDoesNotFollowAPlantedRoot|TestSignalsStartClean|TestShebangGrantsOnlyWhatTheKernelRuns|TestExecPathsAreGrantedLikeExternals)$", "-test.v", "-test.count=1")
+		"--", bin, "-test.run=^(TestEscape|TestJailedProcess|TestNarrow|TestHelperFailure|TestPlantedSymlinkIsNotFollowed|TestPlantedSymlinkRace|TestGuardDoesNotFollowAPlantedRoot|TestSignalsStartClean|TestShebangGrantsOnlyWhatTheKernelRuns|TestExecPathsAreGrantedLikeExternals|TestSigioReachesNoOutsideGroup)$", "-test.v", "-test.count=1")
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE"), helperPathEnv + "=" + helperBin}
 	out, err := cmd.CombinedOutput()
@@ -57,7 +57,7 @@ func TestAsNobody(t *testing.T) {
 		t.Fatalf("as nobody only %d escape cases passed:\n%s", n, out)
 	}
 	for _, name := range []string{"TestPlantedSymlinkIsNotFollowed", "TestPlantedSymlinkRace", "TestGuardDoesNotFollowAPlantedRoot", "TestSignalsStartClean",
-		"TestShebangGrantsOnlyWhatTheKernelRuns", "TestExecPathsAreGrantedLikeExternals"} {
+		"TestShebangGrantsOnlyWhatTheKernelRuns", "TestExecPathsAreGrantedLikeExternals", "TestSigioReachesNoOutsideGroup"} {
 		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
 			t.Errorf("as nobody %s did not pass:\n%s", name, out)
 		}

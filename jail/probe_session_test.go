@@ -1,7 +1,9 @@
 package jail
 
 import (
+	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"unsafe"
 
@@ -62,6 +64,41 @@ func sessionProbe(action string, a []string) (out string, err error, known bool)
 		var pgid int
 		if pgid, err = unix.Getpgid(atoi(a[0])); err == nil {
 			err = unix.Kill(-pgid, 0)
+		}
+	case "sigio_group":
+		// Have the kernel signal a[0]'s group for us: a pipe owned by
+		// the group (F_SETOWN with its negative id), SIGUSR1 for SIGIO
+		// (F_SETSIG), O_ASYNC, and a write. Every call succeeds either
+		// way; whether the signal arrived, only the group can tell.
+		var pgid int
+		if pgid, err = unix.Getpgid(atoi(a[0])); err != nil {
+			break
+		}
+		var p [2]int
+		if err = unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+			break
+		}
+		for _, step := range [][2]int{{unix.F_SETOWN, -pgid}, {unix.F_SETSIG, int(unix.SIGUSR1)}, {unix.F_SETFL, unix.O_ASYNC | unix.O_NONBLOCK}} {
+			if _, err = unix.FcntlInt(uintptr(p[0]), step[0], step[1]); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			_, err = unix.Write(p[1], []byte("x"))
+		}
+	case "sigmate":
+		// The group the sigio probe aims at: it says "ready", then the
+		// name of each signal it gets, and ends at SIGUSR2. Pending
+		// signals are taken lowest first, so a SIGUSR1 sent before the
+		// test's SIGUSR2 is said before it.
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, unix.SIGUSR1, unix.SIGUSR2)
+		fmt.Println("ready")
+		for sig := range sigs {
+			fmt.Println(unix.SignalName(sig.(unix.Signal)))
+			if sig == unix.SIGUSR2 {
+				return "", nil, true
+			}
 		}
 	case "kill_own_group":
 		// kill(0, 0): the caller's own group.
