@@ -75,6 +75,11 @@ type Options struct {
 	// they resolve (e.g. /etc/resolv.conf → /run/systemd/...): a target
 	// outside the system directories is granted read-only on its own.
 	SystemLinks map[string]string
+	// etc is /etc's public part (etc.go), granted instead of /etc whole
+	// for a root daemon, whose apps' uid owns /etc/shadow; nil grants
+	// /etc whole (a user's daemon: the files' modes hold its apps to
+	// what the user may read).
+	etc []publicGrant
 	// LandlockABI is the kernel's: below landlockABIUnix a tcp app may
 	// not make unix sockets, whose connect Landlock cannot narrow there.
 	LandlockABI int
@@ -284,7 +289,20 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 	}
 	for _, d := range systemDirs {
 		if d == "/etc" {
-			add(d, AccessRO, "system", true)
+			if opt.etc == nil {
+				add(d, AccessRO, "system", true)
+			} else {
+				// Names only, as ls shows them: Landlock's list right
+				// holds beneath, and a name is not a file's content.
+				add(d, AccessList, "system", true)
+			}
+			for _, g := range opt.etc {
+				access := AccessRead
+				if g.dir {
+					access = AccessRO
+				}
+				add(g.path, access, "system", true)
+			}
 			continue
 		}
 		add(d, sys, "system", true)

@@ -302,6 +302,17 @@ func hostileCases(h *harness, w *world, hw *hostileWorld) []escapeCase {
 		{name: "watch outside by a relative path", attempt: jailed(asIs, "inotify", "../../.."), refused: []string{"EACCES"},
 			control: jailed(asIs, "inotify", "."), allowed: "ok"},
 		{name: "watch through /proc/self", attempt: jailed(asIs, "inotify", "/proc/self/cwd/../other"), refused: []string{"EACCES"},
-			control: jailed(asIs, "inotify", "/etc"), allowed: "ok"},
+			control: jailed(asIs, "inotify", "/usr"), allowed: "ok"},
+
+		// 17. A root daemon's app is uid 0, the owner of /etc/shadow:
+		// /etc was granted whole, and the owner's read bit let it read
+		// the password hashes. Now /etc is granted as what every user
+		// may read there. (As nobody the file's mode refuses it anyway.)
+		{name: "read the password hashes", attempt: jailed(asIs, "read", "/etc/shadow"), refused: []string{"EACCES"},
+			control: plain("read", "/etc/shadow"), allowed: "ok", privileged: true},
+		{name: "read the group password hashes", attempt: jailed(asIs, "read", "/etc/gshadow"), refused: []string{"EACCES"},
+			control: jailed(asIs, "read", "/etc/passwd"), allowed: "ok"},
+		{name: "list the names in etc", attempt: jailed(asIs, "read", "/etc/shadow-"), refused: []string{"EACCES", "ENOENT"},
+			control: jailed(asIs, "ls", "/etc"), allowed: "ok"},
 	}
 }

@@ -25,6 +25,15 @@ type fileFacts struct {
 	interp map[string]interpFact
 	links  map[string]linksFact
 	roots  linksFact // broadRoots, keyed by /'s stat
+	etc    etcFact
+}
+
+// etcFact is publicTree("/etc") with the stats of the directories it
+// read.
+type etcFact struct {
+	dirs   []string
+	keys   []fileKey
+	grants []publicGrant
 }
 
 // maxFacts bounds each map (programs and directories, one per app at
@@ -123,6 +132,29 @@ func (f *fileFacts) systemLinks(dir string) map[string]string {
 		f.mu.Unlock()
 	}
 	return links
+}
+
+// publicEtc is publicTree("/etc"), read again when any directory of
+// /etc changed (an entry added, removed, renamed or its mode changed).
+// A chmod of a file changes no directory: it is seen at the next change
+// to its directory, or the daemon's restart.
+func (f *fileFacts) publicEtc() []publicGrant { return f.publicTreeOf("/etc") }
+
+func (f *fileFacts) publicTreeOf(root string) []publicGrant {
+	f.mu.Lock()
+	fact := f.etc
+	f.mu.Unlock()
+	if fact.grants != nil && fact.dirs[0] == root && f.holds(fact.dirs, fact.keys) {
+		return fact.grants
+	}
+	grants, dirs, keys := publicTree(root)
+	if grants == nil {
+		grants = []publicGrant{}
+	}
+	f.mu.Lock()
+	f.etc = etcFact{dirs: dirs, keys: keys, grants: grants}
+	f.mu.Unlock()
+	return grants
 }
 
 // broadRoots is broadRoots(), read again when / changed (an entry added

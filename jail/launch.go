@@ -259,7 +259,12 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
 	resolved, planted := resolveGrants(app, req.Neighbours, req.Dirs)
+	var etc []publicGrant
+	if os.Geteuid() == 0 {
+		etc = l.facts.publicEtc()
+	}
 	return Compile(app, Options{
+		etc:           etc,
 		Program:       execs[0],
 		Resolved:      resolved,
 		Planted:       planted,

@@ -69,6 +69,9 @@ func probe(action string, a []string) (string, error) {
 	case "read":
 		_, err := os.ReadFile(a[0])
 		return "", err
+	case "ls":
+		_, err := os.ReadDir(a[0])
+		return "", err
 	case "cat":
 		b, err := os.ReadFile(a[0])
 		return string(b), err
