@@ -37,6 +37,9 @@ import (
 //     so no symlink or .. leaves it) and adds the watch itself, on the
 //     app's inotify descriptor, to the inode it opened.
 //
+// Its work is held to a share of one CPU per app (budget.go): past it,
+// the guard pauses and the app's notified calls wait.
+//
 // Never CONTINUE: between a check and the kernel's own run of the call
 // another thread of the app could swap the descriptor or rewrite the
 // path. Acting on the very socket or inode that was checked leaves no
@@ -75,10 +78,13 @@ func (g *Guard) Serve(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, func() { g.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
+	var spent budget
+	throttled := false // logged once per app process
 	for {
 		var req *seccomp.ScmpNotifReq
 		var hup bool
 		var rerr error
+		var start time.Time
 		err := rc.Read(func(fd uintptr) bool {
 			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 			n, err := unix.Poll(pfd, 0)
@@ -88,6 +94,7 @@ func (g *Guard) Serve(ctx context.Context) error {
 			case err != nil:
 				rerr = err
 			case pfd[0].Revents&unix.POLLIN != 0:
+				start = time.Now()
 				req, rerr = seccomp.NotifReceive(seccomp.ScmpFd(fd))
 			default: // POLLHUP: no process uses the filter any more
 				hup = true
@@ -109,6 +116,24 @@ func (g *Guard) Serve(ctx context.Context) error {
 		resp := g.decide(req)
 		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
+		}
+		// Wall time from the receive to the answer stands for the
+		// guard's CPU: it blocks on nothing but its own system calls
+		// (budget.go).
+		now := time.Now()
+		if pause := spent.spend(now, now.Sub(start)); pause > 0 {
+			if !throttled {
+				throttled = true
+				g.log.Info("guard throttled: the app's calls to the daemon use more than its share", zap.String("app", g.spec.App),
+					zap.Float64("share", guardShare), zap.Duration("pause", pause))
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
 		}
 	}
 }

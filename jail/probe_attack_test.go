@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -247,6 +248,24 @@ func attackProbe(action string, a []string) (out string, err error, known bool) 
 		}
 		defer unix.Close(fd)
 		_, err = unix.InotifyAddWatch(fd, a[0], unix.IN_CREATE|unix.IN_OPEN)
+	case "inotify_flood":
+		// inotify_add_watch of a[0] for a[1] seconds, as fast as the
+		// daemon answers: "calls N cpu_ms M" (M: the probe's own CPU).
+		var fd int
+		if fd, err = unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+			return "", err, true
+		}
+		defer unix.Close(fd)
+		end := time.Now().Add(time.Duration(atoi(a[1])) * time.Second)
+		n := 0
+		for ; time.Now().Before(end); n++ {
+			if _, err = unix.InotifyAddWatch(fd, a[0], unix.IN_CREATE); err != nil {
+				return "", err, true
+			}
+		}
+		var ru unix.Rusage
+		unix.Getrusage(unix.RUSAGE_SELF, &ru)
+		out = fmt.Sprintf("calls %d cpu_ms %d", n, (time.Duration(ru.Utime.Nano()) + time.Duration(ru.Stime.Nano())).Milliseconds())
 	case "inotify_swap":
 		// Put a link to a[1] in the place of the granted directory a[0]
 		// (inside an rw grant), watch a[0] while it is the link, then put
