@@ -23,15 +23,18 @@ type publicGrant struct {
 
 // publicTree is the smallest set of grants that covers exactly the public
 // entries beneath root, and the directories it read with their stats
-// (which say when to read it again). A directory whose whole tree is public is one
+// (which say when to read it again); watch is called with each directory
+// before it is read. A directory whose whole tree is public is one
 // grant; any other is split into its public entries. Symlinks are
 // neither granted nor counted against their directory: Landlock checks
 // the file a link leads to, and /etc's links are granted where they lead
 // (Options.SystemLinks). An entry that cannot be read is not public.
-func publicTree(root string) (grants []publicGrant, dirs []string, keys []fileKey) {
+func publicTree(root string, watch func(dir string)) (grants []publicGrant, dirs []string, keys []fileKey) {
 	var walk func(dir string) ([]publicGrant, bool)
 	walk = func(dir string) ([]publicGrant, bool) {
-		// The stat before the read: a change after it is seen next time.
+		// The stat and the watch before the read: a change after them is
+		// seen next time.
+		watch(dir)
 		k, _ := statKey(dir)
 		dirs, keys = append(dirs, dir), append(keys, k)
 		entries, err := os.ReadDir(dir)

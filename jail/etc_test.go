@@ -53,7 +53,7 @@ func TestPublicTree(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			grants, _, _ := publicTree(root)
+			grants, _, _ := publicTree(root, func(string) {})
 			var got []string
 			for _, g := range grants {
 				rel, _ := filepath.Rel(root, g.path)
@@ -91,5 +91,15 @@ func TestPublicEtcIsReadAgain(t *testing.T) {
 	second := f.publicTreeOf(root)
 	if len(second) != 1 || second[0].path != filepath.Join(dir, "a") {
 		t.Fatalf("after a secret was added: %+v", second)
+	}
+	// A chmod changes no directory: the watch sees it.
+	if err := os.Chmod(filepath.Join(dir, "secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if third := f.publicTreeOf(root); len(third) != 1 || third[0].path != root {
+		t.Fatalf("after the secret was made public: %+v", third)
+	}
+	if f.etc.watch == nil {
+		t.Fatal("no inotify watch: the stats stood in")
 	}
 }
