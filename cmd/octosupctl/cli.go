@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"octosup/control"
+	"octosup/internal/version"
 	"octosup/policy"
 )
 
@@ -161,8 +162,9 @@ func opError(what string, err error) error {
 
 func (c *cli) rootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "octosupctl",
-		Short: "Control octosupd, the native apps' supervisor",
+		Use:     "octosupctl",
+		Short:   "Control octosupd, the native apps' supervisor",
+		Version: version.String(),
 		Long: `Control octosupd, the native apps' supervisor.
 
 Exit codes: 0 done; 1 the daemon refused or failed the operation;

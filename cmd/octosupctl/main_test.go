@@ -55,6 +55,13 @@ func ctl(t *testing.T, args ...string) result {
 }
 
 func TestWithoutDaemon(t *testing.T) {
+	// "validate home" needs octosup's directories in the home: the
+	// user's own XDG variables may put them anywhere.
+	home := filepath.Join(t.TempDir(), "home")
+	t.Setenv("HOME", home)
+	for k, v := range map[string]string{"XDG_CONFIG_HOME": ".config", "XDG_STATE_HOME": ".local/state", "XDG_DATA_HOME": ".local/share"} {
+		t.Setenv(k, filepath.Join(home, v))
+	}
 	missing := filepath.Join(t.TempDir(), "none.sock")
 	tests := []struct {
 		name       string
@@ -83,6 +90,7 @@ func TestWithoutDaemon(t *testing.T) {
 		{"completion", []string{"completion", "bash"}, exitOK, `octosupctl`, `^$`},
 		{"jail not running", []string{"--socket", missing, "jail", "x"}, exitNotRunning, `^$`, `octosupd is not running`},
 		{"jail no app", []string{"jail"}, exitUsage, `^$`, `accepts 1 arg`},
+		{"version", []string{"--version"}, exitOK, `^octosupctl version \S+`, `^$`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

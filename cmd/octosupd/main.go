@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/daemon"
+	"octosup/internal/version"
 	"octosup/jail"
 	"octosup/policy"
 )
@@ -48,8 +49,15 @@ func run(ctx context.Context, args []string, stderr *os.File) int {
 	root := &cobra.Command{
 		Use:           "octosupd",
 		Short:         "octosup's supervisor daemon",
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		// Without a command there is nothing to do: usage, exit 2.
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			code = exitUsage
+			return fmt.Errorf("no command given: run `octosupd run` (what systemd runs), or see octosupd --help")
+		},
 	}
 	var configPath, logLevel, jailHelper, jailSpawn string
 	runCmd := &cobra.Command{

@@ -57,6 +57,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"bad log level", []string{"run", "--log-level", "loud"}, exitUsage, `^octosupd: --log-level "loud": use debug, info, warn or error\n$`},
 		{"unknown flag", []string{"run", "--bogus"}, exitUsage, `^octosupd: unknown flag: --bogus\n$`},
 		{"arguments", []string{"run", "extra"}, exitUsage, `unknown command "extra"`},
+		{"no command", nil, exitUsage, "^octosupd: no command given: run `octosupd run` \\(what systemd runs\\), or see octosupd --help\n$"},
+		{"version", []string{"--version"}, exitOK, `^octosupd version \S+`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
