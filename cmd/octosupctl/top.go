@@ -10,6 +10,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"octosup/control"
 )
@@ -50,6 +51,12 @@ quits. --once prints one frame (two reads --interval apart) for scripts.`,
 			}
 			if once {
 				return c.topOnce(cmd.Context(), interval, sortBy)
+			}
+			if c.json {
+				return &exitError{code: exitUsage, err: errors.New("top --json needs --once: the live view is for a terminal")}
+			}
+			if !isTerminal(cmd.InOrStdin()) || !isTerminal(c.stdout) {
+				return &exitError{code: exitUsage, err: errors.New("top: the live view needs a terminal (stdin and stdout); use top --once for one frame, or top --once --json")}
 			}
 			m := topModel{ctx: cmd.Context(), cli: c, interval: interval, sortBy: sortBy, width: 80}
 			_, err := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(cmd.Context()),
@@ -109,8 +116,49 @@ func (c *cli) topOnce(ctx context.Context, interval time.Duration, sortBy string
 	if err != nil {
 		return opError("top", err)
 	}
-	fmt.Fprint(c.stdout, renderTop(topRows(first, second), sortBy, 0, ""))
+	rows := topRows(first, second)
+	if c.json {
+		sortRows(rows, sortBy)
+		out := make([]topJSON, 0, len(rows))
+		for _, r := range rows {
+			j := topJSON{App: r.id, State: r.state, Calls: r.calls, Approvals: r.approvals}
+			if r.cpu >= 0 {
+				j.CPUPercent = &r.cpu
+			}
+			if r.mem > 0 {
+				j.MemoryBytes = &r.mem
+			}
+			if r.tasks >= 0 {
+				j.Tasks = &r.tasks
+			}
+			out = append(out, j)
+		}
+		return c.printJSON(out)
+	}
+	fmt.Fprint(c.stdout, renderTop(rows, sortBy, 0, ""))
 	return nil
+}
+
+// topJSON is one app of top --once --json; a figure that is not known
+// is left out.
+type topJSON struct {
+	App         string   `json:"app"`
+	State       string   `json:"state"`
+	CPUPercent  *float64 `json:"cpu_percent,omitempty"`
+	MemoryBytes *uint64  `json:"memory_bytes,omitempty"`
+	Tasks       *int     `json:"tasks,omitempty"`
+	Calls       int      `json:"calls"`
+	Approvals   int      `json:"approvals"`
+}
+
+// isTerminal says whether v is a file on a terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(interface{ Fd() uintptr })
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // topRow is one app's line.

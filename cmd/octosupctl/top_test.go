@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +83,10 @@ func TestTopUsage(t *testing.T) {
 	}{
 		{[]string{"top", "--sort", "pid"}, `top --sort "pid": want cpu, mem, tasks or app`},
 		{[]string{"top", "--interval", "0s"}, `top --interval 0s: want a positive duration`},
+		// Not a terminal (the test's buffers): a word, not bubbletea's
+		// epoll error and escape codes.
+		{[]string{"top"}, `top: the live view needs a terminal (stdin and stdout); use top --once for one frame, or top --once --json`},
+		{[]string{"--json", "top"}, `top --json needs --once`},
 	} {
 		r := ctl(t, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.err) {
@@ -91,6 +96,23 @@ func TestTopUsage(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none.sock")
 	if r := ctl(t, "--socket", missing, "top", "--once"); r.code != exitNotRunning {
 		t.Errorf("no daemon: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestTopOnceJSON: top --once --json prints the frame's figures as JSON,
+// sorted as asked, not the table.
+func TestTopOnceJSON(t *testing.T) {
+	socket := topDaemon(t)
+	r := ctl(t, "--socket", socket, "--json", "top", "--once", "--interval", "1ms", "--sort", "app")
+	if r.code != exitOK || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rows []topJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if len(rows) == 0 || !slices.IsSortedFunc(rows, func(a, b topJSON) int { return strings.Compare(a.App, b.App) }) {
+		t.Fatalf("rows %+v: want the apps, by id", rows)
 	}
 }
 
