@@ -162,7 +162,7 @@ func (c *cli) consentCommand() *cobra.Command {
 	revoke := &cobra.Command{
 		Use:               "revoke APP",
 		Short:             "Forget an app's decision: its next request asks again",
-		Args:              cobra.ExactArgs(1),
+		Args:              oneArg,
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data control.ConsentData

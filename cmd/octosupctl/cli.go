@@ -41,16 +41,42 @@ type exitError struct {
 	detail []string
 }
 
+// jsonFailure is what --json prints on stdout for a command that failed
+// without printing anything there.
+type jsonFailure struct {
+	OK    bool             `json:"ok"`
+	Error jsonFailureError `json:"error"`
+}
+
+type jsonFailureError struct {
+	ExitCode int      `json:"exit_code"`
+	Message  string   `json:"message"`
+	Detail   []string `json:"detail"`
+}
+
+// countingWriter counts what went through it.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
+}
+
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 // run executes octosupctl with args (without the program name) and
 // returns its exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr, width: terminalWidth(os.Getenv, stdout)}
+	out := &countingWriter{w: stdout}
+	c := &cli{stdout: out, stderr: stderr, width: terminalWidth(os.Getenv, stdout)}
 	root := c.rootCommand()
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -59,8 +85,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if !errors.As(err, &ee) {
 		// cobra's own: unknown command, bad flag, wrong argument count.
-		fmt.Fprintf(stderr, "octosupctl: %v (see octosupctl --help)\n", err)
-		return exitUsage
+		ee = &exitError{code: exitUsage, err: usageError(err)}
+	}
+	if c.json && out.n == 0 {
+		// Scripts read stdout: a failure that printed nothing there
+		// (a command that printed its answer, validate's or a call's
+		// last step, said it already) goes there too, as one JSON line,
+		// and the exit code stays what it says.
+		detail := ee.detail
+		if detail == nil {
+			detail = []string{}
+		}
+		if b, err := json.Marshal(jsonFailure{OK: false, Error: jsonFailureError{ExitCode: ee.code, Message: ee.err.Error(), Detail: detail}}); err == nil {
+			fmt.Fprintf(out, "%s\n", b)
+		}
 	}
 	// The error may carry an app's text (a failure reason, a tool's
 	// error), a detail line the manifest's: one line each, visibly.
@@ -69,6 +107,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "  %s\n", control.Visible(d))
 	}
 	return ee.code
+}
+
+// usageError is one of cobra's errors on one line, with what to do:
+// cobra's "Did you mean this?" list becomes "did you mean X?".
+func usageError(err error) error {
+	msg, suggestions, found := strings.Cut(err.Error(), "\n\nDid you mean this?\n")
+	if !found {
+		return fmt.Errorf("%s (see octosupctl --help)", strings.TrimSpace(msg))
+	}
+	names := strings.Fields(suggestions)
+	return fmt.Errorf("%s; did you mean %s?", msg, strings.Join(names, " or "))
 }
 
 // What octosupctl prints for a person goes through say or a table: the
@@ -205,7 +254,7 @@ func (c *cli) lifecycleCommand(op, short string) *cobra.Command {
 	return &cobra.Command{
 		Use:               op + " APP",
 		Short:             short,
-		Args:              cobra.ExactArgs(1),
+		Args:              oneArg,
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data control.StateData
@@ -312,7 +361,7 @@ func (c *cli) validateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a manifest without a daemon: every problem, one per line; warn of programs not installed",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(_ *cobra.Command, args []string) error {
 			m, err := policy.Load(args[0])
 			if err == nil {
@@ -367,4 +416,21 @@ func jsonLine(v any) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// oneArg is cobra.ExactArgs(1) with a message that names the command and
+// what it wants: "stop: name one APP (octosupctl stop APP)".
+func oneArg(cmd *cobra.Command, args []string) error {
+	if len(args) == 1 {
+		return nil
+	}
+	what := "APP"
+	if f := strings.Fields(cmd.Use); len(f) > 1 {
+		what = f[1]
+	}
+	got := "none"
+	if len(args) > 1 {
+		got = fmt.Sprintf("%d: %s", len(args), strings.Join(args, " "))
+	}
+	return fmt.Errorf("%s: name one %s (octosupctl %s %s); got %s", cmd.Name(), what, cmd.CommandPath()[len("octosupctl "):], what, got)
 }

@@ -18,7 +18,7 @@ func (c *cli) jailCommand() *cobra.Command {
 the app's manifest entry with the daemon's own settings (strictness,
 OCTOSUP_SANDBOX_NARROW, developer mode). --json prints the spec itself.
 What took at the last start is in "octosupctl status".`,
-		Args:              cobra.ExactArgs(1),
+		Args:              oneArg,
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data control.JailData

@@ -76,7 +76,10 @@ func TestWithoutDaemon(t *testing.T) {
 			"^octosupctl: octosupd is not running: nothing listens at " + regexp.QuoteMeta(missing) + "; start it with `systemctl --user start octosupd` \\(or `make run` in a checkout\\)\n$"},
 		{"not running start", []string{"--socket", missing, "start", "x"}, exitNotRunning, `^$`, `octosupd is not running`},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `^$`, `^octosupctl: unknown command "frobnicate".*\n$`},
-		{"missing app", []string{"start"}, exitUsage, `^$`, `accepts 1 arg`},
+		{"missing app", []string{"stop"}, exitUsage, `^$`, `^octosupctl: stop: name one APP \(octosupctl stop APP\); got none \(see octosupctl --help\)\n$`},
+		{"suggestion", []string{"statsu"}, exitUsage, `^$`, `^octosupctl: unknown command "statsu" for "octosupctl"; did you mean status\?\n$`},
+		{"json failure", []string{"--json", "--socket", missing, "status"}, exitNotRunning, `^\{"ok":false,"error":\{"exit_code":3,"message":"octosupd is not running: [^\n]*","detail":\[\]\}\}\n$`, `octosupd is not running`},
+		{"json usage failure", []string{"--json", "stop"}, exitUsage, `^\{"ok":false,"error":\{"exit_code":2,"message":"stop: name one APP`, `name one APP`},
 		{"bad flag", []string{"status", "--bogus"}, exitUsage, `^$`, `unknown flag: --bogus`},
 		{"bad -n", []string{"logs", "x", "-n", "many"}, exitUsage, `^$`, `invalid argument "many"`},
 		{"validate good", []string{"validate", "testdata/apps.json"}, exitOK, `^testdata/apps.json is valid: 2 apps\n$`, `^$`},
@@ -89,7 +92,7 @@ func TestWithoutDaemon(t *testing.T) {
 		{"validate missing", []string{"validate", "testdata/none.json"}, exitFailed, `^$`, `^octosupctl: validate: no file testdata/none.json\n$`},
 		{"completion", []string{"completion", "bash"}, exitOK, `octosupctl`, `^$`},
 		{"jail not running", []string{"--socket", missing, "jail", "x"}, exitNotRunning, `^$`, `octosupd is not running`},
-		{"jail no app", []string{"jail"}, exitUsage, `^$`, `accepts 1 arg`},
+		{"jail no app", []string{"jail"}, exitUsage, `^$`, `jail: name one APP`},
 		{"version", []string{"--version"}, exitOK, `^octosupctl version \S+`, `^$`},
 	}
 	for _, tt := range tests {

@@ -17,7 +17,7 @@ func (c *cli) logsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "logs APP",
 		Short:             "Print an app's last output lines; -f follows",
-		Args:              cobra.ExactArgs(1),
+		Args:              oneArg,
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			what := "logs " + args[0]

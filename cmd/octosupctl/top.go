@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -60,7 +61,7 @@ quits. --once prints one frame (two reads --interval apart) for scripts.`,
 			}
 			m := topModel{ctx: cmd.Context(), cli: c, interval: interval, sortBy: sortBy, width: 80}
 			_, err := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(cmd.Context()),
-				tea.WithInput(cmd.InOrStdin()), tea.WithOutput(c.stdout)).Run()
+				tea.WithInput(cmd.InOrStdin()), tea.WithOutput(unwrapWriter(c.stdout))).Run()
 			if err != nil && !errors.Is(err, tea.ErrProgramKilled) {
 				return &exitError{code: exitFailed, err: fmt.Errorf("top: %w", err)}
 			}
@@ -153,6 +154,9 @@ type topJSON struct {
 
 // isTerminal says whether v is a file on a terminal.
 func isTerminal(v any) bool {
+	if w, ok := v.(io.Writer); ok {
+		v = unwrapWriter(w)
+	}
 	f, ok := v.(interface{ Fd() uintptr })
 	if !ok {
 		return false
@@ -381,4 +385,13 @@ func errorLine(err error) string {
 		return "octosupd is not running"
 	}
 	return err.Error()
+}
+
+// unwrapWriter is the writer below run's count of what was printed:
+// the terminal, for what asks it its size.
+func unwrapWriter(w io.Writer) io.Writer {
+	if cw, ok := w.(*countingWriter); ok {
+		return cw.w
+	}
+	return w
 }
