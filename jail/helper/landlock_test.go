@@ -152,7 +152,7 @@ func TestOpenRuleRefusesLinks(t *testing.T) {
 		{"a system path may lead through links", "link/sub", "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			path, fd, isDir, err := openRule(PathRule{Path: filepath.Join(dir, c.path), Why: c.why})
+			path, fd, isDir, err := openRule(PathRule{Path: filepath.Join(dir, c.path), Why: c.why, Access: AccessRO})
 			if fd >= 0 {
 				defer unix.Close(fd)
 			}
