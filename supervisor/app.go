@@ -725,6 +725,11 @@ func (r *runner) running(a *attempt, report jail.Report) (AppStatus, error) {
 	s.log.Info("app started", zap.String("app", r.id), zap.Int("pid", p.pid),
 		zap.Strings("jail_layers", report.Layers), zap.Strings("jail_missing", report.Missing),
 		zap.Int("landlock_abi", report.LandlockABI), zap.Int("restarts", a.restarts))
+	if l := st.Limits; l != nil && len(l.Missing) > 0 {
+		// Never silent: a limit of the entry that does not hold the app.
+		s.log.Warn("app runs without some of its limits", zap.String("app", r.id), zap.Strings("missing", l.Missing),
+			zap.String("limiter", l.Limiter), zap.Strings("applied", l.Applied))
+	}
 	if s.cfg.Links != nil {
 		p.attached = true
 		r.hook("Attach", func() { s.cfg.Links.Attach(a.entry, a.hub) })
@@ -903,6 +908,14 @@ func (r *runner) newLeaf(lim policy.ResourceLimits) (leaf *processLeaf, dir *os.
 // fallbackNproc holds the process pid to its tasks_max with RLIMIT_NPROC
 // (limitNproc) where the pids controller does not, and notes it in rep.
 func (r *runner) fallbackNproc(pid int, lim policy.ResourceLimits, rep *LimitsReport) {
+	if os.Geteuid() == 0 {
+		// The kernel exempts uid 0 from RLIMIT_NPROC: setting it would
+		// report a limit that holds nothing.
+		rep.addMissing("pids")
+		r.s.log.Warn("app runs without a task limit: the daemon runs as root, whose apps RLIMIT_NPROC does not hold, and has no pids controller",
+			zap.String("app", r.id), zap.Int("tasks_max", tasksMax(lim)))
+		return
+	}
 	applied, err := limitNproc(pid, tasksMax(lim))
 	if err != nil {
 		r.s.log.Warn("app runs without a task limit", zap.String("app", r.id), zap.Error(err))

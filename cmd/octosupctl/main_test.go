@@ -208,11 +208,11 @@ func TestWithDaemon(t *testing.T) {
 				`talker\s+stopped\s+-\s+-\s+0\s+-\s+-\n` +
 				`idle\s+stopped\s+-\s+-\s+0\s+-\s+-\n$`, `^$`},
 		{"start", []string{"start", "talker"}, nil, exitOK, `^talker: running \(pid \d+\)\n$`, `^$`},
-		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+(landlock \d+, )?seccomp( \(missing [a-z_., ]+\))?\n$`, `^$`},
+		{"status running", []string{"status", "talker"}, nil, exitOK, `(?m)^talker\s+running\s+\d+\s+\d+s\s+0\s+-\s+(landlock \d+, )?seccomp( \(missing [a-z_., ]+\))?(; limits missing: [a-z, ]+)?\n$`, `^$`},
 		{"jail", []string{"jail", "talker"}, nil, exitOK,
-			`(?s)^app talker\n  program  /bin/sh\n.*  files    read anywhere; write, create and remove only beneath these \(policy broad\):\n.*  syscalls refused[^\n]*:\n    ptrace .*\nlimits \(at the last start\): limiter [a-z+]+\n  applied: [^\n]*tasks_max=512[^\n]*\n$`, `^$`},
+			`(?s)^app talker\n  program  /bin/sh\n.*  files    read anywhere; write, create and remove only beneath these \(policy broad\):\n.*  syscalls refused[^\n]*:\n    ptrace .*\nlimits \(at the last start\): limiter [a-z+]+\n  (applied: [^\n]*tasks_max=512[^\n]*|applied: none\n  missing: limits\.pids [^\n]*)\n$`, `^$`},
 		{"status json running", []string{"--json", "status", "talker"}, nil, exitOK,
-			`(?s)"limits": \{\n\s+"limiter": "[a-z+]+",\n\s+"applied": \[\n\s+"tasks_max=512[^"]*"\n\s+\],.*"usage": \{\n\s+"cpu_usec": \d+,`, `^$`},
+			`(?s)"limits": \{\n\s+"limiter": "[a-z+]+",\n\s+"applied": (\[\n\s+"tasks_max=512[^"]*"\n\s+\],|\[\],\n\s+"missing": \[\n\s+"limits\.pids"\n\s+\]\n\s+\}).*"usage": \{\n\s+"cpu_usec": \d+,`, `^$`},
 		{"jail json", []string{"--json", "jail", "idle"}, nil, exitOK, `(?s)^\{\n  "version": 1,\n  "app": "idle",\n  "program": "/bin/sleep",.*"seccomp": \[`, `^$`},
 		{"jail unknown", []string{"jail", "nope"}, nil, exitFailed, `^$`, `^octosupctl: jail nope: no app "nope" in the manifest\n$`},
 		// Every command words an unknown app the same, once.

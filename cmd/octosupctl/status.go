@@ -93,7 +93,7 @@ func printStatus(c *cli, data control.StatusData, now time.Time, width int) {
 				last += ", " + duration(now.Sub(a.LastExit.At)) + " ago"
 			}
 		}
-		rows = append(rows, shown(a.ID, state, pid, uptime, fmt.Sprint(a.Restarts), last, jailSummary(a.Jail)))
+		rows = append(rows, shown(a.ID, state, pid, uptime, fmt.Sprint(a.Restarts), last, jailSummary(a.Jail)+limitsMark(a.Limits)))
 		reasons = append(reasons, control.Visible(a.Reason))
 		anyReason = anyReason || a.Reason != ""
 	}
@@ -194,4 +194,17 @@ func duration(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// limitsMark is what the status table adds to the jail column when a
+// limit of the entry does not hold the app: "; limits missing: memory".
+func limitsMark(l *control.LimitsReport) string {
+	if l == nil || len(l.Missing) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(l.Missing))
+	for _, m := range l.Missing {
+		names = append(names, strings.TrimPrefix(m, "limits."))
+	}
+	return "; limits missing: " + strings.Join(names, ", ")
 }
