@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/control"
+	"octosup/internal/asnobody"
 )
 
 // orphanApp is the app of TestOrphanIsRefused (DAEMON_TEST_ORPHAN), the
@@ -205,55 +205,13 @@ func startApp(t *testing.T, c *control.Client, id string) {
 
 // TestAsNobody re-runs TestOrphanIsRefused as an unprivileged user: a
 // daemon run by a person, with no cgroup to make, whose apps are found
-// by their sessions and its subreaping alone. It runs only where it can
-// switch users (root with setpriv).
+// by their sessions and its subreaping alone.
 func TestAsNobody(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("already unprivileged: the other tests are the unprivileged run")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv not installed: cannot switch to nobody")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	// The test binary sits in a 0700 build directory: nobody gets a copy.
-	dir, err := os.MkdirTemp("", "octosup-daemon-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "daemon.test")
-	b, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		"--", bin, "-test.run=^TestOrphanIsRefused$", "-test.v", "-test.count=1")
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE")}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "\nPASS") {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	for _, name := range []string{"in-process/jail", "in-process/broad", "helper/jail", "helper/broad"} {
-		if !strings.Contains(string(out), "--- PASS: TestOrphanIsRefused/"+name+" ") {
-			t.Errorf("as nobody TestOrphanIsRefused/%s did not pass:\n%s", name, out)
-		}
-	}
+	out := asnobody.Run(t, "^TestOrphanIsRefused$")
+	asnobody.WantPassed(t, out, "TestOrphanIsRefused/in-process/jail", "TestOrphanIsRefused/in-process/broad",
+		"TestOrphanIsRefused/helper/jail", "TestOrphanIsRefused/helper/broad")
 	// Without a cgroup: the refusal is the subreaper's.
-	if !strings.Contains(string(out), "is an orphan of an app") {
+	if !strings.Contains(out, "is an orphan of an app") {
 		t.Errorf("as nobody the orphan was not refused as one:\n%s", out)
 	}
 }
