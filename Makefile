@@ -8,7 +8,7 @@ PKGS      := ./...
 EXAMPLES  := $(notdir $(wildcard examples/*))
 export CGO_ENABLED := 1
 
-.PHONY: all deps build examples run test pyclient lint fuzz bench chaos install uninstall clean
+.PHONY: all deps build examples run test test-cgroup pyclient lint fuzz bench chaos install uninstall clean
 
 all: build
 
@@ -53,6 +53,14 @@ run: build $(RUNDIR)/native-apps.json
 # daemon; it is skipped, saying so, where python3 is missing.
 test: build
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+# make test-cgroup: the supervisor's cgroup tests (limits, the cgroup
+# stopper) under user-mode Linux, whose kernel has cgroup v2 with the
+# memory, pids, cpu and io controllers, with OCTOSUP_REQUIRE_CGROUP=1:
+# a missing controller fails them. Needs user-mode-linux (apt-get
+# install user-mode-linux); about a minute. CI runs it after make test.
+test-cgroup: deps
+	bash .ci/uml-cgroup
 
 # make pyclient: that walkthrough alone, with its output.
 pyclient: deps

@@ -71,7 +71,7 @@ func cgroupOrSkip(t *testing.T) string {
 		err = unix.Access(own, unix.W_OK)
 	}
 	if err != nil {
-		t.Skipf("no cgroup v2 this user may create cgroups in (%v): run as root or under systemd with Delegate=yes", err)
+		skipUnlessRequired(t)("no cgroup v2 this user may create cgroups in (%v): run as root or under systemd with Delegate=yes", err)
 	}
 	// A supervisor of this test may have moved the process into its own
 	// leaf already: the cgroup divided is the one it came from.

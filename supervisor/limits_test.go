@@ -245,12 +245,32 @@ func TestNprocFallback(t *testing.T) {
 	}
 }
 
+// requireCgroup is set where the cgroup path must be tested (CI's run
+// under user-mode Linux, .ci/uml-cgroup): a missing controller fails
+// the test instead of skipping it.
+const requireCgroup = "OCTOSUP_REQUIRE_CGROUP"
+
+// skipUnlessRequired is t.Skipf, or t.Fatalf with requireCgroup=1.
+func skipUnlessRequired(t *testing.T) func(format string, args ...any) {
+	if os.Getenv(requireCgroup) == "1" {
+		return func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf(requireCgroup+"=1: "+format, args...)
+		}
+	}
+	return func(format string, args ...any) {
+		t.Helper()
+		t.Skipf(format, args...)
+	}
+}
+
 // limitsOrSkip skips a test that needs the leaves to have the given
 // controllers, saying which the machine lacks and why.
 func limitsOrSkip(t *testing.T, sup *Supervisor, ctls ...string) {
 	t.Helper()
+	skip := skipUnlessRequired(t)
 	if sup.cgroups == nil {
-		t.Skipf("no cgroup leaves: %s", sup.noCgroup)
+		skip("no cgroup leaves: %s", sup.noCgroup)
 	}
 	var lack []string
 	for _, c := range ctls {
@@ -259,7 +279,7 @@ func limitsOrSkip(t *testing.T, sup *Supervisor, ctls ...string) {
 		}
 	}
 	if len(lack) > 0 {
-		t.Skipf("the leaves lack the %s controller (%s); on a hybrid machine the cgroup v1 hierarchy holds it until it is released (docs/limits.md, \"Testing\")",
+		skip("the leaves lack the %s controller (%s); on a hybrid machine the cgroup v1 hierarchy holds it until it is released (docs/limits.md, \"Testing\")",
 			strings.Join(lack, ", "), sup.cgroups.lacking)
 	}
 }
