@@ -185,14 +185,22 @@ type flaggedSet struct {
 
 func newFlaggedSet(findings []finding) flaggedSet {
 	fs := flaggedSet{at: map[string]bool{}, above: map[string]bool{}}
-	for _, f := range findings {
-		fs.at[f.at.String()] = true
-		for n := len(f.at) - 1; n >= 0; n-- {
-			k := f.at[:n].String()
+	mark := func(at jsonPath) {
+		fs.at[at.String()] = true
+		for n := len(at) - 1; n >= 0; n-- {
+			k := at[:n].String()
 			if fs.above[k] {
 				break
 			}
 			fs.above[k] = true
+		}
+	}
+	for _, f := range findings {
+		mark(f.at)
+		if f.meant != "" && len(f.at) > 0 {
+			// "netwrok": the network it meant is not "none", whatever
+			// the default says: rules on it would only add noise.
+			mark(f.at[:len(f.at)-1].child(f.meant))
 		}
 	}
 	return fs

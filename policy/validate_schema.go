@@ -185,7 +185,7 @@ func unknownFindings(at jsonPath, sub map[string]any, names []string) []finding 
 	for _, name := range names {
 		f := finding{at: at.child(name), msg: "is not a field octosup knows", unknown: true}
 		if near := suggest.Nearest(name, known); near != "" {
-			f.fix = fmt.Sprintf("rename it to %q", near)
+			f.fix, f.meant = fmt.Sprintf("rename it to %q", near), near
 		} else {
 			f.fix = "remove it; the fields here are " + strings.Join(known, ", ")
 		}

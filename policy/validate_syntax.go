@@ -22,6 +22,10 @@ type finding struct {
 	// unknown marks a field the schema does not know, which the rules
 	// must not see (see parse).
 	unknown bool
+	// meant is the known field an unknown one is nearest to (a typo's
+	// intent): the rules leave that field alone too, as its value is
+	// what the typo holds.
+	meant string
 }
 
 // scanned is what the token walk learned about the document.

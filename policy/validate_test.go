@@ -121,6 +121,10 @@ var badCases = []badCase{
 			`app "notes": sandbox.tcp_connect: ports need network "tcp" (fix: set "network": "tcp" or remove tcp_connect)`,
 			`app "notes": sandbox.tcp_bind: ports need network "tcp" (fix: set "network": "tcp" or remove tcp_bind)`,
 		}},
+	// The misspelt field is the one problem: the network it meant is
+	// not "none", so the ports are not flagged for it.
+	{name: "a misspelt network", input: sandbox(`"netwrok": "tcp", "tcp_bind": [8080]`),
+		want: []string{`app "notes": sandbox.netwrok: is not a field octosup knows (fix: rename it to "network")`}},
 	{name: "ports with network full", input: sandbox(`"network": "full", "tcp_bind": [8080]`),
 		want: []string{`app "notes": sandbox.tcp_bind: ports need network "tcp" (fix: set "network": "tcp" or remove tcp_bind)`}},
 	{name: "network tcp without ports", input: sandbox(`"network": "tcp", "tcp_connect": []`),
