@@ -12,8 +12,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"octosup/control"
+	"octosup/internal/suggest"
 	"octosup/internal/version"
 	"octosup/policy"
 )
@@ -78,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(out)
 	root.SetErr(stderr)
+	strictCompletion(root)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -206,7 +209,32 @@ func opError(what string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return &exitError{code: exitFailed, err: fmt.Errorf("%s: interrupted", what)}
 	}
+	if errors.Is(err, control.ErrClosed) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: octosupd closed the connection before it answered (it may have stopped or restarted): check `systemctl --user status octosupd`, then try again", what)}
+	}
 	return &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// unknownApp adds to a daemon's unknown_app refusal of app the nearest
+// name the daemon has, if one is near: "restart clok" → "did you mean
+// clock?".
+func (c *cli) unknownApp(ctx context.Context, app string, err error) error {
+	var cerr *control.Error
+	if !errors.As(err, &cerr) || cerr.Code != control.CodeUnknownApp {
+		return err
+	}
+	var data control.StatusData
+	if c.client().Do(ctx, control.OpStatus, control.StatusArgs{}, &data) != nil {
+		return err
+	}
+	ids := make([]string, 0, len(data.Apps))
+	for _, a := range data.Apps {
+		ids = append(ids, a.ID)
+	}
+	if near := suggest.Nearest(app, ids); near != "" {
+		return &control.Error{Code: cerr.Code, Message: fmt.Sprintf("%s; did you mean %s?", cerr.Message, near), Data: cerr.Data}
+	}
+	return err
 }
 
 func (c *cli) rootCommand() *cobra.Command {
@@ -259,7 +287,7 @@ func (c *cli) lifecycleCommand(op, short string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data control.StateData
 			if err := c.client().Do(cmd.Context(), op, control.AppArgs{App: args[0]}, &data); err != nil {
-				return opError(op+" "+args[0], err)
+				return opError(op+" "+args[0], c.unknownApp(cmd.Context(), args[0], err))
 			}
 			if c.json {
 				return c.printJSON(data)
@@ -433,4 +461,24 @@ func oneArg(cmd *cobra.Command, args []string) error {
 		got = fmt.Sprintf("%d: %s", len(args), strings.Join(args, " "))
 	}
 	return fmt.Errorf("%s: name one %s (octosupctl %s %s); got %s", cmd.Name(), what, cmd.CommandPath()[len("octosupctl "):], what, got)
+}
+
+// strictCompletion makes cobra's completion command refuse a shell it
+// does not know: it printed its help, exit 0, for completion tcsh. It
+// must run after SetOut: cobra's scripts are written where the root's
+// output was when the command was made.
+func strictCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, cmd := range root.Commands() {
+		if cmd.Name() != "completion" {
+			continue
+		}
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &exitError{code: exitUsage, err: errors.New("completion: name a shell: bash, zsh, fish or powershell")}
+			}
+			return &exitError{code: exitUsage, err: fmt.Errorf("completion: no completion for %q: bash, zsh, fish or powershell", args[0])}
+		}
+	}
 }

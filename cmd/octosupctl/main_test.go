@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -91,6 +92,7 @@ func TestWithoutDaemon(t *testing.T) {
 			`(?s)^octosup[^\n]*is invalid: 1 problem\(s\)\n  app "files": sandbox.external\[0\].path: "[^"]+" overlaps octosup's own configuration directory`},
 		{"validate missing", []string{"validate", "testdata/none.json"}, exitFailed, `^$`, `^octosupctl: validate: no file testdata/none.json\n$`},
 		{"completion", []string{"completion", "bash"}, exitOK, `octosupctl`, `^$`},
+		{"completion unknown shell", []string{"completion", "tcsh"}, exitUsage, `^$`, `^octosupctl: completion: no completion for "tcsh": bash, zsh, fish or powershell\n$`},
 		{"jail not running", []string{"--socket", missing, "jail", "x"}, exitNotRunning, `^$`, `octosupd is not running`},
 		{"jail no app", []string{"jail"}, exitUsage, `^$`, `jail: name one APP`},
 		{"version", []string{"--version"}, exitOK, `^octosupctl version \S+`, `^$`},
@@ -217,6 +219,7 @@ func TestWithDaemon(t *testing.T) {
 		{"jail unknown", []string{"jail", "nope"}, nil, exitFailed, `^$`, `^octosupctl: jail nope: no app "nope" in the manifest\n$`},
 		// Every command words an unknown app the same, once.
 		{"start unknown", []string{"start", "nope"}, nil, exitFailed, `^$`, `^octosupctl: start nope: no app "nope" in the manifest\n$`},
+		{"restart misspelt", []string{"restart", "talkr"}, nil, exitFailed, `^$`, `^octosupctl: restart talkr: no app "talkr" in the manifest; did you mean talker\?\n$`},
 		{"status unknown", []string{"status", "nope"}, nil, exitFailed, `^$`, `^octosupctl: status nope: no app "nope" in the manifest\n$`},
 		{"restart unknown", []string{"restart", "nope"}, nil, exitFailed, `^$`, `^octosupctl: restart nope: no app "nope" in the manifest\n$`},
 		{"stop unknown", []string{"stop", "nope"}, nil, exitFailed, `^$`, `^octosupctl: stop nope: no app "nope" in the manifest\n$`},
@@ -377,4 +380,31 @@ func TestWatchAndFollow(t *testing.T) {
 		t.Fatalf("--json watch line %q: %v", l, err)
 	}
 	stopJW()
+}
+
+// TestDaemonHangsUp: a daemon that closes the connection before it
+// answers is said once, with what to do (it printed "status: status:
+// read unix …: connection reset by peer").
+func TestDaemonHangsUp(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bufio.NewReader(c).ReadString('\n')
+			c.Close()
+		}
+	}()
+	r := ctl(t, "--socket", socket, "status")
+	want := "octosupctl: status: octosupd closed the connection before it answered (it may have stopped or restarted): check `systemctl --user status octosupd`, then try again\n"
+	if r.code != exitFailed || r.stderr != want {
+		t.Fatalf("exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitFailed, want)
+	}
 }
