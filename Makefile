@@ -110,7 +110,10 @@ DOCDIR      ?= $(PREFIX)/share/doc/octosup
 # A user manager reads units from $(PREFIX)/share/systemd/user for
 # PREFIX ~/.local, /usr/local and /usr alike (systemd-analyze --user
 # unit-paths).
-USERUNITDIR ?= $(PREFIX)/share/systemd/user
+# For PREFIX ~/.local it is $XDG_DATA_HOME/systemd/user, where the user
+# manager looks when XDG_DATA_HOME is set.
+XDG_DATA_HOME ?= $(HOME)/.local/share
+USERUNITDIR ?= $(if $(filter $(HOME)/.local,$(PREFIX)),$(XDG_DATA_HOME)/systemd/user,$(PREFIX)/share/systemd/user)
 PKGLIBDIR   := $(LIBDIR)/octosup
 PROGRAMS    := octosupd octosup-jail octosupctl
 UNITS       := octosupd.service octosupd.socket

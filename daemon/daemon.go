@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -322,9 +323,22 @@ type ManifestError struct {
 // octosupd run takes --config, and says so itself).
 func (e *ManifestError) Error() string {
 	if errors.Is(e.Err, os.ErrNotExist) {
-		return fmt.Sprintf("no manifest at %s: create one (configs/native-apps.example.json is a start)", e.Path)
+		return fmt.Sprintf("no manifest at %s: create one (%s is a start)", e.Path, exampleManifest())
 	}
 	return fmt.Sprintf("manifest %s: %v", e.Path, e.Err)
+}
+
+// exampleManifest is where the example manifest is: the one make install
+// put in the doc directory next to the binary's (PREFIX/bin →
+// PREFIX/share/doc/octosup), else the source tree's.
+func exampleManifest() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(filepath.Dir(exe)), "share", "doc", "octosup", "configs", "native-apps.example.json")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "configs/native-apps.example.json in octosup's source"
 }
 
 func (e *ManifestError) Unwrap() error { return e.Err }

@@ -233,7 +233,7 @@ func TestWithDaemon(t *testing.T) {
 			`(?s)^octosupctl: reload refused: the manifest has \d+ problem\(s\); the running apps are unchanged\n(  app #0: [^\n]+\n){4,}$`},
 		// reload has no --config: its hint names none, and says reload once.
 		{"reload missing", []string{"reload"}, func() { os.Remove(manifest) }, exitFailed, `^$`,
-			`^octosupctl: reload: no manifest at ` + regexp.QuoteMeta(manifest) + `: create one \(configs/native-apps.example.json is a start\)\n$`},
+			`^octosupctl: reload: no manifest at ` + regexp.QuoteMeta(manifest) + `: create one \(configs/native-apps.example.json in octosup's source is a start\)\n$`},
 		{"reload good", []string{"reload"}, func() { copyFile(t, "testdata/apps.json", manifest) }, exitOK, `^reloaded: 2 apps\n$`, `^$`},
 	}
 	for _, st := range steps {
