@@ -149,7 +149,9 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "%v", err)
 	}
-	if args.Remember && p.isConsent(args.ApprovalID) {
+	if hasMember(raw, "remember") && p.isConsent(args.ApprovalID) {
+		// Whatever its value: false was accepted and meant nothing, where
+		// the docs say the member is refused for a consent.
 		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
 	}
 	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
@@ -336,4 +338,15 @@ func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessag
 		return nil, peerError(err)
 	}
 	return nil, nil
+}
+
+// hasMember says whether the JSON object raw has the member name, with
+// any value (the args were decoded strictly before: raw is an object).
+func hasMember(raw json.RawMessage, name string) bool {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return false
+	}
+	_, ok := members[name]
+	return ok
 }

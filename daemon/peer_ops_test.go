@@ -293,6 +293,12 @@ func TestApproveRememberIsForTools(t *testing.T) {
 	if !errors.As(err, &cerr) || cerr.Code != control.CodeBadRequest || !strings.Contains(cerr.Message, "a consent answer is always kept, until consent revoke") {
 		t.Fatalf("approve a consent with remember: %v, want bad_request saying consent is always kept", err)
 	}
+	// remember: false too: the member is refused whatever its value
+	// (it was accepted and the consent kept).
+	raw := json.RawMessage(`{"approval_id":"` + a.ApprovalID + `","decision":"allow","remember":false}`)
+	if err := d.client.Do(ctx, control.OpApprove, raw, nil); !errors.As(err, &cerr) || cerr.Code != control.CodeBadRequest {
+		t.Fatalf("approve a consent with remember false: %v, want bad_request", err)
+	}
 	var list control.ApprovalsData
 	if err := d.client.Do(ctx, control.OpApprovals, nil, &list); err != nil || len(list.Approvals) != 1 || list.Approvals[0].ApprovalID != a.ApprovalID {
 		t.Fatalf("approvals after the refusal: %v %+v, want %s still pending", err, list, a.ApprovalID)
