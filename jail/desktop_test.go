@@ -398,6 +398,9 @@ func TestPipeWireJailed(t *testing.T) {
 	cmd := exec.Command(pw)
 	cmd.Env = senv
 	startServer(t, cmd, filepath.Join(dir, "pipewire-0"))
+	if err := os.Mkdir(filepath.Join(dir, "pulse"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cmd = exec.Command(pwPulse)
 	cmd.Env = senv
 	startServer(t, cmd, filepath.Join(dir, "pulse", "native"))
