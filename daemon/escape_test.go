@@ -155,8 +155,19 @@ func TestOrphanIsRefused(t *testing.T) {
 				logs := followLogs(t, d.client, "probe")
 				startApp(t, d.client, "probe")
 
+				// A jail app's connect to the control socket is refused by
+				// the jail itself now (the guard decides every unix connect
+				// of a network full app below Landlock ABI 9): EACCES, or
+				// the peer check's refusal where the connect went through.
+				refused := func(what, line string) {
+					t.Helper()
+					if policy == "jail" && strings.HasSuffix(line, "connect EACCES") {
+						return
+					}
+					wantRefused(t, what, line)
+				}
 				self := appSaw(t, logs, "self ")
-				wantRefused(t, "the app's own connection", self)
+				refused("the app's own connection", self)
 				setsid := appSaw(t, logs, "setsid ")
 				if want := map[string]string{"jail": "setsid EPERM", "broad": "setsid ok"}[policy]; setsid != want {
 					t.Errorf("%q, want %q", setsid, want)
@@ -165,7 +176,7 @@ func TestOrphanIsRefused(t *testing.T) {
 				if orphan != fmt.Sprintf("orphan %d", os.Getpid()) {
 					t.Errorf("%q: the orphan was not re-parented to the daemon (%d)", orphan, os.Getpid())
 				}
-				wantRefused(t, "the orphan's connection", appSaw(t, logs, "answer "))
+				refused("the orphan's connection", appSaw(t, logs, "answer "))
 				if st := status(t, d.client)["victim"]; st.State != "running" {
 					t.Fatalf("victim is %s after the orphan's stop", st.State)
 				}

@@ -97,6 +97,8 @@ type Options struct {
 	// symlink in a directory the app can write to that symlink: the app
 	// could have made it, so the grant is refused rather than followed.
 	Planted map[string]string
+	// RenderNodes are the machine's GPU render nodes (devices: ["dri"]).
+	RenderNodes []RenderNode
 }
 
 // landlockABIUnix is the Landlock ABI that narrows connecting to
@@ -150,11 +152,26 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		FDs:       []int{0, 1, 2, HubFD},
 		Strict:    strict == Strict,
 	}
+	desk, err := compileDesktop(app, sb, opt)
+	if err != nil {
+		return fail("%v", err)
+	}
 	ll, err := compileLandlock(app, sb, opt, jailDir, secretsDir, processes)
 	if err != nil {
 		return fail("%v", err)
 	}
+	ll.Paths = append(ll.Paths, desk.rules...)
+	if desk.unixGuard {
+		// The guard decides every unix connect: Landlock's ABI 9 rule
+		// would not see the daemon's connects anyway.
+		ll.UnixSockets = false
+		ll.MinABI = minABI(ll)
+	}
 	spec.Landlock = ll
+	spec.Sockets = desk.sockets
+	for k, v := range desk.env {
+		daemonEnv[k] = v
+	}
 	spec.Env = compileEnv(app, opt, ll, daemonEnv)
 	network := sb.Network
 	if sb.Policy == policy.PolicyBroad {
@@ -168,6 +185,7 @@ func Compile(app policy.App, opt Options) (Spec, error) {
 		fsNarrowed:  ll.FS,
 		bindTCP:     network == policy.NetworkTCP && len(ll.BindTCP) > 0,
 		unixSockets: opt.LandlockABI >= landlockABIUnix,
+		unixGuard:   desk.unixGuard,
 	})
 	if err := validateCompiled(spec); err != nil {
 		return fail("%v", err)
@@ -197,6 +215,7 @@ func effectiveSandbox(app policy.App, opt Options) policy.Sandbox {
 		sb.Policy = policy.PolicyJail
 		sb.Network = policy.NetworkNone
 		sb.TCPConnect, sb.TCPBind, sb.External = nil, nil, nil
+		sb.Sockets, sb.Devices = nil, nil
 	}
 	return sb
 }
@@ -471,4 +490,43 @@ func minABI(ll LandlockSpec) int {
 		abi = max(abi, landlockABIUnix)
 	}
 	return abi
+}
+
+// desktop is what sandbox.sockets and sandbox.devices add to a jail
+// app's spec (desktop.go).
+type desktop struct {
+	sockets []SocketGrant
+	rules   []PathRule
+	env     map[string]string
+	// unixGuard: the guard decides the app's every connect (a granted
+	// socket, or network full below Landlock ABI 9, which could
+	// otherwise name any socket: the session bus).
+	unixGuard bool
+}
+
+// compileDesktop resolves the entry's sockets and devices. A broad app
+// has none: it reaches every socket and device already.
+func compileDesktop(app policy.App, sb policy.Sandbox, opt Options) (desktop, error) {
+	var d desktop
+	if sb.Policy != policy.PolicyJail && sb.Policy != "" {
+		return d, nil
+	}
+	socks, err := resolveSockets(sb.Sockets, opt.BaseEnv)
+	if err != nil {
+		return d, err
+	}
+	d.sockets = socks
+	for _, dev := range sb.Devices {
+		if dev != policy.DeviceDRI {
+			return d, fmt.Errorf("devices: %q is not a device octosup grants (want %s)", dev, strings.Join(policy.KnownDevices(), ", "))
+		}
+		d.rules = append(d.rules, gpuRules(opt.RenderNodes)...)
+	}
+	if len(socks) > 0 || len(sb.Devices) > 0 {
+		dir := RuntimeDir(opt.Dirs, app.ID)
+		d.rules = append(d.rules, PathRule{Path: dir, Access: AccessRW, Why: "runtime"})
+		d.env = socketEnv(socks, dir)
+	}
+	d.unixGuard = len(socks) > 0 || sb.Network == policy.NetworkFull && opt.LandlockABI < landlockABIUnix
+	return d, nil
 }

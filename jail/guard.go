@@ -36,6 +36,9 @@ import (
 //     the path beneath the grant it names (openat2 with RESOLVE_BENEATH,
 //     so no symlink or .. leaves it) and adds the watch itself, on the
 //     app's inotify descriptor, to the inode it opened.
+//   - connect, for an app with desktop sockets, or network full below
+//     Landlock ABI 9 (guard_connect.go): the guard connects the app's
+//     socket itself, to a granted socket only.
 //
 // Its work is held to a share of one CPU per app (budget.go): past it,
 // the guard pauses and the app's notified calls wait.
@@ -50,12 +53,15 @@ type Guard struct {
 	spec       Spec
 	log        *zap.Logger
 	unprivPort uint16 // net.ipv4.ip_unprivileged_port_start
+	// connects holds a token per connect under way (later).
+	connects chan struct{}
 }
 
 // newGuard takes the listener fd of spec's filter.
 func newGuard(spec Spec, fd int, unprivPort uint16, log *zap.Logger) *Guard {
 	unix.SetNonblock(fd, true)
-	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort}
+	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort,
+		connects: make(chan struct{}, maxConnects)}
 }
 
 // Guard is the process's notification guard, nil when its filter hands
@@ -113,6 +119,9 @@ func (g *Guard) Serve(ctx context.Context) error {
 		case rerr != nil:
 			return fmt.Errorf("guard %s: receive: %w", g.spec.App, rerr)
 		}
+		if g.later(req) {
+			continue
+		}
 		resp := g.decide(req)
 		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
@@ -140,8 +149,13 @@ func (g *Guard) Serve(ctx context.Context) error {
 
 // decide answers one notification.
 func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
+	return g.decideOn(seccomp.ScmpFd(g.f.Fd()), req)
+}
+
+// decideOn answers one notification received on the listener fd.
+func (g *Guard) decideOn(fd seccomp.ScmpFd, req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
 	resp := seccomp.ScmpNotifResp{ID: req.ID}
-	c := call{fd: seccomp.ScmpFd(g.f.Fd()), id: req.ID, pid: int(req.Pid), args: req.Data.Args, pidfd: -1}
+	c := call{fd: fd, id: req.ID, pid: int(req.Pid), args: req.Data.Args, pidfd: -1}
 	var val uintptr
 	var err error
 	switch nr := int(req.Data.Syscall); {
@@ -151,6 +165,8 @@ func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
 		err = g.listen(&c)
 	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
 		val, err = g.watch(&c)
+	case nr == unix.SYS_CONNECT && g.rule("connect"):
+		err = g.connect(&c)
 	default:
 		err = unix.ENOSYS // a call the spec does not hand over
 	}

@@ -278,6 +278,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 		SystemLinks:   l.facts.systemLinks("/etc"),
 		LandlockABI:   l.kernel().landlockABI,
 		BroadRoots:    l.facts.broadRoots(),
+		RenderNodes:   renderNodesFor(app),
 	})
 }
 
@@ -540,9 +541,24 @@ func walkGrant(p string, writable func() []string) (real, planted string) {
 	return dir, ""
 }
 
+// renderNodesFor lists the render nodes when the entry asks for the GPU
+// (on every start: a GPU may come and go).
+func renderNodesFor(app policy.App) []RenderNode {
+	if !slices.Contains(app.Sandbox.Devices, policy.DeviceDRI) {
+		return nil
+	}
+	return renderNodes(driDir)
+}
+
 // prepareDirs creates the app's jail and secrets directories 0700 when the
-// entry asks for them.
+// entry asks for them, and its runtime directory when it has sockets or
+// devices.
 func prepareDirs(req Request) error {
+	if sb := req.App.Sandbox; sb.Policy != policy.PolicyBroad && (len(sb.Sockets) > 0 || len(sb.Devices) > 0) {
+		if err := mkdirPrivate(req.Dirs.Runtime, "apps", req.App.ID); err != nil {
+			return err
+		}
+	}
 	for _, d := range []struct {
 		want bool
 		sub  string

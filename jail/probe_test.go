@@ -347,6 +347,9 @@ func probe(action string, a []string) (string, error) {
 	if out, err, ok := sessionProbe(action, a); ok {
 		return out, err
 	}
+	if out, err, ok := desktopProbe(action, a); ok {
+		return out, err
+	}
 	return "", fmt.Errorf("unknown probe action %q", action)
 }
 

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"octosup/internal/visible"
@@ -116,6 +117,15 @@ func Describe(s Spec) string {
 	if ll.UnixSockets {
 		b.WriteString("  unix     pathname sockets: only those in its read-write places from Landlock ABI 9; below it every socket it can name\n")
 	}
+	for _, g := range s.Sockets {
+		fmt.Fprintf(&b, "  socket   %-10s %s (from %s; %s)\n", g.Name, visible.String(g.Path), g.From, socketHow(g))
+	}
+	if slices.ContainsFunc(s.Landlock.Paths, func(p PathRule) bool { return p.Why == "gpu" }) {
+		b.WriteString("  device   dri        the render nodes read-write with their ioctls (rules \"gpu\"); no card* node\n")
+	}
+	if slices.ContainsFunc(s.Seccomp, func(r Syscall) bool { return r.Notify && r.Name == "connect" }) {
+		b.WriteString("  connect  every connect is the daemon's: unix stream sockets reach only the sockets above, no abstract one\n")
+	}
 	b.WriteString("  syscalls refused (\"daemon\": the daemon decides each call):\n")
 	// Runs of rules with one reason (the socket families, say) make one
 	// line: the patterns are in the JSON form for whoever needs them.
@@ -165,4 +175,13 @@ func describeArgs(args []ArgCmp) string {
 		}
 	}
 	return " [" + strings.Join(parts, " ") + "]"
+}
+
+// socketHow says how the app gets a socket and what the server sees.
+func socketHow(g SocketGrant) string {
+	switch g.Via {
+	case GrantGuard:
+		return "the daemon connects the app's socket; the server sees the daemon's pid and uid, and no security context"
+	}
+	return g.Via
 }

@@ -148,17 +148,22 @@ type ruleSet struct {
 	// unixSockets: Landlock narrows connecting to pathname unix sockets
 	// (ABI 9); below it a tcp app may not make unix sockets at all.
 	unixSockets bool
+	// unixGuard: the daemon decides every connect (Guard.connect): the
+	// app has desktop sockets, or network full below ABI 9. Its unix
+	// sockets are stream sockets only, whose sendto and sendmsg take no
+	// address, so that connect is the one way to name a socket.
+	unixGuard bool
 }
 
-// ruleTable holds the rules of every ruleSet (48 of them), made once
+// ruleTable holds the rules of every ruleSet (96 of them), made once
 // when the package loads: a start takes its app's instead of building
 // ~160 rules, which was a sixth of a start's work in the daemon. It is
 // never changed after that.
 var ruleTable = func() map[ruleSet][]Syscall {
 	t := map[ruleSet][]Syscall{}
 	for _, n := range []policy.Network{policy.NetworkNone, policy.NetworkTCP, policy.NetworkFull} {
-		for bits := range 16 {
-			rs := ruleSet{network: n, processes: bits&1 != 0, fsNarrowed: bits&2 != 0, bindTCP: bits&4 != 0, unixSockets: bits&8 != 0}
+		for bits := range 32 {
+			rs := ruleSet{network: n, processes: bits&1 != 0, fsNarrowed: bits&2 != 0, bindTCP: bits&4 != 0, unixSockets: bits&8 != 0, unixGuard: bits&16 != 0}
 			t[rs] = buildRules(rs)
 		}
 	}
@@ -321,11 +326,14 @@ func (r *ruleList) network(rs ruleSet) {
 		deny("sendmsg", "MSG_FASTOPEN: a connect Landlock does not see", masked(2, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN))
 		deny("sendmmsg", "MSG_FASTOPEN: a connect Landlock does not see", masked(3, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN))
 	}
+	if rs.unixGuard {
+		r.unixGuard(rs)
+	}
 	switch rs.network {
 	case policy.NetworkFull:
 	case policy.NetworkTCP:
 		for f := uint64(0); f < familyLimit; f++ {
-			if f == unix.AF_INET || f == unix.AF_INET6 || f == unix.AF_UNIX && rs.unixSockets {
+			if f == unix.AF_INET || f == unix.AF_INET6 || f == unix.AF_UNIX && (rs.unixSockets || rs.unixGuard) {
 				continue
 			}
 			why := "network: tcp allows inet and inet6 only"
@@ -360,12 +368,31 @@ func (r *ruleList) network(rs ruleSet) {
 		}
 		*r = append(*r, socketpairRules()...)
 	default: // none
-		deny("socket", "network: none (the hub is inherited)")
+		if rs.unixGuard {
+			// Unix stream sockets for the granted ones (unixGuard
+			// refuses the other types); no other family.
+			deny("socket", "network: none (unix stream sockets for the granted ones only)", ArgCmp{Index: 0, Op: CmpGT, Value: unix.AF_UNIX})
+			deny("socket", "network: none (unix stream sockets for the granted ones only)", masked(0, mask32, 0))
+		} else {
+			deny("socket", "network: none (the hub is inherited)")
+			deny("connect", "network: none")
+		}
 		deny("bind", "network: none (an abstract name would squat a host service's)")
 		deny("listen", "network: none")
-		deny("connect", "network: none")
 		*r = append(*r, socketpairRules()...)
 	}
+}
+
+// unixGuard: unix sockets are stream sockets, and the daemon makes every
+// connect (granted sockets only; docs/jail.md, "Desktop sockets and
+// devices"). A datagram or seqpacket socket's sendto/sendmsg names any
+// socket, which a filter cannot read; a stream socket's takes no address
+// (EISCONN, EOPNOTSUPP).
+func (r *ruleList) unixGuard(rs ruleSet) {
+	for _, t := range notStream {
+		r.deny("socket", "unix sockets: stream only (a datagram's sendto names any socket)", masked(0, mask32, unix.AF_UNIX), t)
+	}
+	r.notify("connect", "the daemon connects only to the granted sockets")
 }
 
 // socketpairRules keep socketpair to AF_UNIX stream pairs: a datagram

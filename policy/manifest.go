@@ -88,10 +88,29 @@ type Sandbox struct {
 	Processes *bool      `json:"processes,omitempty"`
 	Accounts  []string   `json:"accounts,omitempty"`
 	External  []External `json:"external,omitempty"`
+	// Sockets are the desktop sockets the app may reach (SocketWayland,
+	// …), flatpak's names; Devices the device groups (DeviceDRI). Only a
+	// jail app has them (docs/jail.md, "Desktop sockets and devices").
+	Sockets []string `json:"sockets,omitempty"`
+	Devices []string `json:"devices,omitempty"`
 	// Strictness overrides the daemon's jail strictness for this app:
 	// "best-effort" or "strict" (see docs/jail.md).
 	Strictness string `json:"strictness,omitempty"`
 }
+
+// Desktop sockets and devices a manifest may grant (docs/manifest.md).
+const (
+	SocketWayland    = "wayland"
+	SocketPulseAudio = "pulseaudio"
+	SocketPipeWire   = "pipewire"
+	DeviceDRI        = "dri"
+)
+
+// KnownSockets returns the sockets a manifest may grant, in a fixed order.
+func KnownSockets() []string { return []string{SocketWayland, SocketPulseAudio, SocketPipeWire} }
+
+// KnownDevices returns the device groups a manifest may grant.
+func KnownDevices() []string { return []string{DeviceDRI} }
 
 // MayCreateProcesses reports whether the app may fork and exec.
 func (s Sandbox) MayCreateProcesses() bool { return s.Processes == nil || *s.Processes }

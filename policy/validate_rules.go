@@ -366,6 +366,17 @@ func sandboxRules(p jsonPath, s *Sandbox, flagged flaggedSet) []finding {
 				add(at, `has no effect with policy "broad", which does not narrow the filesystem`,
 					`remove external, or set "policy": "jail"`)
 			}
+			// A broad app reaches every socket and device it can name:
+			// a grant would read as the only ones.
+			for _, l := range []struct {
+				name string
+				n    int
+			}{{"sockets", len(s.Sockets)}, {"devices", len(s.Devices)}} {
+				if at := p.child(l.name); l.n > 0 && !flagged.any(at) {
+					add(at, `has no effect with policy "broad", which reaches every socket and device it can name`,
+						fmt.Sprintf(`remove %s, or set "policy": "jail"`, l.name))
+				}
+			}
 		} else if s.Network == NetworkTCP {
 			if len(s.TCPConnect) == 0 && len(s.TCPBind) == 0 && !flagged.any(p.child("tcp_connect"), p.child("tcp_bind")) {
 				add(networkAt, `"tcp" with no port in tcp_connect or tcp_bind allows no connection at all`,
@@ -504,6 +515,8 @@ func (m *Manifest) normalize() {
 		a.Sandbox.TCPBind = nilIfEmpty(a.Sandbox.TCPBind)
 		a.Sandbox.Accounts = nilIfEmpty(a.Sandbox.Accounts)
 		a.Sandbox.External = nilIfEmpty(a.Sandbox.External)
+		a.Sandbox.Sockets = nilIfEmpty(a.Sandbox.Sockets)
+		a.Sandbox.Devices = nilIfEmpty(a.Sandbox.Devices)
 		if len(a.Env) == 0 {
 			a.Env = nil
 		}

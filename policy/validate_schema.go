@@ -121,7 +121,15 @@ func (v *validator) translate(doc any, e *jsonschema.ValidationError) []finding 
 		}
 		return one(fmt.Sprintf("must be %s, not %s", strings.Join(want, " or "), typeName(k.Got)))
 	case *kind.Enum:
+		// A name octosup knows and refuses on purpose (x11) gets the
+		// reason, not a nearest neighbour that would read as a typo.
 		if s, ok := value.(string); ok {
+			if why, ok := annotation(sub, "x-refused", s); ok {
+				if f, ok := annotation(sub, "x-refused-fix", s); ok {
+					fix = f
+				}
+				return withValue(why)
+			}
 			if near := suggest.Nearest(s, enumStrings(k.Want)); near != "" {
 				fix = fmt.Sprintf("write %q", near)
 			}
@@ -269,4 +277,12 @@ func enumStrings(vals []any) []string {
 		}
 	}
 	return out
+}
+
+// annotation is the string a map-valued annotation of sub (x-refused)
+// gives key.
+func annotation(sub map[string]any, name, key string) (string, bool) {
+	m, _ := sub[name].(map[string]any)
+	v, ok := m[key].(string)
+	return v, ok
 }

@@ -144,6 +144,20 @@ var badCases = []badCase{
 			`app "notes": sandbox.tcp_connect: has no effect with policy "broad", which does not narrow the network (fix: remove tcp_connect, or set "policy": "jail" and "network": "tcp")`,
 			`app "notes": sandbox.external: has no effect with policy "broad", which does not narrow the filesystem (fix: remove external, or set "policy": "jail")`,
 		}},
+	{name: "desktop sockets and devices: typos, refusals, repeats", input: sandbox(`"sockets": ["wayland", "pulse-audio", "x11", "Pipewire", "wayland"], "devices": ["dri", "input", "dry"]`),
+		want: []string{
+			`app "notes": sandbox.sockets[1]: "pulse-audio" is not one of "wayland", "pulseaudio", "pipewire" (fix: write "pulseaudio")`,
+			`app "notes": sandbox.sockets[2]: "x11" is refused: an X11 client can read every other window's keystrokes and contents and inject input into them, so no X11 socket is a jail (fix: run an X11-only app under Xwayland's rootless mode with its own X server per app (e.g. xwayland-satellite), or give it policy "broad" knowing it sees the whole X session; see docs/manifest.md)`,
+			`app "notes": sandbox.sockets[3]: "Pipewire" is not one of "wayland", "pulseaudio", "pipewire" (fix: write "pipewire")`,
+			`app "notes": sandbox.sockets[4]: "wayland" is already listed at [0] (fix: remove the duplicate)`,
+			`app "notes": sandbox.devices[1]: "input" is refused: input devices carry every keystroke of every app, the password prompt's too (fix: remove it: input comes from the compositor ("sockets": ["wayland"]))`,
+			`app "notes": sandbox.devices[2]: "dry" is not one of "dri" (fix: write "dri")`,
+		}},
+	{name: "desktop grants with policy broad", input: sandbox(`"policy": "broad", "sockets": ["wayland"], "devices": ["dri"]`),
+		want: []string{
+			`app "notes": sandbox.sockets: has no effect with policy "broad", which reaches every socket and device it can name (fix: remove sockets, or set "policy": "jail")`,
+			`app "notes": sandbox.devices: has no effect with policy "broad", which reaches every socket and device it can name (fix: remove devices, or set "policy": "jail")`,
+		}},
 	{name: "unknown sandbox field, bad strictness and accounts", input: sandbox(`"netwrok": "none", "accounts": ["", "my account"], "strictness": "lax", "processes": "false"`),
 		want: []string{
 			`app "notes": sandbox.netwrok: is not a field octosup knows (fix: rename it to "network")`,

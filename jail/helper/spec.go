@@ -48,7 +48,31 @@ type Spec struct {
 	ExecOnce bool         `json:"exec_once,omitempty"`
 	Landlock LandlockSpec `json:"landlock"`
 	Seccomp  []Syscall    `json:"seccomp"`
+	// Sockets are the pathname sockets the daemon's guard connects the
+	// app to (sandbox.sockets); with a notified connect, every other
+	// pathname and every abstract unix connect is refused.
+	Sockets []SocketGrant `json:"sockets,omitempty"`
 }
+
+// SocketGrant is one desktop socket an app may reach: Name is the
+// manifest's (wayland, pulseaudio, pipewire), Path the socket the guard
+// connects to, From the variable it was found by (WAYLAND_DISPLAY, …),
+// Via how the app gets it (GrantGuard: its connect of exactly Path is
+// made by the daemon).
+type SocketGrant struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	From string `json:"from"`
+	Via  string `json:"via"`
+}
+
+// GrantGuard is SocketGrant.Via for a socket whose connect the daemon's
+// guard makes on the app's behalf.
+const GrantGuard = "guard-connect"
+
+// MaxSocketPath is the longest pathname a sockaddr_un holds (108 bytes
+// with its NUL).
+const MaxSocketPath = 107
 
 // LandlockSpec is the Landlock part of a Spec.
 type LandlockSpec struct {
@@ -211,7 +235,7 @@ var ErrBadSpec = errors.New("invalid jail spec")
 // is the daemon's own word, but this is the last point where a mistake can
 // still be refused instead of run.
 func (s Spec) Validate() error {
-	for _, check := range []func() error{s.validateExec, s.validateLandlock, s.validateSeccomp} {
+	for _, check := range []func() error{s.validateExec, s.validateLandlock, s.validateSeccomp, s.validateSockets} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -347,4 +371,18 @@ func DecodeSpec(b []byte) (Spec, error) {
 		return Spec{}, err
 	}
 	return s, nil
+}
+
+// validateSockets checks the socket grants: named, absolute, clean paths
+// a sockaddr_un holds.
+func (s Spec) validateSockets() error {
+	for _, g := range s.Sockets {
+		if g.Name == "" || g.Via != GrantGuard {
+			return bad("socket grant %q via %q", g.Name, g.Via)
+		}
+		if !filepath.IsAbs(g.Path) || filepath.Clean(g.Path) != g.Path || len(g.Path) > MaxSocketPath || strings.ContainsRune(g.Path, 0) {
+			return bad("socket %s: %q is not a clean absolute path of at most %d bytes", g.Name, g.Path, MaxSocketPath)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,483 @@
+package jail
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"octosup/policy"
+)
+
+// The desktop tests run real servers: a headless weston, a PulseAudio,
+// a PipeWire. Each is required (.ci/run installs them): a machine
+// without them fails the test, it does not skip it.
+
+// needProgram is the path of a program the test cannot do without.
+func needProgram(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed: the desktop tests need it (.ci/run installs weston, wayland-utils, pulseaudio-utils, pulseaudio, pipewire, pipewire-pulse)", name)
+	}
+	return p
+}
+
+// runtimeDir is a user runtime directory for the test's servers: short
+// (a socket path holds 107 bytes), 0700, readable by the test's user.
+func runtimeDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "octo-rt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitListening returns once something listens on the unix socket path,
+// woken by inotify as the directory changes; it fails the test when
+// proc exits first or after a deadline.
+func waitListening(t testing.TB, path string, proc *exec.Cmd, exited <-chan struct{}) {
+	t.Helper()
+	in, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	if _, err := unix.InotifyAddWatch(in, filepath.Dir(path), unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ATTRIB|unix.IN_CLOSE_WRITE); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	buf := make([]byte, 4096)
+	for {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("%s exited before it listened on %s", proc.Path, path)
+		default:
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("%s: nothing listens on %s after 20s", proc.Path, path)
+		}
+		// A change in the directory, or 50ms: bind and listen are two
+		// calls, and a socket seen between them refuses.
+		pfd := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
+		unix.Poll(pfd, int(min(left, 50*time.Millisecond)/time.Millisecond))
+		unix.Read(in, buf)
+	}
+}
+
+// startServer runs cmd until the test ends and waits until it listens
+// on sock.
+func startServer(t testing.TB, cmd *exec.Cmd, sock string) {
+	t.Helper()
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(unix.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	waitListening(t, sock, cmd, exited)
+}
+
+// weston is a headless compositor of the test's.
+type weston struct {
+	dir, name, sock, log string
+}
+
+// startWeston runs a headless weston on dir/name that logs the protocol
+// (the proof that a client drew: its commits and frame callbacks).
+func startWeston(t testing.TB, dir, name string) weston {
+	t.Helper()
+	bin := needProgram(t, "weston")
+	w := weston{dir: dir, name: name, sock: filepath.Join(dir, name), log: filepath.Join(dir, name+".log")}
+	cmd := exec.Command(bin, "--backend=headless-backend.so", "--socket="+name, "--idle-time=0",
+		"--log="+w.log, "--logger-scopes=log,proto")
+	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "HOME=" + dir, "PATH=/usr/bin:/bin"}
+	startServer(t, cmd, w.sock)
+	return w
+}
+
+// startPulse runs a PulseAudio server of the test's on dir/pulse/native.
+func startPulse(t testing.TB, dir string) string {
+	t.Helper()
+	bin := needProgram(t, "pulseaudio")
+	sock := filepath.Join(dir, "pulse", "native")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-n", "--daemonize=no", "--exit-idle-time=-1", "--disable-shm=yes", "--use-pid-file=no",
+		"-L", "module-native-protocol-unix socket="+sock+" auth-anonymous=1", "-L", "module-null-sink")
+	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "HOME=" + dir, "PATH=/usr/bin:/bin"}
+	startServer(t, cmd, sock)
+	return sock
+}
+
+// desktopApp is a jail app running program with network none and the
+// given sockets.
+func desktopApp(id string, sockets []string, exe ...string) policy.App {
+	yes := true
+	return policy.App{
+		ID:      id,
+		Exec:    exe,
+		Sandbox: policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, Processes: &yes, Sockets: sockets},
+		Storage: policy.Storage{Jail: true},
+		Env:     map[string]string{"GORACE": os.Getenv("GORACE")},
+	}
+}
+
+// launchers runs f with each launcher: in-process and through the helper.
+func launchers(t *testing.T, f func(t *testing.T, h *harness)) {
+	for _, useHelper := range []bool{false, true} {
+		name := "fork"
+		if useHelper {
+			name = "helper"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.l = NewLauncher(Config{HelperPath: h.helper, UseHelper: useHelper})
+			f(t, h)
+		})
+	}
+}
+
+// TestWaylandJailed: a jail app with network none and sockets
+// ["wayland"] lists a real compositor's globals and draws a window into
+// it for two seconds; without the grant it cannot connect.
+func TestWaylandJailed(t *testing.T) {
+	info := needProgram(t, "wayland-info")
+	shm := needProgram(t, "weston-simple-shm")
+	timeout := needProgram(t, "timeout")
+	dir := runtimeDir(t)
+	w := startWeston(t, dir, "wayland-7")
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=" + w.name, "PATH=/usr/bin:/bin"}
+	launchers(t, func(t *testing.T, h *harness) {
+		o := h.runApp(desktopApp("wl", []string{"wayland"}, info), env, nil)
+		if o.err != nil {
+			t.Fatalf("jail did not start: %v", o.err)
+		}
+		for _, g := range []string{"wl_compositor", "xdg_wm_base", "wl_shm"} {
+			if !strings.Contains(o.out, "'"+g+"'") {
+				t.Fatalf("granted wayland-info lists no %s:\n%s", g, o.out)
+			}
+		}
+		// The positive control: the same app without the grant, told
+		// where the compositor is.
+		ungranted := desktopApp("wl", nil, info)
+		ungranted.Env["WAYLAND_DISPLAY"] = w.sock
+		o = h.runApp(ungranted, env, nil)
+		if o.err != nil || strings.Contains(o.out, "wl_compositor") {
+			t.Fatalf("without the grant wayland-info reached the compositor (%v):\n%s", o.err, o.out)
+		}
+		// A window, two seconds long; timeout ends it with SIGTERM.
+		before := logSize(t, w.log)
+		o = h.runApp(desktopApp("wl", []string{"wayland"}, timeout, "2", shm), env, nil)
+		if o.err != nil {
+			t.Fatalf("jail did not start: %v", o.err)
+		}
+		commits, frames := drew(t, w.log, before, "simple-shm")
+		t.Logf("jailed weston-simple-shm: %d commits, %d frame callbacks done (weston's protocol log)", commits, frames)
+		if commits < 10 || frames < 10 {
+			t.Fatalf("jailed weston-simple-shm drew %d frames (%d commits); want at least 10 of each", frames, commits)
+		}
+	})
+}
+
+var protoLine = regexp.MustCompile(`\[proto\] client (0x[0-9a-f]+) (rq|ev) (\S+)`)
+
+// logSize is where weston's log ends now: weston names clients by
+// pointer, which a later client may reuse, so drew reads only what
+// follows.
+func logSize(t testing.TB, log string) int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
+}
+
+// drew counts, past offset from of weston's log, the surface commits of
+// the client that titled its toplevel title, and the frame callbacks the
+// compositor answered it: each one a frame it showed.
+func drew(t testing.TB, log string, from int, title string) (commits, frames int) {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b[from:]), "\n")
+	client := ""
+	for _, l := range lines {
+		if m := protoLine.FindStringSubmatch(l); m != nil && strings.Contains(l, `set_title("`+title+`")`) {
+			client = m[1]
+			break
+		}
+	}
+	if client == "" {
+		t.Fatalf("no client titled %q in weston's log", title)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b[from:])))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	shown := 0
+	for sc.Scan() {
+		m := protoLine.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] != client {
+			continue
+		}
+		switch {
+		case m[2] == "rq" && strings.HasPrefix(m[3], "wl_surface@") && strings.Contains(m[3], ".commit("):
+			commits++
+		case m[2] == "ev" && strings.HasPrefix(m[3], "wl_callback@") && strings.Contains(m[3], ".done("):
+			frames++
+			if shown < 3 {
+				t.Logf("weston: %s", sc.Text())
+				shown++
+			}
+		}
+	}
+	return commits, frames
+}
+
+// TestDesktopSocketEscapes: an app granted the compositor reaches it and
+// no other unix socket: not another pathname socket of the runtime
+// directory (stream or datagram), the control socket, the session bus, a
+// second compositor, an abstract socket, nor the compositor through a
+// link of its own. Each with its positive control, on both launchers.
+func TestDesktopSocketEscapes(t *testing.T) {
+	dir := runtimeDir(t)
+	w := startWeston(t, dir, "wayland-0")
+	second := startWeston(t, dir, "wayland-1")
+	listen := func(network, p string) string {
+		l, err := net.Listen(network, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return p
+	}
+	bus := listen("unix", filepath.Join(dir, "bus"))
+	agent := listen("unix", filepath.Join(dir, "agent.sock"))
+	abstract := listen("unix", fmt.Sprintf("@octosup-desk-%d", os.Getpid()))
+	dgram := filepath.Join(dir, "log.sock")
+	dl, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: dgram, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dl.Close() })
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-0"}
+	launchers(t, func(t *testing.T, h *harness) {
+		control := listen("unix", filepath.Join(h.dirs.Runtime, "control.sock"))
+		wl := func(a *policy.App) { a.Sandbox.Sockets = []string{"wayland"} }
+		wlFull := func(a *policy.App) { wl(a); a.Sandbox.Network = policy.NetworkFull }
+		wlTCP := func(a *policy.App) { wl(a); a.Sandbox.Network, a.Sandbox.TCPConnect = policy.NetworkTCP, []uint16{9} }
+		cases := []escapeCase{
+			{name: "the granted compositor", attempt: jailed(asIs, "unix_connect", w.sock), refused: []string{"EPERM"},
+				control: jailed(wl, "unix_connect", w.sock), allowed: "ok"},
+			{name: "another stream socket in the runtime dir", attempt: jailed(wl, "unix_connect", agent), refused: []string{"EACCES"},
+				control: plain("unix_connect", agent), allowed: "ok"},
+			{name: "the session bus", attempt: jailed(wlFull, "unix_connect", bus), refused: []string{"EACCES"},
+				control: plain("unix_connect", bus), allowed: "ok"},
+			{name: "the session bus with network full and no grant", attempt: jailed(withFull, "unix_connect", bus), refused: []string{"EACCES"},
+				control: plain("unix_connect", bus), allowed: "ok"},
+			{name: "a second compositor", attempt: jailed(wlTCP, "unix_connect", second.sock), refused: []string{"EACCES"},
+				control: plain("unix_connect", second.sock), allowed: "ok"},
+			{name: "the control socket", attempt: jailed(wl, "unix_connect", control), refused: []string{"EACCES"},
+				control: plain("unix_connect", control), allowed: "ok"},
+			{name: "an abstract socket outside", attempt: jailed(wlFull, "unix_connect", abstract), refused: []string{"EPERM"},
+				control: plain("unix_connect", abstract), allowed: "ok"},
+			{name: "a datagram socket of its own", attempt: jailed(wlFull, "unix_dgram_socket", dgram), refused: []string{"EPERM"},
+				control: plain("unix_dgram_socket", dgram), allowed: "ok"},
+			{name: "a datagram pair", attempt: jailed(wl, "dgram_sendto", dgram), refused: []string{"EPERM"},
+				control: plain("dgram_sendto", dgram), allowed: "ok"},
+			{name: "sendto on a stream socket", attempt: jailed(wl, "stream_sendto", agent), refused: []string{"ENOTSUP", "ENOTCONN"},
+				control: jailed(wl, "unix_connect", w.sock), allowed: "ok"},
+			{name: "the compositor through a link of its own", attempt: jailed(wl, "unix_connect_link", w.sock), refused: []string{"EACCES"},
+				control: plain("unix_connect_link", w.sock), allowed: "ok"},
+			{name: "the runtime dir is the app's own", attempt: jailed(wl, "getenv", "XDG_RUNTIME_DIR"), refused: []string{RuntimeDir(h.dirs, "probe")},
+				control: jailed(wl, "getenv", "WAYLAND_DISPLAY"), allowed: w.sock},
+		}
+		for _, c := range cases {
+			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+				runEscapeCase(t, h, c, env)
+			})
+		}
+	})
+}
+
+// runEscapeCase runs one case with the daemon's environment env.
+func runEscapeCase(t *testing.T, h *harness, c escapeCase, env []string) {
+	t.Helper()
+	do := func(r run) string {
+		if r.plain {
+			cmd := exec.Command(h.probe, append([]string{probeArg}, r.args...)...)
+			cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("plain probe %v: %v", r.args, err)
+			}
+			return strings.TrimSpace(string(out))
+		}
+		app := h.probeApp("probe", r.args...)
+		r.mut(&app)
+		o := h.runApp(app, env, nil)
+		if o.err != nil {
+			t.Fatalf("jail did not start: %v", o.err)
+		}
+		return o.out
+	}
+	got := do(c.attempt)
+	t.Logf("attempt %v: %s", c.attempt.args, got)
+	if !slices.Contains(c.refused, got) {
+		t.Errorf("attempt %v: got %q, want one of %v", c.attempt.args, got, c.refused)
+	}
+	if got = do(c.control); got != c.allowed {
+		t.Errorf("control %v: got %q, want %q", c.control.args, got, c.allowed)
+	}
+}
+
+// TestPulseJailed: a jailed pactl info reaches a real PulseAudio with
+// sockets ["pulseaudio"], and not without.
+func TestPulseJailed(t *testing.T) {
+	pactl := needProgram(t, "pactl")
+	dir := runtimeDir(t)
+	sock := startPulse(t, dir)
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
+	launchers(t, func(t *testing.T, h *harness) {
+		o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "info"), env, nil)
+		if o.err != nil {
+			t.Fatalf("jail did not start: %v", o.err)
+		}
+		if !strings.Contains(o.out, "Server Name: pulseaudio") || !strings.Contains(o.out, "unix:"+sock) {
+			t.Fatalf("granted pactl info did not reach the server:\n%s", o.out)
+		}
+		ungranted := desktopApp("snd", nil, pactl, "info")
+		ungranted.Env["PULSE_SERVER"] = "unix:" + sock
+		o = h.runApp(ungranted, env, nil)
+		if o.err != nil || strings.Contains(o.out, "Server Name") {
+			t.Fatalf("without the grant pactl info reached the server (%v):\n%s", o.err, o.out)
+		}
+	})
+}
+
+// TestPipeWireJailed: with sockets ["pipewire"] the app reaches a real
+// PipeWire's pipewire-0 and nothing else; pipewire-pulse serves the
+// PulseAudio protocol to a jailed pactl like PulseAudio does.
+func TestPipeWireJailed(t *testing.T) {
+	pw := needProgram(t, "pipewire")
+	pwPulse := needProgram(t, "pipewire-pulse")
+	pactl := needProgram(t, "pactl")
+	dir := runtimeDir(t)
+	senv := []string{"XDG_RUNTIME_DIR=" + dir, "HOME=" + dir, "PATH=/usr/bin:/bin", "PIPEWIRE_RUNTIME_DIR=" + dir, "DBUS_SESSION_BUS_ADDRESS=disabled:"}
+	cmd := exec.Command(pw)
+	cmd.Env = senv
+	startServer(t, cmd, filepath.Join(dir, "pipewire-0"))
+	if err := os.Mkdir(filepath.Join(dir, "pulse"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(pwPulse)
+	cmd.Env = senv
+	startServer(t, cmd, filepath.Join(dir, "pulse", "native"))
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
+	launchers(t, func(t *testing.T, h *harness) {
+		pwGrant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pipewire"} }
+		runEscapeCase(t, h, escapeCase{name: "pipewire-0",
+			attempt: jailed(pwGrant, "unix_connect", filepath.Join(dir, "pulse", "native")), refused: []string{"EACCES"},
+			control: jailed(pwGrant, "unix_connect", filepath.Join(dir, "pipewire-0")), allowed: "ok"}, env)
+		o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "info"), env, nil)
+		if o.err != nil || !strings.Contains(o.out, "PulseAudio (on PipeWire") {
+			t.Fatalf("granted pactl info did not reach pipewire-pulse (%v):\n%s", o.err, o.out)
+		}
+	})
+}
+
+// TestConnectRace: a thread that rewrites the address while the guard
+// decides never connects elsewhere. The probe connects thousands of times
+// to one buffer that another thread flips between the granted socket and
+// a forbidden one; the forbidden one must have nothing in its backlog.
+// The positive control, unjailed, does reach it.
+func TestConnectRace(t *testing.T) {
+	dir := runtimeDir(t)
+	good := filepath.Join(dir, "wayland-0")
+	bad := filepath.Join(dir, "wayland-X") // as long as good: the flip tears no word
+	// count runs f against two listeners nobody accepts on, then counts
+	// what each holds.
+	count := func(f func() string) (out string, goodN, badN int) {
+		listen := func(p string) int {
+			os.Remove(p)
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Bind(fd, &unix.SockaddrUnix{Name: p}); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Listen(fd, 4096); err != nil {
+				t.Fatal(err)
+			}
+			return fd
+		}
+		drain := func(fd int) (n int) {
+			defer unix.Close(fd)
+			for {
+				c, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+				if err != nil {
+					return n
+				}
+				unix.Close(c)
+				n++
+			}
+		}
+		gfd, bfd := listen(good), listen(bad)
+		unix.SetNonblock(gfd, true)
+		unix.SetNonblock(bfd, true)
+		out = f()
+		return out, drain(gfd), drain(bfd)
+	}
+	h := newHarness(t)
+	out, _, badN := count(func() string { return h.runPlain("connect_race", good, bad, "2000") })
+	t.Logf("unjailed: %s; %d reached the other socket", out, badN)
+	if badN == 0 {
+		t.Fatalf("the control never reached the other socket (%s): the race does not flip the address", out)
+	}
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-0"}
+	launchers(t, func(t *testing.T, h *harness) {
+		out, goodN, badN := count(func() string {
+			o := h.runApp(desktopApp("race", []string{"wayland"}, h.probe, probeArg, "connect_race", good, bad, "2000"), env, nil)
+			if o.err != nil {
+				t.Fatalf("jail did not start: %v", o.err)
+			}
+			return o.out
+		})
+		t.Logf("jailed: %s; %d reached the granted socket, %d the other", out, goodN, badN)
+		if badN != 0 || goodN == 0 {
+			t.Fatalf("jailed race: %d connects reached the forbidden socket, %d the granted one", badN, goodN)
+		}
+	})
+}

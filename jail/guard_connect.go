@@ -1,0 +1,188 @@
+package jail
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	seccomp "github.com/seccomp/libseccomp-golang"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// The guard's connect (docs/jail.md, "Desktop sockets and devices"): for
+// an app with desktop sockets, or with network full below Landlock ABI 9,
+// every connect comes to the daemon. The guard takes the app's socket
+// (pidfd_getfd) and its address (one copy, read once), and
+//
+//   - a unix socket: connects it to a granted socket whose path the
+//     address names byte for byte, through an address the daemon built
+//     from the grant, never the app's bytes; any other pathname is
+//     EACCES (Landlock's answer) and an abstract name EPERM (Landlock
+//     scoping's: the daemon is not scoped, so it connects to none);
+//   - an inet socket: connects it with the daemon's copy, after checking
+//     the port against tcp_connect for network tcp (the daemon's connect
+//     is not Landlock's to narrow);
+//   - anything else (network full: netlink, say): connects it with the
+//     daemon's copy.
+//
+// A thread of the app that rewrites the address, or swaps the descriptor,
+// while the guard decides changes nothing: the guard acts on the socket
+// it took and the address it copied.
+//
+// A connect may block (a TCP handshake; a unix listener whose backlog is
+// full), so each runs on a goroutine of its own with its own copy of the
+// listener, up to maxConnects at once per app; past that the guard
+// answers in line, and the app's next notified call waits for it.
+
+// maxConnects bounds the connects one app has the daemon make at once.
+const maxConnects = 16
+
+// sockAddr is a decoded socket address, as the kernel would read it.
+type sockAddr struct {
+	family uint16
+	// path is a pathname unix socket's name (up to its first NUL);
+	// abstract says the name is abstract (path then holds it without the
+	// leading NUL); both empty: an unnamed (autobind) address.
+	path     string
+	abstract bool
+	// port is an inet address's, host order.
+	port uint16
+}
+
+// errShortAddr is decodeSockaddr's answer for fewer bytes than the family
+// needs, which the kernel refuses with EINVAL.
+var errShortAddr = fmt.Errorf("socket address too short: %w", unix.EINVAL)
+
+// decodeSockaddr reads b, the n bytes the app passed to connect, as the
+// kernel does: the family in the first two bytes, then a unix name (a
+// pathname ends at its first NUL or at the end; a leading NUL makes the
+// rest, every byte, an abstract name) or an inet port.
+func decodeSockaddr(b []byte) (sockAddr, error) {
+	if len(b) < 2 {
+		return sockAddr{}, errShortAddr
+	}
+	if len(b) > unix.SizeofSockaddrAny {
+		return sockAddr{}, fmt.Errorf("socket address of %d bytes: %w", len(b), unix.EINVAL)
+	}
+	a := sockAddr{family: binary.NativeEndian.Uint16(b)}
+	switch a.family {
+	case unix.AF_UNIX:
+		name := b[2:]
+		if len(name) > len(unix.RawSockaddrUnix{}.Path) {
+			return sockAddr{}, fmt.Errorf("unix socket name of %d bytes: %w", len(name), unix.EINVAL)
+		}
+		switch {
+		case len(name) == 0:
+		case name[0] == 0:
+			a.abstract, a.path = true, string(name[1:])
+		default:
+			if i := slices.Index(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			a.path = string(name)
+		}
+	case unix.AF_INET:
+		if len(b) < unix.SizeofSockaddrInet4 {
+			return sockAddr{}, errShortAddr
+		}
+		a.port = binary.BigEndian.Uint16(b[2:4])
+	case unix.AF_INET6:
+		if len(b) < unix.SizeofSockaddrInet6-4 { // SIN6_LEN_RFC2133: without the scope id
+			return sockAddr{}, errShortAddr
+		}
+		a.port = binary.BigEndian.Uint16(b[2:4])
+	}
+	return a, nil
+}
+
+// later takes a connect off the Serve loop: it answers it from a
+// goroutine of its own and reports true, or false when the call is not a
+// connect the spec hands over, or maxConnects are under way (Serve then
+// answers it in line).
+func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
+	if int(req.Data.Syscall) != unix.SYS_CONNECT || !g.rule("connect") {
+		return false
+	}
+	select {
+	case g.connects <- struct{}{}:
+	default:
+		return false
+	}
+	// Its own copy of the listener: Serve may close its own (the app
+	// gone, or ctx done) while this connect still runs.
+	fd, err := unix.FcntlInt(g.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		<-g.connects
+		return false
+	}
+	go func() {
+		defer func() { <-g.connects }()
+		defer unix.Close(fd)
+		resp := g.decideOn(seccomp.ScmpFd(fd), req)
+		if err := seccomp.NotifRespond(seccomp.ScmpFd(fd), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
+			g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
+		}
+	}()
+	return true
+}
+
+// connect decides one connect (see above) and makes it.
+func (g *Guard) connect(c *call) error {
+	sock, domain, _, err := c.socket()
+	if err != nil {
+		return err
+	}
+	n := c.args[2]
+	if n > unix.SizeofSockaddrAny {
+		return unix.EINVAL
+	}
+	raw, err := c.read(c.args[1], int(n))
+	if err != nil {
+		return err
+	}
+	a, err := decodeSockaddr(raw)
+	if err != nil {
+		return err
+	}
+	switch domain {
+	case unix.AF_UNIX:
+		return g.connectUnix(sock, a)
+	case unix.AF_INET, unix.AF_INET6:
+		if g.spec.Landlock.Net && (a.family == unix.AF_INET || a.family == unix.AF_INET6) && !slices.Contains(g.spec.Landlock.ConnectTCP, a.port) {
+			return fmt.Errorf("port %d is not in tcp_connect: %w", a.port, unix.EACCES)
+		}
+	}
+	return rawConnect(sock, raw)
+}
+
+// connectUnix connects sock to the granted socket a names.
+func (g *Guard) connectUnix(sock int, a sockAddr) error {
+	switch {
+	case a.family != unix.AF_UNIX:
+		return fmt.Errorf("address family %d on a unix socket: %w", a.family, unix.EINVAL)
+	case a.abstract:
+		return fmt.Errorf("abstract socket %q: the jail reaches no abstract socket outside it: %w", a.path, unix.EPERM)
+	case a.path == "":
+		return unix.EINVAL
+	}
+	i := slices.IndexFunc(g.spec.Sockets, func(s SocketGrant) bool { return s.Path == a.path })
+	if i < 0 {
+		return fmt.Errorf("%s is not a granted socket: %w", a.path, unix.EACCES)
+	}
+	// The grant's path, not the app's bytes.
+	return unix.Connect(sock, &unix.SockaddrUnix{Name: g.spec.Sockets[i].Path})
+}
+
+// rawConnect connects sock to the address raw as it is (the daemon's
+// copy of the app's).
+func rawConnect(sock int, raw []byte) error {
+	var p unsafe.Pointer
+	if len(raw) > 0 {
+		p = unsafe.Pointer(&raw[0])
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(sock), uintptr(p), uintptr(len(raw)))
+	return errOrNil(e)
+}

@@ -1,0 +1,146 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The desktop app's actions: what an app granted a socket or the GPU
+// tries beyond its grant. Raw syscalls, so that the errno is the
+// kernel's, the filter's or the guard's.
+
+func desktopProbe(action string, a []string) (out string, err error, known bool) {
+	known = true
+	switch action {
+	case "unix_dgram_socket":
+		// A datagram socket of its own: its sendto names any socket.
+		var fd int
+		if fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
+			err = unix.Sendto(fd, []byte("forged"), 0, &unix.SockaddrUnix{Name: a[0]})
+			unix.Close(fd)
+		}
+	case "stream_sendto":
+		// sendto with an address on an unconnected stream socket.
+		var fd int
+		if fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+			err = unix.Sendto(fd, []byte("forged"), 0, &unix.SockaddrUnix{Name: a[0]})
+			unix.Close(fd)
+		}
+	case "unix_connect_link":
+		// A link of its own, in its own runtime directory, to a path:
+		// the kernel would follow it; the guard compares names.
+		link := filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "link")
+		os.Remove(link)
+		if err = os.Symlink(a[0], link); err == nil {
+			err = unixConnect(link)
+		}
+	case "getenv":
+		out = os.Getenv(a[0])
+	case "connect_race":
+		out, err = connectRace(a[0], a[1], atoi(a[2]))
+	case "connect_loop":
+		out, err = connectLoop(a[0], atoi(a[1]))
+	case "open_rw":
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
+		}
+	case "drm_ioctl":
+		// DRM_IOCTL_VERSION on the node: a stand-in answers ENOTTY (the
+		// driver saw it), Landlock EACCES (it never got there).
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+			var v [64]byte
+			_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), 0xc0406400, uintptr(unsafe.Pointer(&v[0])))
+			err = errOrNil(e)
+			unix.Close(fd)
+		}
+	default:
+		known = false
+	}
+	return out, err, known
+}
+
+// connectRace connects non-blocking unix sockets to the address in one
+// buffer n times, while another thread rewrites that buffer between the
+// paths good and bad, word by word. It prints how many connects
+// succeeded and how many were refused.
+func connectRace(good, bad string, n int) (string, error) {
+	var buf [14]uint64 // a sockaddr_un, 8-aligned, written atomically
+	fill := func(p string) (w [14]uint64) {
+		b := (*[112]byte)(unsafe.Pointer(&w[0]))
+		*(*uint16)(unsafe.Pointer(&b[0])) = unix.AF_UNIX
+		copy(b[2:109], p)
+		return w
+	}
+	words := [2][14]uint64{fill(good), fill(bad)}
+	for i := range buf {
+		atomic.StoreUint64(&buf[i], words[0][i])
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := &words[k&1]
+			for i := range buf {
+				atomic.StoreUint64(&buf[i], w[i])
+			}
+		}
+	}()
+	var ok, refused, other int
+	for range n {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			close(stop)
+			<-done
+			return "", err
+		}
+		_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 110)
+		switch e {
+		case 0:
+			ok++
+		case unix.EACCES, unix.EPERM, unix.ENOENT, unix.ECONNREFUSED, unix.EINVAL:
+			refused++
+		default:
+			other++
+		}
+		unix.Close(fd)
+	}
+	close(stop)
+	<-done
+	return fmt.Sprintf("ok=%d refused=%d other=%d", ok, refused, other), nil
+}
+
+// connectLoop connects n unix stream sockets to path and prints the mean
+// time of one connect in nanoseconds.
+func connectLoop(path string, n int) (string, error) {
+	sa := &unix.SockaddrUnix{Name: path}
+	var total time.Duration
+	for range n {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		start := time.Now()
+		err = unix.Connect(fd, sa)
+		total += time.Since(start)
+		unix.Close(fd)
+		if err != nil {
+			return "", err
+		}
+	}
+	return strings.TrimSpace(fmt.Sprint(total.Nanoseconds() / int64(n))), nil
+}
