@@ -39,11 +39,6 @@ const (
 	envPipeWire    = "PIPEWIRE_REMOTE"
 )
 
-// desktopVars are the daemon's own variables for a desktop app: the
-// entry's env and pass_env may not replace them (the daemon's win), and a
-// broad app's copy of the user's is left as it is.
-var desktopVars = [...]string{envRuntimeDir, envWayland, envPulseServer, envPipeWire, "WAYLAND_SOCKET"}
-
 // resolveSockets finds each granted socket in the daemon's environment
 // env, as the client libraries would: WAYLAND_DISPLAY (default
 // wayland-0), PULSE_SERVER (one unix: server; default pulse/native),
