@@ -3,8 +3,10 @@ package jail
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -111,11 +113,16 @@ func sessionProbe(action string, a []string) (out string, err error, known bool)
 		}
 		out = "own=" + strconv.FormatBool(sid == os.Getpid())
 	case "setsid_child":
-		// A child leaves the app's session: the attack's first step.
-		out, err = forkDo(func() unix.Errno {
-			_, _, e := unix.RawSyscall(unix.SYS_SETSID, 0, 0, 0)
-			return e
-		})
+		// A child leaves the app's session: the attack's first step. The
+		// child is this probe again (setsid_self), execed: a raw clone of
+		// a Go process can deadlock in the runtime before it gets anywhere.
+		var b []byte
+		if b, err = exec.Command(os.Args[0], os.Args[1], "setsid_self").Output(); err == nil {
+			out = strings.TrimSpace(string(b))
+		}
+	case "setsid_self":
+		_, _, e := unix.RawSyscall(unix.SYS_SETSID, 0, 0, 0)
+		err = errOrNil(e)
 	case "open_flags_mode":
 		// open(a[0], flags a[1], mode a[2]) with the mode as given,
 		// raw: the filter's setuid rule must look at the mode only when
@@ -161,40 +168,6 @@ func joinGroupOf(pid int) error {
 		return err
 	}
 	return unix.Setpgid(0, pgid)
-}
-
-// forkDo forks with a raw syscall, runs f in the child (raw syscalls
-// only: the child has one thread of a Go program), passes its errno back
-// through a pipe and reaps it.
-func forkDo(f func() unix.Errno) (string, error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return "", err
-	}
-	pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
-	if e != 0 {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return "", e
-	}
-	if pid == 0 {
-		res := [1]byte{byte(f())}
-		unix.RawSyscall(unix.SYS_WRITE, uintptr(p[1]), uintptr(unsafe.Pointer(&res[0])), 1)
-		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
-	}
-	unix.Close(p[1])
-	var res [1]byte
-	n, err := unix.Read(p[0], res[:])
-	unix.Close(p[0])
-	var ws unix.WaitStatus
-	unix.Wait4(int(pid), &ws, 0, nil)
-	switch {
-	case err != nil:
-		return "", err
-	case n != 1:
-		return "", unix.ECHILD
-	}
-	return "", errOrNil(unix.Errno(res[0]))
 }
 
 // atFDCWD is AT_FDCWD as a register holds it.
