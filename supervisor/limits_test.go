@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/internal/asnobody"
 	"octosup/jail"
 	"octosup/policy"
 )
@@ -423,38 +424,9 @@ func TestUsageFromTheLeaf(t *testing.T) {
 // user, where RLIMIT_NPROC, the fallback without the pids controller,
 // holds (the kernel exempts root).
 func TestForkBombAsNobody(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("already unprivileged: TestNprocHoldsForkBomb is the unprivileged run")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv not installed: cannot switch to nobody")
-	}
-	dir, err := os.MkdirTemp("", "octosup-sup-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "supervisor.test")
-	b, err := os.ReadFile(testExe(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		"--", bin, "-test.run=^TestNprocHoldsForkBomb$", "-test.v", "-test.count=1")
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE")}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestNprocHoldsForkBomb") {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
+	out := asnobody.RunIn(t, asnobody.NewDir(t), "^TestNprocHoldsForkBomb$")
+	asnobody.WantPassed(t, out, "TestNprocHoldsForkBomb")
+	for line := range strings.SplitSeq(out, "\n") {
 		if strings.Contains(line, "held at") {
 			t.Log(strings.TrimSpace(line))
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/control"
+	"octosup/internal/asnobody"
 )
 
 // bombNotesEnv hands the notes app, built by root, to the run of
@@ -191,40 +191,10 @@ func groupTasks(pgid int) int {
 // rerunAsNobody runs TestForkBombContained again as nobody, with the
 // notes app root built.
 func rerunAsNobody(t *testing.T, notes string) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no pids controller in cgroup v2 here, and no setpriv to run the RLIMIT_NPROC case as nobody (root is exempt from it)")
-	}
-	dir, err := os.MkdirTemp("", "octosupctl-bomb-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for from, to := range map[string]string{exe: "octosupctl.test", notes: "notes"} {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, to), b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		"--", filepath.Join(dir, "octosupctl.test"), "-test.run=^TestForkBombContained$", "-test.v", "-test.count=1")
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE"), bombNotesEnv + "=" + filepath.Join(dir, "notes")}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestForkBombContained") {
-		t.Fatalf("as nobody: %v\n%s", err, out)
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
+	dir := asnobody.NewDir(t)
+	out := asnobody.RunIn(t, dir, "^TestForkBombContained$", bombNotesEnv+"="+asnobody.Copy(t, dir, notes, "notes"))
+	asnobody.WantPassed(t, out, "TestForkBombContained")
+	for line := range strings.SplitSeq(out, "\n") {
 		if strings.Contains(line, "held at") || strings.Contains(line, "latency") {
 			t.Log("as nobody: " + strings.TrimSpace(line))
 		}

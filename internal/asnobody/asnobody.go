@@ -8,6 +8,9 @@
 //		out := asnobody.Run(t, "^(TestA|TestB)$")
 //		asnobody.WantPassed(t, out, "TestA", "TestB/case")
 //	}
+//
+// A run that needs more than the test binary (a helper, an app) copies
+// each file with Copy into the directory of NewDir and runs with RunIn.
 package asnobody
 
 import (
@@ -19,23 +22,26 @@ import (
 	"testing"
 )
 
-// Run runs the test binary again as nobody (setpriv, no groups, no
-// capabilities) with -test.run pattern and -test.v, from a copy in a
-// directory nobody can read (the build directory is 0700), and returns
-// its output once it passed. It skips where it cannot switch users (not
-// root, or no setpriv) or under -short, and fails the test when the run
-// fails. env is added to a minimal environment.
+// Run is RunIn in a NewDir of its own, skipped under -short.
 func Run(t *testing.T, pattern string, env ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	return RunIn(t, NewDir(t), pattern, env...)
+}
+
+// NewDir makes a directory nobody may read, removed when the test ends
+// (a test binary sits in a 0700 build directory: nobody gets copies).
+// It skips the test where it cannot switch users: not root, or no
+// setpriv.
+func NewDir(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("already unprivileged: the other tests are the unprivileged run")
 	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
+	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed: cannot switch to nobody")
-	}
-	if testing.Short() {
-		t.Skip("-short")
 	}
 	dir, err := os.MkdirTemp("", "octosup-nobody-")
 	if err != nil {
@@ -45,15 +51,32 @@ func Run(t *testing.T, pattern string, env ...string) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// Copy copies the file from into dir as name, executable, and returns
+// its path.
+func Copy(t *testing.T, dir, from, name string) string {
+	t.Helper()
+	to := filepath.Join(dir, name)
+	if err := copyFile(from, to); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// RunIn runs the test binary again as nobody (setpriv, no groups, no
+// capabilities) with -test.run pattern and -test.v, from a copy in dir,
+// and returns its output once it passed; it fails the test when the run
+// fails. env is added to a minimal environment.
+func RunIn(t *testing.T, dir, pattern string, env ...string) string {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, filepath.Base(exe))
-	if err := copyFile(exe, bin); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+	bin := Copy(t, dir, exe, filepath.Base(exe))
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
 		"--", bin, "-test.run="+pattern, "-test.v", "-test.count=1")
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "GORACE=" + os.Getenv("GORACE")}, env...)
