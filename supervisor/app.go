@@ -816,20 +816,28 @@ func (r *runner) beginStop() {
 // id, which no other process can have meanwhile.
 func (r *runner) signal(sig unix.Signal) {
 	p := r.proc
+	r.signalKnown(sig)
+	_, fds, err := r.s.signalFamily(p.pid, p.broad && p.leaf == nil, sig)
+	closeFds(fds)
+	if err != nil {
+		r.s.log.Error("cannot find the app's processes", zap.String("app", r.id), zap.Error(err))
+	}
+}
+
+// signalKnown is signal without the scan for the app's processes: its
+// main process, its process group and its cgroup leaf.
+func (r *runner) signalKnown(sig unix.Signal) {
+	p := r.proc
 	if err := pidfdSignal(p.pidfd, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
 	}
 	if err := killGroup(p.pid, sig); err != nil {
 		r.s.log.Error("cannot signal app", zap.String("app", r.id), zap.Error(err))
 	}
-	_, fds, err := r.s.signalFamily(p.pid, p.broad && p.leaf == nil, sig)
-	closeFds(fds)
-	if err != nil {
-		r.s.log.Error("cannot find the app's processes", zap.String("app", r.id), zap.Error(err))
-	}
 	if p.leaf == nil {
 		return
 	}
+	var err error
 	if sig == unix.SIGKILL {
 		err = p.leaf.killAll()
 	} else {
@@ -866,7 +874,8 @@ func (r *runner) awaitRest() {
 // exited (unreaped), until nothing is (procs.go's killFamily, bounded).
 func (r *runner) killRest() {
 	p := r.proc
-	r.signal(unix.SIGKILL)
+	// killFamily's first round scans and kills the rest: no scan here.
+	r.signalKnown(unix.SIGKILL)
 	left, err := r.s.killFamily(p.pid, p.broad && p.leaf == nil)
 	switch {
 	case err != nil:
