@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // /etc is granted as what every user of the machine may read there, not
@@ -85,14 +86,6 @@ func publicTree(root string, watch func(dir string)) (grants []publicGrant, dirs
 	if whole {
 		return []publicGrant{{path: root, dir: true}}, dirs, keys
 	}
-	slices.SortFunc(out, func(a, b publicGrant) int {
-		switch {
-		case a.path < b.path:
-			return -1
-		case a.path > b.path:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b publicGrant) int { return strings.Compare(a.path, b.path) })
 	return out, dirs, keys
 }

@@ -88,7 +88,7 @@ func (s *Supervisor) CheckPeer(p Peer) error {
 // record is what the supervisor's own books say of one process.
 type record struct {
 	app string // the app whose main process it is, or whose group or session it is in
-	// by says how: "" (its main process), "group" or "session".
+	// by says how: "" (its main process), "process group" or "session".
 	by       string
 	starting bool // an app process is being started and not yet in the books
 }
@@ -102,7 +102,7 @@ func (s *Supervisor) lookup(pid, pgid, sid int) record {
 		return record{app: r.id}
 	}
 	if r, ok := s.pids[pgid]; ok {
-		return record{app: r.id, by: "group"}
+		return record{app: r.id, by: "process group"}
 	}
 	if r, ok := s.pids[sid]; ok {
 		return record{app: r.id, by: "session"}
@@ -308,7 +308,7 @@ func (w *walk) judge(depth int, cg string) (done bool, err error) {
 	rec := w.pl.lookup(cur.pid, cur.st.pgid, cur.st.sid)
 	switch {
 	case rec.app != "" && rec.by != "":
-		return true, inside(rec.app, "is in the %s of app %q", map[string]string{"group": "process group", "session": "session"}[rec.by], rec.app)
+		return true, inside(rec.app, "is in the %s of app %q", rec.by, rec.app)
 	case rec.app != "":
 		return true, inside(rec.app, "is the main process of app %q", rec.app)
 	case rec.starting && cur.st.ppid == w.pl.self:

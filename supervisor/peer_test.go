@@ -245,7 +245,7 @@ func TestPlace(t *testing.T) {
 					case pid == 20:
 						return record{app: "notes"}
 					case pgid == 20:
-						return record{app: "notes", by: "group"}
+						return record{app: "notes", by: "process group"}
 					case sid == 20:
 						return record{app: "notes", by: "session"}
 					}

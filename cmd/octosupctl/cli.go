@@ -460,7 +460,7 @@ func oneArg(cmd *cobra.Command, args []string) error {
 	if len(args) > 1 {
 		got = fmt.Sprintf("%d: %s", len(args), strings.Join(args, " "))
 	}
-	return fmt.Errorf("%s: name one %s (octosupctl %s %s); got %s", cmd.Name(), what, cmd.CommandPath()[len("octosupctl "):], what, got)
+	return fmt.Errorf("%s: name one %s (octosupctl %s %s); got %s", cmd.Name(), what, strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), what, got)
 }
 
 // strictCompletion makes cobra's completion command refuse a shell it
