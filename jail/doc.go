@@ -65,8 +65,20 @@
 // Restrict); helper.BuildRuleset is that code, run in the daemon for both
 // launchers. Each layer is best effort down the Landlock ABIs, and
 // the Report says which took (Layers) and which the kernel lacks
-// (Missing), never a layer that did not take. Strictness Strict refuses an app whose kernel cannot
+// (Missing, which also names unprivileged_user for a root daemon's apps),
+// never a layer that did not take. Strictness Strict refuses an app whose kernel cannot
 // give it every restriction its Spec asks for (Landlock.MinABI).
+//
+// # Goroutines
+//
+// A Guard (guard.go) is served by Serve on a goroutine its caller owns,
+// for the app's life; it answers the app's notified calls in line, one at
+// a time, and pauses when the app's budget of the daemon's CPU is spent
+// (budget.go). A connect it hands to a goroutine of its own (at most 16
+// per app at once, guard_connect.go), with its own copy of the listener:
+// that goroutine ends when its connect does, which the kernel bounds, and
+// Serve does not wait for it. The file facts (facts.go) are shared by
+// every Spec call under one mutex, never held across a read of the disk.
 //
 // docs/jail.md is the full account: what an app can and cannot do layer by
 // layer, what each manifest field changes, older kernels, known limits,
