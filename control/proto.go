@@ -266,11 +266,25 @@ func (e Exit) String() string {
 	return fmt.Sprintf("exit %d", e.Code)
 }
 
-// JailReport says which jail layers took for an app's process.
+// JailReport says which jail layers took for an app's process, and which
+// desktop sockets and devices it was given.
 type JailReport struct {
 	LandlockABI int      `json:"landlock_abi"`
 	Layers      []string `json:"layers"`
 	Missing     []string `json:"missing"`
+	Grants      []Grant  `json:"grants,omitempty"`
+}
+
+// Grant is one desktop socket or device of an app: name as in its entry
+// (wayland, pulseaudio, pipewire, dri), path what it reaches, via how:
+// "guard-connect" (the daemon makes the app's connect: the server sees the
+// daemon, and a compositor gives the app no security context),
+// "landlock" (a render node, read-write with its ioctls), or
+// "no-render-node" (dri asked for on a machine without one).
+type Grant struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
+	Via  string `json:"via"`
 }
 
 // LinkStatus is the state of an app's peer link.

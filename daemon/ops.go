@@ -121,6 +121,9 @@ func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
 			Layers:      nonNil(st.Jail.Layers),
 			Missing:     nonNil(st.Jail.Missing),
 		}
+		for _, g := range st.Jail.Grants {
+			out.Jail.Grants = append(out.Jail.Grants, control.Grant{Name: g.Name, Path: g.Path, Via: g.Via})
+		}
 	}
 	return out
 }

@@ -220,3 +220,27 @@ func gpuRules(nodes []RenderNode) []PathRule {
 	}
 	return rules
 }
+
+// desktopGrants is what the Report says of an app's desktop sockets and
+// devices: each socket and how it is given, each render node, or that
+// devices: ["dri"] found none on this machine.
+func desktopGrants(spec Spec) []helper.Grant {
+	var out []helper.Grant
+	for _, g := range spec.Sockets {
+		out = append(out, helper.Grant{Name: g.Name, Path: g.Path, Via: g.Via})
+	}
+	dri := false
+	for _, r := range spec.Landlock.Paths {
+		if r.Why != "gpu" {
+			continue
+		}
+		dri = true
+		if r.Access&AccessDevIoctl != 0 {
+			out = append(out, helper.Grant{Name: policy.DeviceDRI, Path: r.Path, Via: helper.GrantNode})
+		}
+	}
+	if dri && !slices.ContainsFunc(out, func(g helper.Grant) bool { return g.Name == policy.DeviceDRI }) {
+		out = append(out, helper.Grant{Name: policy.DeviceDRI, Via: helper.GrantNoNode})
+	}
+	return out
+}

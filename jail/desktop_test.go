@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/helper"
 	"octosup/policy"
 )
 
@@ -186,6 +187,10 @@ func TestWaylandJailed(t *testing.T) {
 			if !strings.Contains(o.out, "'"+g+"'") {
 				t.Fatalf("granted wayland-info lists no %s:\n%s", g, o.out)
 			}
+		}
+		// What status and the log say the app got.
+		if want := []helper.Grant{{Name: "wayland", Path: w.sock, Via: GrantGuard}}; !slices.Equal(o.report.Grants, want) {
+			t.Errorf("report grants %+v, want %+v", o.report.Grants, want)
 		}
 		// The positive control: the same app without the grant, told
 		// where the compositor is.
@@ -478,6 +483,50 @@ func TestConnectRace(t *testing.T) {
 		t.Logf("jailed: %s; %d reached the granted socket, %d the other", out, goodN, badN)
 		if badN != 0 || goodN == 0 {
 			t.Fatalf("jailed race: %d connects reached the forbidden socket, %d the granted one", badN, goodN)
+		}
+	})
+}
+
+// TestSignalledConnect: a signal that interrupts an app's connect while
+// the daemon makes it must not make the app see the connect fail. Without
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV the kernel withdraws the
+// notification and restarts the call: the daemon, which had connected the
+// socket already, is asked again and the app gets EISCONN for a connect
+// that took. Go apps meet this by themselves (the runtime preempts with
+// SIGURG); the probe sends SIGURG without pause to make it certain.
+func TestSignalledConnect(t *testing.T) {
+	dir := runtimeDir(t)
+	sock := filepath.Join(dir, "wayland-0")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	defer func() { l.Close(); <-accepted }()
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-0"}
+	wl := func(a *policy.App) { a.Sandbox.Sockets = []string{"wayland"} }
+	launchers(t, func(t *testing.T, h *harness) {
+		if got := h.runPlain("connect_signalled", sock, "2000"); got != "ok" {
+			t.Fatalf("unjailed: %s", got)
+		}
+		app := h.probeApp("probe", "connect_signalled", sock, "2000")
+		wl(&app)
+		o := h.runApp(app, env, nil)
+		if o.err != nil {
+			t.Fatalf("jail did not start: %v", o.err)
+		}
+		if o.out != "ok" {
+			t.Errorf("jailed, 2000 connects under signals: %s", o.out)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/helper"
 	"octosup/policy"
 )
 
@@ -204,4 +205,24 @@ func FuzzDecodeSockaddr(f *testing.F) {
 			t.Fatalf("name of %d bytes", len(a.path))
 		}
 	})
+}
+
+func TestDesktopGrants(t *testing.T) {
+	sock := SocketGrant{Name: "wayland", Path: "/run/user/1000/wayland-0", From: "WAYLAND_DISPLAY", Via: GrantGuard}
+	for _, c := range []struct {
+		name  string
+		spec  Spec
+		grant []helper.Grant
+	}{
+		{"none", Spec{}, nil},
+		{"wayland", Spec{Sockets: []SocketGrant{sock}}, []helper.Grant{{Name: "wayland", Path: sock.Path, Via: GrantGuard}}},
+		{"dri with a node", Spec{Landlock: LandlockSpec{Paths: gpuRules([]RenderNode{{Path: "/dev/dri/renderD128"}})}},
+			[]helper.Grant{{Name: "dri", Path: "/dev/dri/renderD128", Via: helper.GrantNode}}},
+		{"dri without a node", Spec{Landlock: LandlockSpec{Paths: gpuRules(nil)}},
+			[]helper.Grant{{Name: "dri", Via: helper.GrantNoNode}}},
+	} {
+		if got := desktopGrants(c.spec); !slices.Equal(got, c.grant) {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.grant)
+		}
+	}
 }

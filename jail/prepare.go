@@ -108,7 +108,7 @@ func (l *Launcher) prepareLandlock(p *prepared) error {
 	if spec.Strict && abi < spec.Landlock.MinABI {
 		return &LayerError{Layer: "jail", Message: fmt.Sprintf("landlock ABI %d < %d", abi, spec.Landlock.MinABI)}
 	}
-	p.rep = Report{LandlockABI: abi, Layers: []string{"env", "fds", "no_new_privs", "caps"}, Missing: []string{}}
+	p.rep = Report{LandlockABI: abi, Layers: []string{"env", "fds", "no_new_privs", "caps"}, Missing: []string{}, Grants: desktopGrants(spec)}
 	p.rep.Missing = append(p.rep.Missing, helper.LandlockMissing(spec.Landlock, abi)...)
 	if os.Geteuid() == 0 {
 		// A root daemon's app keeps uid 0, capabilities emptied: it owns

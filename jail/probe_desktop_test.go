@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,8 @@ func desktopProbe(action string, a []string) (out string, err error, known bool)
 		out, err = connectRace(a[0], a[1], atoi(a[2]))
 	case "connect_loop":
 		out, err = connectLoop(a[0], atoi(a[1]))
+	case "connect_signalled":
+		out, err = connectSignalled(a[0], atoi(a[1]))
 	case "open_rw":
 		var fd int
 		if fd, err = unix.Open(a[0], unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
@@ -122,6 +125,51 @@ func connectRace(good, bad string, n int) (string, error) {
 	close(stop)
 	<-done
 	return fmt.Sprintf("ok=%d refused=%d other=%d", ok, refused, other), nil
+}
+
+// connectSignalled connects n unix stream sockets to path while another
+// thread signals the connecting one without pause (SIGURG, which the Go
+// runtime takes with SA_RESTART, as it does for its own preemption): a
+// signal that lands while the daemon makes the connect restarts the
+// call. It prints how many connects succeeded and the errors of the rest.
+func connectSignalled(path string, n int) (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, tid := unix.Getpid(), unix.Gettid()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				unix.Tgkill(pid, tid, unix.SIGURG)
+			}
+		}
+	}()
+	ok, failed := 0, map[string]int{}
+	for range n {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			close(stop)
+			<-done
+			return "", err
+		}
+		if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			failed[unix.ErrnoName(err.(unix.Errno))]++
+		} else {
+			ok++
+		}
+		unix.Close(fd)
+	}
+	close(stop)
+	<-done
+	if len(failed) == 0 {
+		return "ok", nil
+	}
+	return fmt.Sprintf("ok=%d failed=%v", ok, failed), nil
 }
 
 // connectLoop connects n unix stream sockets to path and prints the mean

@@ -7,6 +7,7 @@ import (
 
 	"octosup/internal/visible"
 	"octosup/jail/helper"
+	"octosup/policy"
 )
 
 // The jail's data types are package jail/helper's, which holds what both
@@ -181,7 +182,10 @@ func describeArgs(args []ArgCmp) string {
 func socketHow(g SocketGrant) string {
 	switch g.Via {
 	case GrantGuard:
-		return "the daemon connects the app's socket; the server sees the daemon's pid and uid, and no security context"
+		if g.Name == policy.SocketWayland {
+			return "the daemon connects the app's socket; the compositor sees the daemon's pid and uid and gives no security context: every protocol it offers its clients, screen capture and virtual input among them where it has them"
+		}
+		return "the daemon connects the app's socket; the server sees the daemon's pid and uid"
 	}
 	return g.Via
 }

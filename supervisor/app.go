@@ -725,6 +725,15 @@ func (r *runner) running(a *attempt, report jail.Report) (AppStatus, error) {
 	s.log.Info("app started", zap.String("app", r.id), zap.Int("pid", p.pid),
 		zap.Strings("jail_layers", report.Layers), zap.Strings("jail_missing", report.Missing),
 		zap.Int("landlock_abi", report.LandlockABI), zap.Int("restarts", a.restarts))
+	for _, g := range report.Grants {
+		// Which way each desktop grant went, and what a compositor
+		// without a security context then gives the app (docs/jail.md).
+		fields := []zap.Field{zap.String("app", r.id), zap.String("grant", g.Name), zap.String("path", g.Path), zap.String("via", g.Via)}
+		if g.Name == policy.SocketWayland && g.Via == jail.GrantGuard {
+			fields = append(fields, zap.String("compositor_sees", "the daemon, with no security context: the app may use every protocol the compositor offers its clients"))
+		}
+		s.log.Info("app desktop grant", fields...)
+	}
 	if l := st.Limits; l != nil && len(l.Missing) > 0 {
 		// Never silent: a limit of the entry that does not hold the app.
 		s.log.Warn("app runs without some of its limits", zap.String("app", r.id), zap.Strings("missing", l.Missing),

@@ -37,6 +37,9 @@ What took at the last start is in "octosupctl status".`,
 				return opError("jail "+args[0], err)
 			}
 			if len(st.Apps) == 1 {
+				for _, line := range grantLines(st.Apps[0].Jail) {
+					c.say("%s", line)
+				}
 				for _, line := range limitsLines(st.Apps[0].Limits) {
 					c.say("%s", line)
 				}
@@ -79,7 +82,68 @@ func jailSummary(j *control.JailReport) string {
 	if len(j.Missing) > 0 {
 		s += " (missing " + strings.Join(j.Missing, ", ") + ")"
 	}
+	if g := grantsSummary(j.Grants); g != "" {
+		s += "; " + g
+	}
 	return s
+}
+
+// grantsSummary names an app's desktop grants in a few words, saying
+// how a compositor sees it: "wayland (no security context), dri (1
+// node)".
+func grantsSummary(grants []control.Grant) string {
+	var parts []string
+	nodes := 0
+	for _, g := range grants {
+		switch {
+		case g.Name == "dri" && g.Via == "landlock":
+			nodes++
+		case g.Name == "dri":
+			parts = append(parts, "dri (no render node)")
+		case g.Name == "wayland" && g.Via == "guard-connect":
+			parts = append(parts, "wayland (no security context)")
+		default:
+			parts = append(parts, g.Name)
+		}
+	}
+	switch {
+	case nodes == 1:
+		parts = append(parts, "dri (1 node)")
+	case nodes > 1:
+		parts = append(parts, fmt.Sprintf("dri (%d nodes)", nodes))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// grantLines say which desktop sockets and devices the app got at its
+// last start, and how (docs/jail.md, "Desktop sockets and devices").
+func grantLines(j *control.JailReport) []string {
+	if j == nil || len(j.Grants) == 0 {
+		return nil
+	}
+	lines := []string{"desktop (at the last start):"}
+	for _, g := range j.Grants {
+		var how string
+		switch g.Via {
+		case "guard-connect":
+			how = "the daemon made the connection: the server sees the daemon"
+			if g.Name == "wayland" {
+				how += "; no security context, so every protocol the compositor offers its clients, screen capture and virtual input among them where it has them"
+			}
+		case "landlock":
+			how = "render node, read-write with its ioctls"
+		case "no-render-node":
+			how = "no render node on this machine: the app draws without the GPU"
+		default:
+			how = g.Via
+		}
+		path := g.Path
+		if path == "" {
+			path = "-"
+		}
+		lines = append(lines, fmt.Sprintf("  %-10s %s (%s)", g.Name, control.Visible(path), how))
+	}
+	return lines
 }
 
 // limitsLines say which of the app's limits took at its last start, and

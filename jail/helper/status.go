@@ -11,12 +11,30 @@ import (
 // ABI; status shows it and the daemon logs it at start. Layers are env,
 // fds, no_new_privs, caps, landlock, seccomp; Missing names what the
 // kernel could not enforce (landlock, landlock.truncate, landlock.net,
-// landlock.scope, seccomp).
+// landlock.scope, seccomp). Grants are the desktop sockets and devices
+// the process was given, and how.
 type Report struct {
 	LandlockABI int      `json:"landlock_abi"`
 	Layers      []string `json:"layers"`
 	Missing     []string `json:"missing"`
+	Grants      []Grant  `json:"grants,omitempty"`
 }
+
+// Grant is one desktop socket or device an app got: Name as in its entry
+// (wayland, pulseaudio, pipewire, dri), Path what it reaches, Via how
+// (GrantGuard for a socket; GrantNode for a render node, a Landlock rule;
+// GrantNoNode for dri on a machine with no render node).
+type Grant struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
+	Via  string `json:"via"`
+}
+
+// How a device is given (Grant.Via).
+const (
+	GrantNode   = "landlock"
+	GrantNoNode = "no-render-node"
+)
 
 // LayerError says which jail layer failed and why: it is what status shows
 // after "failed: ", e.g. "landlock: restrict: EINVAL".

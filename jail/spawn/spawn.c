@@ -30,6 +30,12 @@
 #define OCS_LANDLOCK_RULE_PATH_BENEATH 1
 #define OCS_SECCOMP_SET_MODE_FILTER 1
 #define OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
+// Once the daemon has received a notification, only a fatal signal ends
+// the app's wait for the answer (Linux 5.19). Without it any signal
+// withdraws the notification and the call restarts after the daemon may
+// have made it (a connect then fails with EISCONN, a bind with EINVAL):
+// Go apps are signalled all the time (the runtime preempts with SIGURG).
+#define OCS_SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
 #define OCS_CAP_SETPCAP 8
 #define OCS_CAP_V3 0x20080522
 #define OCS_MAP_FIXED_NOREPLACE 0x100000
@@ -305,8 +311,13 @@ static int jail_exec(const char *buf, uint64_t mask, struct ocs_status *st, int 
 	// Last, so that nothing the sequence still does is filtered.
 	if (in->filter_len) {
 		struct ocs_fprog prog = {(unsigned short)in->filter_len, (const struct ocs_filter *)(buf + in->filter)};
-		unsigned long flags = notify >= 0 ? OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
-		STEP(OCS_SECCOMP, SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, flags, &prog));
+		unsigned long flags = notify >= 0 ? OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER | OCS_SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV : 0;
+		r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, flags, &prog);
+		if (r == -EINVAL && notify >= 0)
+			// A kernel before 5.19: the listener without the killable
+			// wait (docs/jail.md, "Older kernels and strictness").
+			r = SYS3(SYS_seccomp, OCS_SECCOMP_SET_MODE_FILTER, OCS_SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+		STEP(OCS_SECCOMP, r);
 		if (notify >= 0) {
 			// The listener is close-on-exec; the daemon answers the
 			// app's notified calls with it (jail.Guard).
