@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"octosup/control"
 )
 
 // goldenLine is one line of a control golden file: "> " a request the
@@ -270,5 +273,33 @@ func TestControlDocQuotesTheGoldenFiles(t *testing.T) {
 		if !shown[name] {
 			t.Errorf("docs/control.md shows nothing of control/testdata/golden/%s.jsonl", name)
 		}
+	}
+}
+
+// TestJailGrantsFitTheSchema: a status answer whose jail report carries
+// desktop grants, marshalled from the daemon's own types, fits; a grant
+// given some other way does not.
+func TestJailGrantsFitTheSchema(t *testing.T) {
+	s, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := control.AppStatus{ID: "paint", State: "running", Since: time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC),
+		Jail: &control.JailReport{LandlockABI: 7, Layers: []string{"landlock", "seccomp"}, Missing: []string{}, Grants: []control.Grant{
+			{Name: "wayland", Path: "/run/user/1000/wayland-0", Via: "guard-connect"},
+			{Name: "dri", Path: "/dev/dri/renderD128", Via: "landlock"},
+			{Name: "dri", Via: "no-render-node"},
+		}}}
+	data, err := json.Marshal(control.StatusData{Apps: []control.AppStatus{app}, Store: &control.StoreStatus{Path: "/s", Healthy: true, Notes: []string{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := []byte(`{"id":1,"ok":true,"data":` + string(data) + `}`)
+	if err := s.Answer("status", line); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	bad := bytes.Replace(line, []byte(`"via":"landlock"`), []byte(`"via":"bind-mount"`), 1)
+	if s.Answer("status", bad) == nil {
+		t.Fatalf("%s fits the schema", bad)
 	}
 }
