@@ -153,6 +153,22 @@ func newRunner(s *Supervisor, app policy.App, prev <-chan struct{}) *runner {
 	}
 }
 
+// shownLocked is the app's status as Status shows it (s.mu held): an
+// autostart app whose first start has not begun yet (the daemon is
+// still starting, or another app's start is ahead of it) is starting,
+// not stopped, which would say that someone stopped it.
+func (r *runner) shownLocked() AppStatus {
+	st := r.status
+	if st.State == Stopped && r.entry.Autostart {
+		select {
+		case <-r.settled:
+		default:
+			st.State = Starting
+		}
+	}
+	return st
+}
+
 func timerC(t *time.Timer) <-chan time.Time {
 	if t == nil {
 		return nil

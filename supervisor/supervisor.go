@@ -733,12 +733,12 @@ func (s *Supervisor) Status(id string) ([]AppStatus, error) {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("status %s: %w", id, ErrUnknownApp)
 		}
-		out, leaves = []AppStatus{r.status}, []string{r.leafPath}
+		out, leaves = []AppStatus{r.shownLocked()}, []string{r.leafPath}
 	} else {
 		out = make([]AppStatus, 0, len(s.order))
 		leaves = make([]string, 0, len(s.order))
 		for _, id := range s.order {
-			out = append(out, s.apps[id].status)
+			out = append(out, s.apps[id].shownLocked())
 			leaves = append(leaves, s.apps[id].leafPath)
 		}
 	}

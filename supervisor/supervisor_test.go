@@ -757,3 +757,33 @@ func TestReaddWhileStopping(t *testing.T) {
 		t.Fatalf("re-added app: %+v", st)
 	}
 }
+
+// TestAutostartShownStartingBeforeItsStart: an autostart app whose first
+// start has not begun (the supervisor not running yet: the daemon's
+// start, answered on a socket-activated control socket) is shown
+// starting; an app that does not autostart is stopped.
+func TestAutostartShownStartingBeforeItsStart(t *testing.T) {
+	sup, err := New(Config{Launcher: jail.NewLauncher(jail.Config{}), Log: zaptest.NewLogger(t), Dirs: policy.Dirs{Data: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Applied before Run, with a context already done: the apps are in
+	// place and Apply does not wait for their starts.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m := &policy.Manifest{Apps: []policy.App{{ID: "auto", Autostart: true}, {ID: "manual"}}}
+	if _, err := sup.Apply(ctx, m, ApplyOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Apply before Run with a done context: %v", err)
+	}
+	all, err := sup.Status("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]State{}
+	for _, a := range all {
+		got[a.ID] = a.State
+	}
+	if got["auto"] != Starting || got["manual"] != Stopped {
+		t.Fatalf("states %v, want auto starting and manual stopped", got)
+	}
+}
