@@ -43,7 +43,10 @@ type peer struct {
 	// contexts are every open context of the app, by id (a process being
 	// torn down may still hold some).
 	contexts map[string]*appContext
-	consent  consentCache
+	// sessionTurns are the turn_ids used in each session an open context
+	// holds, shared by its contexts: a turn_id is unique within a session.
+	sessionTurns map[uint64]*sessionTurns
+	consent      consentCache
 	// consentGen moves when the cached decision is dropped (revoke), so
 	// that a read from before does not fill the cache again.
 	consentGen uint64
@@ -69,7 +72,7 @@ type peer struct {
 
 func newPeer(m *Manager, id string) *peer {
 	p := &peer{m: m, id: id, app: policy.App{ID: id},
-		contexts: map[string]*appContext{}, approvals: map[string]*approval{}}
+		contexts: map[string]*appContext{}, approvals: map[string]*approval{}, sessionTurns: map[uint64]*sessionTurns{}}
 	p.in.after = p.publish // every function of the peer ends in it
 	return p
 }

@@ -296,13 +296,14 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		if r.ctx.turns[turnID] != nil {
 			return fmt.Errorf("%w: turn_id %q is already streaming in context %s: give each turn its own", ErrInvalid, turnID, r.ctx.id)
 		}
-		if r.ctx.usedTurn(turnID) {
-			return fmt.Errorf("%w: turn_id %q was used already in context %s: turn ids are unique within a context", ErrInvalid, turnID, r.ctx.id)
+		if r.ctx.turnIDs.has(turnID) {
+			return fmt.Errorf("%w: turn_id %q was used already in session %d (of context %s): turn ids are unique within a session, across its contexts and the daemon's restarts",
+				ErrInvalid, turnID, r.ctx.session.ID, r.ctx.id)
 		}
 		r.move(reqStreaming)
 		r.turn.TurnID = turnID
 		r.ctx.turns[turnID] = r
-		r.ctx.useTurn(turnID, p.m.cfg.MaxTurns)
+		r.ctx.turnIDs.add(turnID, p.m.cfg.MaxTurns)
 		r.link.sendFrame(&frame.Reply{ReqID: r.id, OK: true, Data: data})
 	case policy.MethodTurnInterrupt:
 		if t := r.ctx.turns[r.args.TurnID]; t != nil {

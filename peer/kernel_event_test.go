@@ -82,7 +82,7 @@ func TestTurnIDsUniquePerContext(t *testing.T) {
 	}
 	endTurnOK(t, a, ks, first)
 	err := ks.Reply(KernelReply{App: "notes", ReqID: second, OK: true, Data: json.RawMessage(`{"turn_id":"T1"}`)})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `turn_id "T1" was used already in context `+ctx+": turn ids are unique within a context") {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `turn_id "T1" was used already in session `) {
 		t.Fatalf("T1 again once it ended: %v", err)
 	}
 	if err := ks.Reply(KernelReply{App: "notes", ReqID: second, OK: true, Data: json.RawMessage(`{"turn_id":"T2"}`)}); err != nil {
@@ -96,4 +96,55 @@ func TestTurnIDsUniquePerContext(t *testing.T) {
 	}
 	other := a.open(nil)
 	endTurnOK(t, a, ks, startTurn(t, a, k, ks, other, "T1", "z"))
+}
+
+// TestTurnIDsUniquePerSession: a turn_id is unique within a session: a
+// second context of the same titled session may not reuse one its other
+// context used, streaming or ended, nor may a context that reopens the
+// session once every context of it closed (the ids then come from the
+// store, as after a daemon restart). session.history then never holds one
+// id twice.
+func TestTurnIDsUniquePerSession(t *testing.T) {
+	h := newHarness(t, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	refused := func(ctx, id string) {
+		t.Helper()
+		req := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
+		k.nextRequest(t)
+		err := ks.Reply(KernelReply{App: "notes", ReqID: req, OK: true, Data: json.RawMessage(`{"turn_id":"` + id + `"}`)})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `turn_id "`+id+`" was used already in session `) {
+			t.Fatalf("%s in context %s: %v, want it refused", id, ctx, err)
+		}
+		if err := ks.Reply(KernelReply{App: "notes", ReqID: req, OK: false, Error: &Error{Code: "internal", Message: "test"}}); err != nil {
+			t.Fatal(err)
+		}
+		a.reply(req)
+	}
+	one := a.open(map[string]any{"title": "t"})
+	two := a.open(map[string]any{"title": "t"})
+	streaming := startTurn(t, a, k, ks, one, "T1", "x")
+	refused(two, "T1") // streaming in the other context
+	endTurnOK(t, a, ks, streaming)
+	refused(two, "T1") // ended there
+	endTurnOK(t, a, ks, startTurn(t, a, k, ks, two, "T2", "y"))
+	refused(one, "T2")
+
+	// Every context closes with the process; the next process reopens the
+	// session and the store says what was used.
+	h.detach("notes")
+	a = h.attach(notesApp("notes"))
+	three := a.open(map[string]any{"title": "t"})
+	refused(three, "T1")
+	refused(three, "T2")
+	endTurnOK(t, a, ks, startTurn(t, a, k, ks, three, "T3", "z"))
+	turns, _ := history(t, a, three)
+	var ids []string
+	for _, tu := range turns {
+		ids = append(ids, tu.TurnID)
+	}
+	if strings.Join(ids, ",") != "T1,T2,T3" {
+		t.Fatalf("history turn ids %v, want T1,T2,T3", ids)
+	}
 }

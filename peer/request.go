@@ -108,28 +108,34 @@ type appContext struct {
 	requests map[string]*request // open requests naming it, by req_id
 	turns    map[string]*request // streaming turns, by turn_id
 	calls    map[string]*call    // outstanding tool calls in it, by call_id
-	// usedTurns are the turn_ids its turns had (at most the last
-	// MaxTurns, the most a session's history keeps), oldest first in
-	// turnOrder: a turn_id is unique within its context.
-	usedTurns map[string]struct{}
-	turnOrder []string
+	// turnIDs are those of its session, shared with the session's other
+	// open contexts (peer.sessionTurns).
+	turnIDs *sessionTurns
 }
 
-func (c *appContext) usedTurn(id string) bool {
-	_, ok := c.usedTurns[id]
+// sessionTurns are the turn_ids a session's turns had: those its history
+// held when its first open context opened, then those its contexts
+// started (at most the last MaxTurns, the most a session's history
+// keeps), oldest first in order. contexts counts the open contexts that
+// share it.
+type sessionTurns struct {
+	used     map[string]struct{}
+	order    []string
+	contexts int
+}
+
+func (s *sessionTurns) has(id string) bool {
+	_, ok := s.used[id]
 	return ok
 }
 
-// useTurn records a turn_id, forgetting the oldest past max.
-func (c *appContext) useTurn(id string, max int) {
-	if c.usedTurns == nil {
-		c.usedTurns = map[string]struct{}{}
-	}
-	c.usedTurns[id] = struct{}{}
-	c.turnOrder = append(c.turnOrder, id)
-	if len(c.turnOrder) > max {
-		delete(c.usedTurns, c.turnOrder[0])
-		c.turnOrder = slices.Delete(c.turnOrder, 0, 1)
+// add records a turn_id, forgetting the oldest past max.
+func (s *sessionTurns) add(id string, max int) {
+	s.used[id] = struct{}{}
+	s.order = append(s.order, id)
+	if max > 0 && len(s.order) > max {
+		delete(s.used, s.order[0])
+		s.order = slices.Delete(s.order, 0, 1)
 	}
 }
 
@@ -400,6 +406,7 @@ func (p *peer) openSession(r *request) {
 	}
 	l.opening++
 	var s policy.Session
+	var turnIDs []string
 	var err error
 	m := p.m
 	title, now := r.args.Title, m.cfg.Now()
@@ -409,18 +416,22 @@ func (p *peer) openSession(r *request) {
 			err = ErrClosed
 			return
 		}
-		s, err = m.store.OpenSession(p.id, account, title, now, m.limits, busy)
+		if s, err = m.store.OpenSession(p.id, account, title, now, m.limits, busy); err == nil {
+			// A reopened session's turn_ids, so that its new context
+			// reuses none (after a daemon restart too).
+			turnIDs, err = m.store.TurnIDs(s.ID)
+		}
 	}, func() {
-		p.opened(r, account, s, err)
+		p.opened(r, account, s, turnIDs, err)
 	})
 	if r.state == reqDone { // not queued: the daemon is stopping
 		l.opening--
 	}
 }
 
-// opened makes the context of a session.open whose session the store
-// returned.
-func (p *peer) opened(r *request, account string, s policy.Session, err error) {
+// opened makes the context of a session.open whose session (and the
+// turn_ids of its history) the store returned.
+func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []string, err error) {
 	l := r.link
 	l.opening--
 	if e := p.stillGranted(r, account); e != nil {
@@ -449,7 +460,18 @@ func (p *peer) opened(r *request, account string, s policy.Session, err error) {
 		requests: map[string]*request{},
 		turns:    map[string]*request{},
 		calls:    map[string]*call{},
+		turnIDs:  p.sessionTurns[s.ID],
 	}
+	if c.turnIDs == nil {
+		// The session's first open context: its history says what was
+		// used. A context already open knows as much and more.
+		c.turnIDs = &sessionTurns{used: map[string]struct{}{}}
+		for _, id := range turnIDs {
+			c.turnIDs.add(id, p.m.cfg.MaxTurns)
+		}
+		p.sessionTurns[s.ID] = c.turnIDs
+	}
+	c.turnIDs.contexts++
 	p.contexts[c.id] = c
 	l.contexts[c.id] = c
 	p.finishOK(r, map[string]string{"context_id": c.id})
@@ -466,6 +488,9 @@ func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	}
 	delete(p.contexts, c.id)
 	delete(c.link.contexts, c.id)
+	if c.turnIDs.contexts--; c.turnIDs.contexts == 0 {
+		delete(p.sessionTurns, c.session.ID)
+	}
 	p.m.feed.contextClosed(p.id, c.id, reason)
 	if tell {
 		c.link.sendFrame(&frame.ContextClosed{ContextID: c.id, Reason: reason})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -314,4 +315,29 @@ func (s *Store) Usage(app string) (Usage, error) {
 		return Usage{}, fmt.Errorf("read the store usage of %s: %w", app, err)
 	}
 	return u, nil
+}
+
+// TurnIDs returns the turn_ids of a session's recorded turns, oldest
+// first (at most the Limits.Turns the store keeps).
+func (s *Store) TurnIDs(session uint64) ([]string, error) {
+	var ids []string
+	var err error
+	herr := s.History(session, func(turn []byte) bool {
+		var t struct {
+			TurnID string `json:"turn_id"`
+		}
+		if err = json.Unmarshal(turn, &t); err != nil {
+			return false
+		}
+		ids = append(ids, t.TurnID)
+		return true
+	})
+	if herr != nil {
+		return nil, herr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn ids of session %d: %w", session, err)
+	}
+	slices.Reverse(ids)
+	return ids, nil
 }
