@@ -228,6 +228,16 @@ func (d *instance) reload(ctx context.Context, opt supervisor.ApplyOptions) (int
 		zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
 		zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
 		zap.Strings("limits_in_place", done.Limits))
+	// A limit that does not hold is never silent: said at each start, and
+	// again at each reload for every app that runs without one.
+	if all, err := d.apps.Status(""); err == nil {
+		for _, st := range all {
+			if l := st.Limits; st.Pid != 0 && l != nil && len(l.Missing) > 0 {
+				d.log.Warn("app runs without some of its limits", zap.String("app", st.ID), zap.Strings("missing", l.Missing),
+					zap.String("limiter", l.Limiter), zap.Strings("applied", l.Applied))
+			}
+		}
+	}
 	return len(m.Apps), done, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -443,14 +444,27 @@ func (r *runner) start(auto bool) (AppStatus, error) {
 		return r.fail(nil, err)
 	}
 	leaf, leafDir, limits := r.newLeaf(a.entry.Limits)
-	if len(limits.Missing) > 0 && strictLimits(a.entry, r.s.cfg.Strictness) {
+	var refuse error
+	if unheld := unheldLimits(a.entry.Limits, limits, os.Geteuid() == 0); len(unheld) > 0 {
+		// A bound the entry sets is held or the app does not run:
+		// whatever the strictness, which decides only the weights.
+		lack := r.s.limitsLack()
+		if os.Geteuid() == 0 && slices.ContainsFunc(unheld, func(u string) bool { return strings.HasPrefix(u, "tasks_max ") }) {
+			lack += "; RLIMIT_NPROC does not hold a root daemon's apps"
+		}
+		refuse = fmt.Errorf("limits: %s cannot be held here (%s): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)",
+			strings.Join(unheld, ", "), lack)
+	} else if len(limits.Missing) > 0 && strictLimits(a.entry, r.s.cfg.Strictness) {
+		refuse = fmt.Errorf("limits: %s missing and the app is strict: %s", strings.Join(limits.Missing, ", "), r.s.limitsLack())
+	}
+	if refuse != nil {
 		c.closeChild()
 		c.closeDaemon()
 		if leafDir != nil {
 			leafDir.Close()
 		}
 		r.removeLeaf(leaf)
-		return r.fail(nil, fmt.Errorf("limits: %s missing and the app is strict: %s", strings.Join(limits.Missing, ", "), r.s.limitsLack()))
+		return r.fail(nil, refuse)
 	}
 	sp, err := r.spawn(a, c, leafDir)
 	if err != nil {

@@ -1,10 +1,8 @@
 package supervisor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"octosup/internal/cgroupfs"
 )
 
 // A cgroup v2 leaf per app process: where the daemon's own cgroup is one
@@ -151,59 +151,11 @@ func cgroup2Mount(mountinfo string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
 	}
 	defer f.Close()
-	mnt, err := parseMountinfo(f)
+	mnt, err := cgroupfs.ParseMountinfo(f)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s: %v", ErrNoCgroup, mountinfo, err)
 	}
 	return mnt, nil
-}
-
-// errNoCgroup2 is parseMountinfo's answer when no cgroup2 is mounted.
-var errNoCgroup2 = errors.New("no cgroup2 filesystem is mounted")
-
-// parseMountinfo returns the mount point of the first mount of a cgroup2
-// hierarchy's root in r, which is in the format of /proc/PID/mountinfo
-// (proc(5): the fields after " - " start with the filesystem type).
-func parseMountinfo(r io.Reader) (string, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, typ := strings.Fields(pre), strings.Fields(post)
-		// Only a mount of the hierarchy's root: the paths in
-		// /proc/self/cgroup are relative to it, not to a bind-mounted
-		// subtree.
-		if ok && len(fields) >= 5 && len(typ) >= 1 && typ[0] == "cgroup2" && fields[3] == "/" {
-			mnt := unescapeMount(fields[4])
-			if !filepath.IsAbs(mnt) {
-				continue
-			}
-			return filepath.Clean(mnt), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", errNoCgroup2
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // subtreeName names the subtree of the daemon pid: its pid and start time

@@ -15,6 +15,8 @@ import (
 
 	"octosup/jail"
 	"octosup/policy"
+
+	"octosup/internal/cgroupfs"
 )
 
 // The manifest's limits (docs/limits.md) are written into each process's
@@ -54,21 +56,6 @@ type LimitsReport struct {
 	// rlimit marked so: "tasks_max=512 (RLIMIT_NPROC)".
 	Applied []string `json:"applied"`
 	Missing []string `json:"missing"`
-}
-
-// controllerOf names the controller each limit needs.
-func controllerOf(limit string) string {
-	switch limit {
-	case "memory_max", "memory_high":
-		return "memory"
-	case "tasks_max":
-		return "pids"
-	case "cpu_weight", "cpu_max":
-		return "cpu"
-	case "io_weight":
-		return "io"
-	}
-	return ""
 }
 
 // limitWrite is one value for one cgroup file.
@@ -133,7 +120,7 @@ func writeLimits(dir int, lim policy.ResourceLimits, have map[string]bool, reset
 	rep := LimitsReport{Applied: []string{}, Missing: []string{}}
 	var errs []error
 	for _, w := range limitWrites(lim, reset) {
-		ctl := controllerOf(w.limit)
+		ctl := policy.LimitController(w.limit)
 		if !have[ctl] {
 			if w.asked {
 				rep.addMissing(ctl)
@@ -233,6 +220,28 @@ func systemTasks(loadavg string) (int, error) {
 	return n, nil
 }
 
+// unheldLimits names the hard limits the entry sets that nothing will
+// hold, as "memory_max 32M", given what the leaf took (rep, before the
+// spawn) and whether the daemon is root: a tasks_max without the pids
+// controller is held by RLIMIT_NPROC, which the kernel does not apply to
+// root's processes.
+func unheldLimits(lim policy.ResourceLimits, rep LimitsReport, root bool) []string {
+	var out []string
+	for _, w := range limitWrites(lim, false) {
+		if !w.asked || !policy.HardLimit(w.limit) {
+			continue
+		}
+		missing := slices.Contains(rep.Missing, "limits."+policy.LimitController(w.limit))
+		if w.limit == "tasks_max" {
+			missing = !rep.heldByPids() && root
+		}
+		if missing {
+			out = append(out, w.limit+" "+w.shown)
+		}
+	}
+	return out
+}
+
 // strictLimits reports whether a start without every limit the entry
 // asked for is refused: the entry's sandbox.strictness, else the
 // daemon's, as for the jail's layers.
@@ -271,7 +280,7 @@ func writeAt(dir int, name, value string) error {
 // nothing is enabled while own holds a process that is not the daemon's.
 func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 	own := filepath.Join(t.mnt, t.own)
-	avail := readWords(filepath.Join(own, "cgroup.controllers"))
+	avail := cgroupfs.Words(filepath.Join(own, "cgroup.controllers"))
 	var want []string
 	var whys []string
 	for _, c := range limitControllers {
@@ -335,23 +344,12 @@ func enable(dir string, ctls []string) []string {
 	for _, c := range ctls {
 		_ = os.WriteFile(file, []byte("+"+c), 0)
 	}
-	on := readWords(file)
+	on := cgroupfs.Words(file)
 	var out []string
 	for _, c := range ctls {
 		if on[c] {
 			out = append(out, c)
 		}
-	}
-	return out
-}
-
-// readWords is the set of words in a cgroup file such as
-// cgroup.controllers; empty when it cannot be read.
-func readWords(file string) map[string]bool {
-	b, _ := os.ReadFile(file)
-	out := map[string]bool{}
-	for _, w := range strings.Fields(string(b)) {
-		out[w] = true
 	}
 	return out
 }
@@ -410,7 +408,13 @@ func (s *Supervisor) applyLimitsLive(l liveLimits) bool {
 	} else {
 		rep = noCgroupLimits(l.lim)
 	}
-	if !rep.heldByPids() {
+	switch {
+	case rep.heldByPids():
+	case os.Geteuid() == 0:
+		// The kernel exempts root's processes from RLIMIT_NPROC (as at
+		// start, fallbackNproc).
+		rep.addMissing("pids")
+	default:
 		// Raising a hard rlimit takes CAP_SYS_RESOURCE: a higher
 		// tasks_max then waits for the app's next start.
 		applied, err := limitNproc(l.pid, tasksMax(l.lim))

@@ -178,13 +178,13 @@ func TestSystemTasks(t *testing.T) {
 }
 
 // TestStrictRefusesMissingLimits: a strict app whose entry asks for a
-// limit nothing can enforce does not start, and says which and why; a
+// weight nothing can enforce does not start, and says which and why; a
 // best-effort one starts and reports it missing.
 func TestStrictRefusesMissingLimits(t *testing.T) {
 	exe := testExe(t)
 	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true; cfg.Strictness = jail.Strict })
 	strict := testApp(exe, "strict", "sleep", false)
-	strict.Limits = policy.ResourceLimits{MemoryMax: 512 << 20, TasksMax: 512}
+	strict.Limits = policy.ResourceLimits{CPUWeight: 50, TasksMax: 512}
 	lax := strict
 	lax.ID = "lax"
 	lax.Sandbox.Strictness = string(jail.BestEffort)
@@ -192,17 +192,50 @@ func TestStrictRefusesMissingLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := sup.Start(ctx, "strict")
-	want := "limits: limits.memory missing and the app is strict: the daemon was told not to use cgroups"
+	want := "limits: limits.cpu missing and the app is strict: the daemon was told not to use cgroups"
 	if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
 		t.Fatalf("strict start: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
 	}
 	st, err = sup.Start(ctx, "lax")
-	wantMissing := []string{"limits.memory"}
+	wantMissing := []string{"limits.cpu"}
 	if os.Geteuid() == 0 {
 		wantMissing = append(wantMissing, "limits.pids") // RLIMIT_NPROC does not hold root
 	}
 	if err != nil || st.Limits == nil || !reflect.DeepEqual(st.Limits.Missing, wantMissing) {
-		t.Fatalf("best-effort start: %v, limits %+v; want it running with limits.memory missing", err, st.Limits)
+		t.Fatalf("best-effort start: %v, limits %+v; want it running with limits.cpu missing", err, st.Limits)
+	}
+}
+
+// TestUnheldLimitsRefused: a bound the entry sets (memory_max, and
+// tasks_max for a root daemon, whose apps RLIMIT_NPROC does not hold) that
+// nothing can hold refuses the start with the reason and the fix, even
+// best-effort; an unprivileged daemon holds tasks_max with RLIMIT_NPROC
+// and starts the app.
+func TestUnheldLimitsRefused(t *testing.T) {
+	exe := testExe(t)
+	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true })
+	hog := testApp(exe, "hog", "sleep", false)
+	hog.Limits = policy.ResourceLimits{MemoryMax: 64 << 20, TasksMax: 512}
+	bomb := testApp(exe, "bomb", "sleep", false)
+	bomb.Limits = policy.ResourceLimits{TasksMax: 64}
+	apply(t, sup, hog, bomb)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := sup.Start(ctx, "hog")
+	want := "limits: memory_max 64M cannot be held here (the daemon was told not to use cgroups): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
+	if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
+		t.Fatalf("memory_max: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
+	}
+	st, err = sup.Start(ctx, "bomb")
+	if os.Geteuid() == 0 {
+		want := "limits: tasks_max 64 cannot be held here (the daemon was told not to use cgroups; RLIMIT_NPROC does not hold a root daemon's apps): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
+		if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
+			t.Fatalf("tasks_max as root: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
+		}
+		return
+	}
+	if err != nil || st.Limits == nil || !reflect.DeepEqual(st.Limits.Applied, []string{"tasks_max=64 (RLIMIT_NPROC)"}) {
+		t.Fatalf("tasks_max unprivileged: %v, limits %+v; want it held by RLIMIT_NPROC", err, st.Limits)
 	}
 }
 
@@ -214,7 +247,9 @@ func TestNprocFallback(t *testing.T) {
 	exe := testExe(t)
 	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true })
 	app := testApp(exe, "one", "sleep", false)
-	app.Limits.TasksMax = 64
+	if os.Geteuid() != 0 {
+		app.Limits.TasksMax = 64 // as root, one set is refused (TestUnheldLimitsRefused)
+	}
 	apply(t, sup, app)
 	before, err := systemTasks("/proc/loadavg")
 	if err != nil {
@@ -229,7 +264,7 @@ func TestNprocFallback(t *testing.T) {
 	after, _ := systemTasks("/proc/loadavg")
 	if os.Geteuid() == 0 {
 		if st.Limits == nil || len(st.Limits.Applied) != 0 || !reflect.DeepEqual(st.Limits.Missing, []string{"limits.pids"}) {
-			t.Fatalf("limits %+v; want tasks_max missing, nothing applied: RLIMIT_NPROC does not hold root", st.Limits)
+			t.Fatalf("limits %+v; want the default tasks_max missing, nothing applied: RLIMIT_NPROC does not hold root", st.Limits)
 		}
 		return
 	}
@@ -496,9 +531,21 @@ func TestReloadLimitsInPlace(t *testing.T) {
 			}
 			app := testApp(exe, "one", "sleep", true)
 			app.Limits = policy.ResourceLimits{TasksMax: 64, MemoryMax: 256 << 20}
+			next := policy.ResourceLimits{TasksMax: 32, MemoryMax: 128 << 20}
+			root := c.noCgroup && os.Geteuid() == 0
+			switch {
+			case root:
+				// A root daemon holds no bound without a cgroup (those
+				// are refused: TestUnheldLimitsRefused); a weight
+				// changes, and the report must not claim RLIMIT_NPROC.
+				app.Limits, next = policy.ResourceLimits{CPUWeight: 50}, policy.ResourceLimits{CPUWeight: 60}
+			case c.noCgroup:
+				// No memory controller: a memory_max would be refused.
+				app.Limits.MemoryMax, next.MemoryMax = 0, 0
+			}
 			apply(t, sup, app)
 			before := status(t, sup, "one")
-			app.Limits = policy.ResourceLimits{TasksMax: 32, MemoryMax: 128 << 20}
+			app.Limits = next
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
 			done, err := sup.Apply(ctx, &policy.Manifest{Version: 1, Apps: []policy.App{app}}, ApplyOptions{})
@@ -511,6 +558,13 @@ func TestReloadLimitsInPlace(t *testing.T) {
 			after := status(t, sup, "one")
 			if after.Pid != before.Pid || after.Restarts != 0 || after.State != Running {
 				t.Fatalf("after the reload: pid %d (was %d), %d restarts, %s; want the same process running", after.Pid, before.Pid, after.Restarts, after.State)
+			}
+			if root {
+				if slices.ContainsFunc(after.Limits.Applied, func(a string) bool { return strings.Contains(a, "RLIMIT_NPROC") }) ||
+					!slices.Contains(after.Limits.Missing, "limits.pids") {
+					t.Fatalf("limits %+v after the reload; want limits.pids missing and no RLIMIT_NPROC claimed: it does not hold root", after.Limits)
+				}
+				return
 			}
 			if c.noCgroup {
 				var lim unix.Rlimit

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/control"
+	"octosup/internal/cgroupfs"
 	"octosup/internal/suggest"
 	"octosup/internal/version"
 	"octosup/policy"
@@ -425,6 +426,12 @@ func (c *cli) validateCommand() *cobra.Command {
 				for _, p := range m.CheckWritablePrograms(dirs) {
 					warns = append(warns, p.String())
 				}
+			}
+			// What the host's cgroup v2 cannot hold, whoever runs the
+			// daemon (a root one, as this user is root).
+			have, where := cgroupfs.HostControllers()
+			for _, p := range m.CheckLimitsHost(have, where, os.Geteuid() == 0) {
+				warns = append(warns, p.String())
 			}
 			if c.json {
 				return c.printJSON(map[string]any{"valid": true, "apps": len(m.Apps), "warnings": warns})
