@@ -217,7 +217,9 @@ func TestReloadSaysMissingLimits(t *testing.T) {
 			return newSupervisor(sc)
 		}
 	})
-	said := func() int { return logged.FilterMessage("app runs without some of its limits").FilterField(zap.String("app", "talker")).Len() }
+	said := func() int {
+		return logged.FilterMessage("app runs without some of its limits").FilterField(zap.String("app", "talker")).Len()
+	}
 	if n := said(); n != 1 {
 		t.Fatalf("said %d times at start, want once", n)
 	}
