@@ -53,7 +53,8 @@ type LimitsReport struct {
 	// (RLIMIT_NPROC only), both ("cgroup+prlimit"), or "none".
 	Limiter string `json:"limiter"`
 	// Applied lists each limit in force as name=value, those held by an
-	// rlimit marked so: "tasks_max=512 (RLIMIT_NPROC)".
+	// rlimit marked so, with what it really bounds: "tasks_max=512
+	// (RLIMIT_NPROC 824: every task of the user)".
 	Applied []string `json:"applied"`
 	Missing []string `json:"missing"`
 }
@@ -174,7 +175,7 @@ func tasksMax(lim policy.ResourceLimits) int {
 // controller's.
 func (rep *LimitsReport) heldByPids() bool {
 	for _, a := range rep.Applied {
-		if strings.HasPrefix(a, "tasks_max=") && !strings.HasSuffix(a, "(RLIMIT_NPROC)") {
+		if strings.HasPrefix(a, "tasks_max=") && !strings.Contains(a, "(RLIMIT_NPROC") {
 			return true
 		}
 	}
@@ -198,7 +199,8 @@ func limitNproc(pid, tasks int) (string, error) {
 	if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
 		return "", fmt.Errorf("prlimit RLIMIT_NPROC %d on %d: %w", n, pid, err)
 	}
-	return fmt.Sprintf("tasks_max=%d (RLIMIT_NPROC)", tasks), nil
+	// What binds is the user's whole count, not the app's.
+	return fmt.Sprintf("tasks_max=%d (RLIMIT_NPROC %d: every task of the user)", tasks, n), nil
 }
 
 // systemTasks is the number of tasks on the system: the fourth field of
