@@ -14,8 +14,9 @@
 //
 // An error's message says what went wrong and what to do, without the op
 // or app the client asked about: the client knows them and says them
-// once itself (octosupctl prints "octosupctl: restart nope: no app "nope"
-// in the manifest"). Every op words an unknown app the same.
+// once itself (octosupctl prints "octosupctl: restart nope: the manifest
+// has no such app: status lists those it has"). Every op words an unknown
+// app the same.
 //
 // The client:
 //

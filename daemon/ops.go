@@ -182,7 +182,9 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			case errors.Is(err, supervisor.ErrStartFailed) && st.Reason != "":
 				return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 			}
-			return nil, control.Errorf(control.CodeFailed, "%v", err)
+			// The supervisor's errors begin with the op and the app,
+			// which the client said itself.
+			return nil, control.Errorf(control.CodeFailed, "%s", strings.TrimPrefix(err.Error(), op+" "+args.App+": "))
 		}
 		if op != control.OpStop && st.State == supervisor.Failed {
 			return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
@@ -338,13 +340,13 @@ func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 // unknownApp is the one answer of every op about an app the manifest
 // does not have.
 func unknownApp(app string) *control.Error {
-	return control.Errorf(control.CodeUnknownApp, "no app %q in the manifest", app)
+	return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
 }
 
 // needApp is the bad_request of an op whose args.app is missing.
 func needApp(op, app string) error {
 	if app == "" {
-		return control.Errorf(control.CodeBadRequest, "%s needs args.app, the id of an app", op)
+		return control.Errorf(control.CodeBadRequest, "args.app is missing: name an app by the id of its manifest entry")
 	}
 	return nil
 }

@@ -143,7 +143,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, err
 	}
 	if args.ApprovalID == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "approve needs args.approval_id, the id of a pending approval as the approvals op lists it")
+		return nil, control.Errorf(control.CodeBadRequest, "args.approval_id is missing: the id of a pending approval, as the approvals op lists it")
 	}
 	d, err := policy.ParseDecision(args.Decision)
 	if err != nil {
@@ -191,7 +191,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return control.ConsentData{Consents: out}, nil
 	case "revoke":
 		if args.App == "" {
-			return nil, control.Errorf(control.CodeBadRequest, "consent revoke needs args.app, the app whose decision to forget")
+			return nil, control.Errorf(control.CodeBadRequest, "args.app is missing: the app whose decision to forget")
 		}
 		found, err := p.m.RevokeConsent(args.App)
 		if err != nil {
@@ -199,7 +199,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		}
 		return control.ConsentData{Revoked: &found}, nil
 	default:
-		return nil, control.Errorf(control.CodeBadRequest, "consent: args.action is %q: use \"list\" or \"revoke\"", args.Action)
+		return nil, control.Errorf(control.CodeBadRequest, "args.action is %q: use \"list\" or \"revoke\"", args.Action)
 	}
 }
 
@@ -209,7 +209,7 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, err
 	}
 	if args.App == "" || len(args.Frame) == 0 {
-		return nil, control.Errorf(control.CodeBadRequest, "app.send needs args.app and args.frame (one JSON object)")
+		return nil, control.Errorf(control.CodeBadRequest, "args.app and args.frame (one JSON object) are both needed")
 	}
 	// The frame goes to the app in the step that queues the answer, so
 	// that the app's reply to it (an app.frame event) follows the answer
@@ -305,7 +305,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {
 	ks := p.kernelOf(c)
 	if ks == nil {
-		return nil, control.Errorf(control.CodeNotAttached, "%s: this connection is not the kernel: send kernel.attach first", op)
+		return nil, control.Errorf(control.CodeNotAttached, "this connection is not the kernel: send kernel.attach first")
 	}
 	return ks, nil
 }

@@ -358,7 +358,9 @@ func asControlError(err error) *control.Error {
 	case errors.As(err, &cerr):
 		return cerr
 	case errors.Is(err, supervisor.ErrUnknownApp):
-		return control.Errorf(control.CodeUnknownApp, "%v", err)
+		// The supervisor's error names the op and the app, which the
+		// client knows (docs/control.md, "Error codes").
+		return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
 	default:
 		return control.Errorf(control.CodeInternal, "%v", err)
 	}

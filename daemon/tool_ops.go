@@ -100,7 +100,7 @@ func toolError(err error) error {
 func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 	ks := t.kernelOf(c)
 	if ks == nil {
-		return nil, control.Errorf(control.CodeNotAttached, "%s: this connection is not the agent kernel: send kernel.attach first (the call's events go to the kernel's connection)", op)
+		return nil, control.Errorf(control.CodeNotAttached, "this connection is not the agent kernel: send kernel.attach first (the call's events go to the kernel's connection)")
 	}
 	return ks, nil
 }
@@ -217,7 +217,7 @@ func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (
 		return nil, err
 	}
 	if args.Account == "" {
-		return nil, control.Errorf(control.CodeBadRequest, "%s needs args.account, the account to close", control.OpAccountClose)
+		return nil, control.Errorf(control.CodeBadRequest, "args.account is missing: the account to close")
 	}
 	return control.AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
 }
@@ -232,16 +232,16 @@ func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	switch args.Action {
 	case "", "list":
 		if args.Tool != "" {
-			return nil, control.Errorf(control.CodeBadRequest, "rules list takes an app, not a tool")
+			return nil, control.Errorf(control.CodeBadRequest, "args.tool is for a revoke: a list takes args.app only")
 		}
 		rules, err = t.m.Rules(args.App)
 	case "revoke":
 		if args.App == "" {
-			return nil, control.Errorf(control.CodeBadRequest, "rules revoke needs args.app (and args.tool, or every rule of the app goes)")
+			return nil, control.Errorf(control.CodeBadRequest, "args.app is missing: a revoke needs the app (and args.tool, or every rule of the app goes)")
 		}
 		rules, err = t.m.RevokeRules(args.App, args.Tool)
 	default:
-		return nil, control.Errorf(control.CodeBadRequest, "rules: action %q: want \"list\" or \"revoke\"", args.Action)
+		return nil, control.Errorf(control.CodeBadRequest, "args.action is %q: use \"list\" or \"revoke\"", args.Action)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rules %s: %w", args.Action, err)
@@ -259,7 +259,7 @@ func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 		return nil, err
 	}
 	if args.Limit < 0 {
-		return nil, control.Errorf(control.CodeBadRequest, "audit: limit must be positive (or absent for the last %d)", defaultAuditLimit)
+		return nil, control.Errorf(control.CodeBadRequest, "args.limit must be positive (or absent for the last %d)", defaultAuditLimit)
 	}
 	limit := args.Limit
 	if limit == 0 {

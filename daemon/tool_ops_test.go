@@ -208,6 +208,11 @@ func TestToolOpsRefusals(t *testing.T) {
 			if resp.OK || resp.Error.Code != tt.code {
 				t.Fatalf("got %+v %+v, want %s", resp.OK, resp.Error, tt.code)
 			}
+			var args struct {
+				App string `json:"app"`
+			}
+			json.Unmarshal([]byte(tt.args), &args)
+			checkStyle(t, tt.op, args.App, resp.Error)
 		})
 	}
 }
@@ -226,9 +231,11 @@ func TestToolOpsCallsCap(t *testing.T) {
 	k.expectLine(`{"event":"tool.acknowledged","app":"notes","call_id":"c1"}`)
 	rig.appNext()
 	k.send(call(3, "c2"))
-	if resp := k.response(); resp.OK || resp.Error.Code != peer.CodeQuotaExceeded {
+	resp := k.response()
+	if resp.OK || resp.Error.Code != peer.CodeQuotaExceeded {
 		t.Fatalf("a call past the cap: %+v %+v", resp.OK, resp.Error)
 	}
+	checkStyle(t, control.OpToolCall, "notes", resp.Error)
 	rig.appWrite(&hubToolResult{CallID: "c1", OK: true})
 	k.expectLine(`{"event":"tool.finished","app":"notes","call_id":"c1","outcome":"ok"}`)
 	k.send(call(4, "c2"))

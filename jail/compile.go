@@ -125,7 +125,8 @@ var devices = [...]struct {
 // Compile turns an entry into the jail its process runs in (docs/jail.md).
 func Compile(app policy.App, opt Options) (Spec, error) {
 	fail := func(format string, args ...any) (Spec, error) {
-		return Spec{}, fmt.Errorf("jail %s: "+format, append([]any{app.ID}, args...)...)
+		// The caller knows the app: status shows this beside its id.
+		return Spec{}, fmt.Errorf("jail: "+format, args...)
 	}
 	if len(app.Exec) == 0 || !filepath.IsAbs(app.Exec[0]) {
 		return fail("exec[0] must be an absolute path")

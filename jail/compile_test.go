@@ -188,7 +188,7 @@ func TestCompileErrors(t *testing.T) {
 		a.Sandbox.External = slices.Clone(a.Sandbox.External)
 		c.mut(&a, &o)
 		_, err := Compile(a, o)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "jail notes: ") {
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "jail: ") {
 			t.Errorf("want an error about %s naming the app, got %v", c.want, err)
 		}
 	}

@@ -247,15 +247,15 @@ var ErrNoProgram = errors.New("program not found")
 func (l *Launcher) Spec(req Request) (Spec, error) {
 	app := req.App
 	if len(app.Exec) == 0 {
-		return Spec{}, fmt.Errorf("jail %s: %w: exec is empty", app.ID, ErrNoProgram)
+		return Spec{}, fmt.Errorf("%w: exec is empty", ErrNoProgram)
 	}
 	interps, err := l.facts.interpreters(app.Exec[0])
 	if err != nil {
-		return Spec{}, fmt.Errorf("jail %s: %w: %v", app.ID, ErrNoProgram, err)
+		return Spec{}, fmt.Errorf("%w: %v", ErrNoProgram, err)
 	}
 	execs, err := resolveExec(append([]string{app.Exec[0]}, interps...), append([]policy.App{app}, req.Neighbours...), req.Dirs)
 	if err != nil {
-		return Spec{}, fmt.Errorf("jail %s: %w", app.ID, err)
+		return Spec{}, err
 	}
 	narrow := slices.Concat(l.cfg.Narrow, ParseNarrow(lookupEnv(req.BaseEnv, EnvNarrow)))
 	resolved, planted := resolveGrants(app, req.Neighbours, req.Dirs)

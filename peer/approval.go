@@ -207,7 +207,7 @@ func (m *Manager) Approvals() []Approval {
 // Its errors do not repeat the id: the caller knows which it answered.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return refuse(ErrInvalid, "%w", err)
 	}
 	m.mu.Lock()
 	pa, ok := m.approvals[id]
@@ -247,7 +247,7 @@ func (p *peer) beginDecide(id string) (*approval, error) {
 	}
 	if a.Kind == KindConsent && (p.link != a.link || a.link.isShut()) {
 		p.settle(a, ApprovalCancelled)
-		return nil, fmt.Errorf("%w: the process that asked has ended", ErrUnknownApproval)
+		return nil, refuse(ErrUnknownApproval, "the process that asked has ended")
 	}
 	a.deciding = true
 	return a, nil

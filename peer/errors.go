@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+	"fmt"
 
 	"octosup/peer/internal/frame"
 )
@@ -36,12 +37,12 @@ var (
 
 	// ErrDuplicate: the call_id is outstanding for that app, or finished
 	// recently (the daemon remembers the last DuplicateWindow ids per app).
-	ErrDuplicate = errors.New("duplicate call_id: it is in use or was used recently for this app")
+	ErrDuplicate = errors.New("the call_id is in use or was used recently for this app: give each call its own")
 	// ErrUnknownContext: the context is not one the app has open.
-	ErrUnknownContext = errors.New("unknown context: the app has no such open context")
+	ErrUnknownContext = errors.New("the app has no such open context")
 	// ErrDeclined: the app may not receive the call (no grants.tools entry
 	// for the tool, or the context's account is outside sandbox.accounts).
-	ErrDeclined = errors.New("declined")
+	ErrDeclined = errors.New("the app may not receive this call")
 	// ErrUnknownCall: no outstanding call has that id (ToolCancel).
 	ErrUnknownCall = errors.New("no outstanding call with that id")
 
@@ -88,4 +89,21 @@ func Code(err error) string {
 		return e.Code
 	}
 	return frame.CodeInternal
+}
+
+// refusal is an error of one of the kinds above whose message is its
+// own: what happened and what to do, without the kind's text in front
+// ("invalid argument: …"), which the control socket says once as the
+// code. errors.Is finds the kind, and any error the message wraps.
+type refusal struct {
+	kind error
+	msg  error
+}
+
+func (r *refusal) Error() string   { return r.msg.Error() }
+func (r *refusal) Unwrap() []error { return []error{r.kind, r.msg} }
+
+// refuse is an error of kind saying fmt.Errorf(format, args...).
+func refuse(kind error, format string, args ...any) error {
+	return &refusal{kind: kind, msg: fmt.Errorf(format, args...)}
 }

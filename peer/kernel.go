@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"octosup/internal/strictjson"
 	"octosup/peer/internal/frame"
 	"sync"
@@ -232,7 +231,7 @@ func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
 	}
 	p := s.m.peerOf(app)
 	if p == nil {
-		return fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, app)
+		return refuse(ErrUnknownRequest, "the app is not connected: its requests ended with its process")
 	}
 	err := ErrClosed
 	p.call(func() { err = f(p) })
@@ -245,11 +244,11 @@ func (p *peer) openRequest(s *KernelSession, reqID string) (*request, error) {
 		return nil, ErrKernelDetached
 	}
 	if p.link == nil {
-		return nil, fmt.Errorf("%w: app %s is not connected", ErrUnknownRequest, p.id)
+		return nil, refuse(ErrUnknownRequest, "the app is not connected: its requests ended with its process")
 	}
 	r := p.link.requests[reqID]
 	if r == nil || (r.state != reqAtKernel && r.state != reqStreaming) {
-		return nil, fmt.Errorf("%w: app %s has no open turn request %q", ErrUnknownRequest, p.id, reqID)
+		return nil, refuse(ErrUnknownRequest, "no open turn request %q: it ended, or was never sent", reqID)
 	}
 	return r, nil
 }
@@ -268,24 +267,24 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		return err
 	}
 	if r.state != reqAtKernel {
-		return fmt.Errorf("%w: request %q of %s was already answered", ErrUnknownRequest, rp.ReqID, rp.App)
+		return refuse(ErrUnknownRequest, "request %q was already answered", rp.ReqID)
 	}
 	if !rp.OK {
 		if rp.Error == nil || !frame.KnownCode(rp.Error.Code) || rp.Data != nil {
-			return fmt.Errorf("%w: a failed reply needs error {code, message} with one of the peer link's error codes (docs/protocol.md), and no data", ErrInvalid)
+			return refuse(ErrInvalid, "a failed reply needs error {code, message} with one of the peer link's error codes (docs/protocol.md), and no data")
 		}
 		p.finish(r, rp.Error)
 		return nil
 	}
 	if rp.Error != nil {
-		return fmt.Errorf("%w: an ok reply has no error", ErrInvalid)
+		return refuse(ErrInvalid, "an ok reply has no error")
 	}
 	data, err := compactFrameValue("data", rp.Data)
 	if err != nil {
 		return err
 	}
 	if n := frameSize(&frame.Reply{ReqID: r.id, OK: true, Data: data}); n > frame.MaxFrame {
-		return fmt.Errorf("%w: the reply would be a %d-byte frame, over the %d-byte cap", ErrInvalid, n, frame.MaxFrame)
+		return refuse(ErrInvalid, "the reply would be a %d-byte frame, over the %d-byte cap", n, frame.MaxFrame)
 	}
 	switch r.method {
 	case policy.MethodTurnStart:
@@ -294,11 +293,11 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 			return err
 		}
 		if r.ctx.turns[turnID] != nil {
-			return fmt.Errorf("%w: turn_id %q is already streaming in context %s: give each turn its own", ErrInvalid, turnID, r.ctx.id)
+			return refuse(ErrInvalid, "turn_id %q is already streaming in context %s: give each turn its own", turnID, r.ctx.id)
 		}
 		if r.ctx.turnIDs.has(turnID) {
-			return fmt.Errorf("%w: turn_id %q was used already in session %d (of context %s): turn ids are unique within a session, across its contexts and the daemon's restarts",
-				ErrInvalid, turnID, r.ctx.session.ID, r.ctx.id)
+			return refuse(ErrInvalid, "turn_id %q was used already in session %d (of context %s): turn ids are unique within a session, across its contexts and the daemon's restarts",
+				turnID, r.ctx.session.ID, r.ctx.id)
 		}
 		r.move(reqStreaming)
 		r.turn.TurnID = turnID
@@ -330,33 +329,33 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 		return err
 	}
 	if r.state != reqStreaming {
-		return fmt.Errorf("%w: reply to %s (with its turn_id) before streaming its events", ErrInvalid, r.method)
+		return refuse(ErrInvalid, "reply to %s (with its turn_id) before streaming its events", r.method)
 	}
 	data, err := compactFrameValue("event", ev.Event)
 	if err != nil {
 		return err
 	}
 	if data == nil {
-		return fmt.Errorf("%w: missing event: send an object {\"type\": \"...\", ...}", ErrInvalid)
+		return refuse(ErrInvalid, "missing event: send an object {\"type\": \"...\", ...}")
 	}
 	if err := checkTurnEvent(data, r); err != nil {
 		return err
 	}
 	line, err := frame.EncodeDown(&frame.Event{ReqID: r.id, Event: data})
 	if err != nil {
-		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
+		return refuse(ErrInvalid, "event: %v", err)
 	}
 	if n := len(line) - 1; n > frame.MaxFrame {
 		// The app cannot take it, and a turn missing an event is not the
 		// turn the kernel meant: it ends, and the app hears why.
 		p.endTurn(r, "event_too_large", true)
-		return fmt.Errorf("%w: the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", ErrInvalid, n, frame.MaxFrame)
+		return refuse(ErrInvalid, "the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", n, frame.MaxFrame)
 	}
 	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
 		// As for an oversized event: the app is not reading, and a turn
 		// missing an event is not the turn the kernel meant.
 		p.endTurn(r, "queue_full", true)
-		return fmt.Errorf("%w: the turn was ended (queue_full)", err)
+		return refuse(ErrQueueFull, "%v: the turn was ended (queue_full)", err)
 	} else if err != nil {
 		return nil // the hub is gone: its teardown ends the turn
 	}
@@ -460,13 +459,13 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, v); err != nil {
-		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrInvalid, name, err)
+		return nil, refuse(ErrInvalid, "%s is not JSON: %v", name, err)
 	}
 	if buf.Len() > frame.MaxFrame { // the frame around it is checked by the caller
-		return nil, fmt.Errorf("%w: %s of %d bytes does not fit a %d-byte frame", ErrInvalid, name, buf.Len(), frame.MaxFrame)
+		return nil, refuse(ErrInvalid, "%s of %d bytes does not fit a %d-byte frame", name, buf.Len(), frame.MaxFrame)
 	}
 	if err := frame.CheckValue(buf.Bytes()); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+		return nil, refuse(ErrInvalid, "%s: %v", name, err)
 	}
 	return buf.Bytes(), nil
 }
@@ -483,7 +482,7 @@ func turnIDOf(data json.RawMessage) (string, error) {
 	var id string
 	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &v) != nil ||
 		len(v.TurnID) == 0 || v.TurnID[0] != '"' || json.Unmarshal(v.TurnID, &id) != nil || !frame.ValidID(id) {
-		return "", fmt.Errorf("%w: an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", ErrInvalid, policy.MethodTurnStart)
+		return "", refuse(ErrInvalid, "an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", policy.MethodTurnStart)
 	}
 	return id, nil
 }
@@ -512,11 +511,11 @@ func eventType(data json.RawMessage) (typ, reason string) {
 // end of a turn the same way.
 func checkTurnEvent(data json.RawMessage, r *request) error {
 	if data[0] != '{' {
-		return fmt.Errorf("%w: event must be a JSON object {\"type\": \"...\", ...}, not %s", ErrInvalid, strictjson.KindOf(data))
+		return refuse(ErrInvalid, "event must be a JSON object {\"type\": \"...\", ...}, not %s", strictjson.KindOf(data))
 	}
 	m, err := frame.Members(data)
 	if err != nil {
-		return fmt.Errorf("%w: event: %v", ErrInvalid, err)
+		return refuse(ErrInvalid, "event: %v", err)
 	}
 	str := func(name string) (string, bool) {
 		v, ok := m[name]
@@ -528,25 +527,25 @@ func checkTurnEvent(data json.RawMessage, r *request) error {
 	}
 	typ, ok := str("type")
 	if !ok || typ == "" || len(typ) > 128 {
-		return fmt.Errorf("%w: event needs \"type\", a string of 1 to 128 bytes (e.g. \"text\", or %q to end the turn)", ErrInvalid, TurnEnd)
+		return refuse(ErrInvalid, "event needs \"type\", a string of 1 to 128 bytes (e.g. \"text\", or %q to end the turn)", TurnEnd)
 	}
 	turnID := r.turn.TurnID
 	if v, present := m["turn_id"]; present {
 		if id, ok := str("turn_id"); !ok || id != turnID {
-			return fmt.Errorf("%w: event's turn_id is %s, but request %s of %s streams turn %q", ErrInvalid, v, r.id, r.link.appID, turnID)
+			return refuse(ErrInvalid, "event's turn_id is %s, but request %s streams turn %q", v, r.id, turnID)
 		}
 	}
 	if v, present := m["context_id"]; present {
 		if id, ok := str("context_id"); !ok || id != r.ctx.id {
-			return fmt.Errorf("%w: event's context_id is %s, but turn %q is of context %s", ErrInvalid, v, turnID, r.ctx.id)
+			return refuse(ErrInvalid, "event's context_id is %s, but turn %q is of context %s", v, turnID, r.ctx.id)
 		}
 	}
 	if typ == TurnEnd {
 		if _, present := m["turn_id"]; !present {
-			return fmt.Errorf("%w: a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", ErrInvalid, TurnEnd, turnID)
+			return refuse(ErrInvalid, "a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", TurnEnd, turnID)
 		}
 		if reason, ok := str("reason"); !ok || !frame.ValidID(reason) {
-			return fmt.Errorf("%w: a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", ErrInvalid, TurnEnd)
+			return refuse(ErrInvalid, "a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", TurnEnd)
 		}
 	}
 	return nil

@@ -34,7 +34,7 @@ func TestKernelEventsMustFitTheirTurn(t *testing.T) {
 		{"no type", `{"text":"hi"}`, `event needs "type", a string of 1 to 128 bytes`},
 		{"a type that is not a string", `{"type":3}`, `event needs "type"`},
 		{"an empty type", `{"type":""}`, `event needs "type"`},
-		{"another turn's id", `{"type":"text","turn_id":"T9"}`, `event's turn_id is "T9", but request ` + id + ` of notes streams turn "T1"`},
+		{"another turn's id", `{"type":"text","turn_id":"T9"}`, `event's turn_id is "T9", but request ` + id + ` streams turn "T1"`},
 		{"another context", `{"type":"text","context_id":"elsewhere"}`, `event's context_id is "elsewhere", but turn "T1" is of context ` + ctx},
 		{"turn.end without turn_id", `{"type":"turn.end","reason":"completed"}`, `a turn.end event needs "turn_id": "T1" (the turn it ends) and a "reason"`},
 		{"turn.end without reason", `{"type":"turn.end","turn_id":"T1"}`, `a turn.end event needs "reason"`},

@@ -143,8 +143,8 @@ func (l *link) write(line []byte, now, push bool) error {
 	}
 	var full *linewriter.Full
 	if errors.As(err, &full) {
-		return fmt.Errorf("%w: %d frames (%d bytes) are queued for app %s, and frames from outside the link may fill %d frames / %d bytes",
-			ErrQueueFull, full.Lines, full.Bytes, l.appID, l.m.pushFrames, l.m.pushBytes)
+		return refuse(ErrQueueFull, "the app is not reading its hub: %d frames (%d bytes) are queued for it, and frames from outside the link may fill %d frames / %d bytes; try again once it reads",
+			full.Lines, full.Bytes, l.m.pushFrames, l.m.pushBytes)
 	}
 	return ErrNotConnected // shut, or just failed (failed says why)
 }
@@ -168,7 +168,7 @@ func (l *link) sendFrameNow(f frame.Down) bool {
 func (l *link) pushFrame(f frame.Down, now bool) error {
 	b, ok := l.encodeFrame(f)
 	if !ok {
-		return fmt.Errorf("%w: the frame does not encode", ErrInvalid)
+		return refuse(ErrInvalid, "the frame does not encode")
 	}
 	return l.push(b, now)
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -423,17 +422,17 @@ func (m *Manager) Close() {
 func (m *Manager) Send(appID string, raw json.RawMessage) error {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return fmt.Errorf("app.send to %s: %w: frame is not JSON: %v", appID, ErrInvalid, err)
+		return refuse(ErrInvalid, "the frame is not JSON: %v", err)
 	}
 	_, pass, err := frame.ParseLine(buf.Bytes())
 	if err != nil {
-		return fmt.Errorf("app.send to %s: %w: %v", appID, ErrInvalid, err)
+		return refuse(ErrInvalid, "%v", err)
 	}
 	if !pass {
-		return fmt.Errorf("app.send to %s: %w: %q frames belong to the daemon", appID, ErrInvalid, frame.Envelope)
+		return refuse(ErrInvalid, "%q frames belong to the daemon: send the app frames of your own", frame.Envelope)
 	}
 	if buf.Len() > frame.MaxFrame {
-		return fmt.Errorf("app.send to %s: %w: frame over %d bytes", appID, ErrInvalid, frame.MaxFrame)
+		return refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
 	}
 	buf.WriteByte('\n')
 	var l *link
@@ -441,10 +440,10 @@ func (m *Manager) Send(appID string, raw json.RawMessage) error {
 		l = p.cur.Load()
 	}
 	if l == nil {
-		return fmt.Errorf("app.send to %s: %w", appID, ErrNotConnected)
+		return ErrNotConnected
 	}
 	if err := l.push(buf.Bytes(), false); err != nil {
-		return fmt.Errorf("app.send to %s: %w", appID, err)
+		return err
 	}
 	return nil
 }

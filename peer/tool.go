@@ -196,7 +196,7 @@ func (p *peer) cancelCall(callID string) error {
 // alike.
 func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
 	var o ContextOwner
-	err := fmt.Errorf("context %s of %s: %w", contextID, app, ErrUnknownContext)
+	err := refuse(ErrUnknownContext, "the app has no open context %s", contextID)
 	if p := m.peerOf(app); p != nil {
 		p.call(func() {
 			if p.link == nil {

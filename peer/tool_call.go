@@ -113,20 +113,20 @@ func normalizeRisk(r string) string {
 // compacted and its confirm normalized.
 func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error) {
 	if !frame.ValidID(kc.CallID) {
-		return nil, "", fmt.Errorf("%w: call_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+		return nil, "", refuse(ErrInvalid, "call_id must be 1 to 128 printable ASCII characters")
 	}
 	if kc.Name == "" || len(kc.Name) > 128 {
-		return nil, "", fmt.Errorf("%w: name must be a tool name of 1 to 128 bytes", ErrInvalid)
+		return nil, "", refuse(ErrInvalid, "name must be a tool name of 1 to 128 bytes")
 	}
 	if !frame.ValidID(kc.ContextID) {
-		return nil, "", fmt.Errorf("%w: context_id must be 1 to 128 printable ASCII characters", ErrInvalid)
+		return nil, "", refuse(ErrInvalid, "context_id must be 1 to 128 printable ASCII characters")
 	}
 	if len(kc.Caller) > 256 {
-		return nil, "", fmt.Errorf("%w: caller over 256 bytes", ErrInvalid)
+		return nil, "", refuse(ErrInvalid, "caller over 256 bytes")
 	}
 	max := m.cfg.MaxToolTimeout
 	if kc.TimeoutMS < 1 || kc.TimeoutMS > max.Milliseconds() {
-		return nil, "", fmt.Errorf("%w: timeout_ms must be 1 to %d (the daemon's maximum), got %d", ErrInvalid, max.Milliseconds(), kc.TimeoutMS)
+		return nil, "", refuse(ErrInvalid, "timeout_ms must be 1 to %d (the daemon's maximum), got %d", max.Milliseconds(), kc.TimeoutMS)
 	}
 	confirm := kc.Confirm
 	switch confirm {
@@ -134,7 +134,7 @@ func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error
 		confirm = control.ConfirmNone
 	case control.ConfirmNone, control.ConfirmHost, control.ConfirmApp:
 	default:
-		return nil, "", fmt.Errorf("%w: confirm must be %q, %q or %q, got %q", ErrInvalid, control.ConfirmNone, control.ConfirmHost, control.ConfirmApp, kc.Confirm)
+		return nil, "", refuse(ErrInvalid, "confirm must be %q, %q or %q, got %q", control.ConfirmNone, control.ConfirmHost, control.ConfirmApp, kc.Confirm)
 	}
 	args := kc.Args
 	if args == nil {
@@ -145,7 +145,7 @@ func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error
 		return nil, "", err
 	}
 	if args[0] != '{' {
-		return nil, "", fmt.Errorf("%w: args must be a JSON object", ErrInvalid)
+		return nil, "", refuse(ErrInvalid, "args must be a JSON object")
 	}
 	return args, confirm, nil
 }
@@ -158,23 +158,23 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 		return nil, ErrNotConnected
 	}
 	if l.calls[kc.CallID] != nil {
-		return nil, fmt.Errorf("%w: %q is outstanding", ErrDuplicate, kc.CallID)
+		return nil, refuse(ErrDuplicate, "call_id %q is outstanding: give each call its own", kc.CallID)
 	}
 	if _, seen := p.recentCalls[kc.CallID]; seen {
-		return nil, fmt.Errorf("%w: %q finished recently", ErrDuplicate, kc.CallID)
+		return nil, refuse(ErrDuplicate, "call_id %q finished recently: give each call its own", kc.CallID)
 	}
 	if n := len(l.calls); n >= p.m.cfg.MaxCalls {
-		return nil, fmt.Errorf("%w: app %s has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", ErrLimit, p.id, n)
+		return nil, refuse(ErrLimit, "the app has %d tool calls outstanding, the most it may: wait for an outcome (or cancel one)", n)
 	}
 	if !slices.Contains(p.app.Grants.Tools, kc.Name) {
-		return nil, fmt.Errorf("%w: %s is not in the grants.tools of app %s", ErrDeclined, kc.Name, p.id)
+		return nil, refuse(ErrDeclined, "%s is not in the app's grants.tools: add it to the manifest entry to let the app receive it", kc.Name)
 	}
 	ctx := l.contexts[kc.ContextID]
 	if ctx == nil {
 		return nil, ErrUnknownContext
 	}
 	if !slices.Contains(p.app.Sandbox.Accounts, ctx.account) {
-		return nil, fmt.Errorf("%w: account %q of context %s is not in the sandbox.accounts of app %s", ErrDeclined, ctx.account, ctx.id, p.id)
+		return nil, refuse(ErrDeclined, "account %q of context %s is not in the app's sandbox.accounts", ctx.account, ctx.id)
 	}
 	now := time.Now()
 	c := &call{

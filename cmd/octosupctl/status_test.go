@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite testdata golden files")
 // status APP it is whole. Golden files: go test -run TestStatusTable -update.
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
-	long := "jail broken: program not found: open /nonexistent/octosup-test/a-program-whose-path-is-long/app: no such file or directory"
+	long := "program not found: open /nonexistent/octosup-test/a-program-whose-path-is-long/app: no such file or directory"
 	jl := &control.JailReport{LandlockABI: 7, Layers: []string{"env", "fds", "no_new_privs", "caps", "landlock", "seccomp"}, Missing: []string{}}
 	all := control.StatusData{Apps: []control.AppStatus{
 		{ID: "clock", State: "running", Pid: 1457, Since: now.Add(-3 * time.Second), Jail: jl},
@@ -81,7 +81,7 @@ func TestFailedAppReason(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if r.code != exitOK || len(lines) != 4 ||
 		!regexp.MustCompile(`^APP +STATE +PID +UPTIME +RESTARTS +LAST EXIT +JAIL +REASON$`).MatchString(lines[0]) ||
-		!regexp.MustCompile(`^broken +failed +- +- +0 +- +- +jail broken: [^\n]*…$`).MatchString(lines[1]) ||
+		!regexp.MustCompile(`^broken +failed +- +- +0 +- +- +program not found: [^\n]*…$`).MatchString(lines[1]) ||
 		!regexp.MustCompile(`^idle +stopped +- +- +0 +- +- *$`).MatchString(lines[2]) ||
 		lines[3] != "(a reason is cut to the terminal's width: octosupctl status APP shows it whole)" {
 		t.Errorf("status:\n%s", r.stdout)
@@ -92,7 +92,7 @@ func TestFailedAppReason(t *testing.T) {
 		}
 	}
 	r = ctl(t, append(s, "status", "broken")...)
-	if r.code != exitOK || !regexp.MustCompile(`(?m)^broken +failed +- +- +0 +- +- +jail broken: [^\n]*`+regexp.QuoteMeta(program)+`: no such file or directory$`).MatchString(r.stdout) {
+	if r.code != exitOK || !regexp.MustCompile(`(?m)^broken +failed +- +- +0 +- +- +program not found: [^\n]*`+regexp.QuoteMeta(program)+`: no such file or directory$`).MatchString(r.stdout) {
 		t.Errorf("status broken:\n%s", r.stdout)
 	}
 }

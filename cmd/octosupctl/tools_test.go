@@ -103,7 +103,7 @@ func TestToolCommandsWithDaemon(t *testing.T) {
 		{"timeout json", []string{"--json", "call", "notes", "notes.search", `{"delay_ms":60000}`, "--timeout", "500ms"}, exitFailed,
 			`\n\{"step":"finished",[^\n]*"outcome":"error","error":\{"code":"timeout","message":"the app did not answer the call within its timeout"\}\}\n$`,
 			`^octosupctl: call notes notes.search: error \(timeout: [^\n]*\)\n$`},
-		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: declined: notes.delete is not in the grants.tools of app notes\n$`},
+		{"not granted", []string{"call", "notes", "notes.delete", `{}`}, exitFailed, `^$`, `^octosupctl: call notes notes.delete: notes.delete is not in the app's grants.tools: add it to the manifest entry to let the app receive it\n$`},
 		{"bad timeout", []string{"call", "notes", "notes.search", `{}`, "--timeout", "0s"}, exitUsage, `^$`, `--timeout must be at least 1ms`},
 		{"args not an object", []string{"call", "notes", "notes.search", `[1]`}, exitUsage, `^$`, `must be one JSON object`},
 		{"no such account", []string{"call", "notes", "notes.search", `{}`, "--account", "work"}, exitFailed, `^$`, `no open context with account "work"`},
