@@ -51,7 +51,10 @@ run: build $(RUNDIR)/native-apps.json
 # make test includes tools/pyclient's test, which runs the Python control
 # client's walkthrough (tools/pyclient/walkthrough.py) against a real
 # daemon; it is skipped, saying so, where python3 is missing.
+# The tests run real programs (weston, PulseAudio, PipeWire, node, tmux):
+# .ci/test-deps installs those missing as root, else names them.
 test: build
+	@bash .ci/test-deps
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
 
 # make test-cgroup: the supervisor's cgroup tests (limits, the cgroup

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -70,10 +71,15 @@ func Load() (*Schemas, error) {
 		def  string
 		into map[string]*jsonschema.Schema
 	}{{answer, "control-answer", "data", s.data}, {request, "control-request", "args", s.args}} {
+		// Each op's is $defs["data.<op>"] (or "args.<op>"): one
+		// definition each, which generators turn into a type each.
 		defs, _ := x.doc["$defs"].(map[string]any)
-		ops, _ := defs[x.def].(map[string]any)
-		for op := range ops {
-			sch, err := c.Compile(base + x.name + ".schema.json#/$defs/" + x.def + "/" + op)
+		for key := range defs {
+			op, ok := strings.CutPrefix(key, x.def+".")
+			if !ok {
+				continue
+			}
+			sch, err := c.Compile(base + x.name + ".schema.json#/$defs/" + key)
 			if err != nil {
 				return nil, fmt.Errorf("compile the %s of %s: %w", x.def, op, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"octosup/configs"
 	"octosup/control"
 )
 
@@ -301,5 +303,25 @@ func TestJailGrantsFitTheSchema(t *testing.T) {
 	bad := bytes.Replace(line, []byte(`"via":"landlock"`), []byte(`"via":"bind-mount"`), 1)
 	if s.Answer("status", bad) == nil {
 		t.Fatalf("%s fits the schema", bad)
+	}
+}
+
+// TestSchemasNameTheirProtocol: each schema file says which protocol
+// version it describes, the one hello answers.
+func TestSchemasNameTheirProtocol(t *testing.T) {
+	for _, name := range configs.WireSchemas() {
+		var s struct {
+			Comment string `json:"$comment"`
+		}
+		b, err := configs.WireSchema(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("octosup protocol %d ", control.ProtocolVersion); !strings.HasPrefix(s.Comment, want) {
+			t.Errorf("%s: $comment %q, want it to begin %q", name, s.Comment, want)
+		}
 	}
 }
