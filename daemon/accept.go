@@ -121,7 +121,7 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 				s.publish(control.TopicState, stateEvent(*ev.State))
 				s.published.note(ev.State.ID, ev.State.Since)
 			case ev.Kind == supervisor.KindLog && ev.Log != nil:
-				s.publish(control.TopicLog, logLine(*ev.Log))
+				s.publishSeq(control.TopicLog, logLine(*ev.Log), ev.Log.Seq)
 			case ev.Kind == supervisor.KindWarning && ev.State != nil:
 				// On the state topic, which the shell and watch follow:
 				// the app's state, with what it ran into.

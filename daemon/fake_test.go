@@ -23,6 +23,7 @@ type fakeApps struct {
 	owners  map[int]string
 	nextPid int
 	applied int
+	logSeq  uint64 // as the supervisor numbers lines
 	// logsHook, when set, runs once, after the next Logs took its lines
 	// (off f.mu): a test's way into the moment between a snapshot and
 	// what the daemon does with it.
@@ -129,10 +130,14 @@ func (f *fakeApps) Logs(id string, n int) ([]supervisor.LogLine, error) {
 }
 
 // write is the app id writing a line of output.
-func (f *fakeApps) write(id, text string) {
+func (f *fakeApps) write(id, text string) { f.writeAt(id, text, time.Now()) }
+
+// writeAt is write with the line stamped at (a clock that stepped back).
+func (f *fakeApps) writeAt(id, text string, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l := supervisor.LogLine{App: id, Stream: "stdout", Text: text, At: time.Now()}
+	f.logSeq++
+	l := supervisor.LogLine{App: id, Stream: "stdout", Text: text, At: at, Seq: f.logSeq}
 	f.logs[id] = append(f.logs[id], l)
 	f.publishLocked(supervisor.Event{Kind: supervisor.KindLog, Log: &l})
 }

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"octosup/control"
 	"octosup/internal/linewriter"
@@ -33,13 +32,13 @@ type stream struct {
 	// topics is replaced, never changed (copy on write), so that the
 	// publisher reads it without a lock of the stream's.
 	topics atomic.Pointer[map[string]bool]
-	// mu guards skip: the log lines the answer (its snapshot and the
-	// catch-up queued with it) already covered, which are dropped until
-	// the first one it passes; nil: none. The supervisor's events reach
-	// the hub through a forwarder, so a line that was in the snapshot may
-	// still be published after the stream joined.
-	mu   sync.Mutex
-	skip *coverage
+	// mu guards covered: the Seq of the last log line the answer (its
+	// snapshot and the catch-up queued with it) already holds; a line
+	// numbered up to it is dropped. The supervisor's events reach the hub
+	// through a forwarder, so a line that was in the snapshot may still be
+	// published after the stream joined.
+	mu      sync.Mutex
+	covered uint64
 }
 
 func newStream(c *Conn, app string, topics []string) *stream {
@@ -68,8 +67,9 @@ func (h *hub) removeConn(c *Conn) {
 	}
 }
 
-// publish delivers one encoded event line to every stream of its topic.
-func (h *hub) publish(topic string, line []byte) {
+// publish delivers one encoded event line to every stream of its topic;
+// seq is a log line's Seq (0 for any other event).
+func (h *hub) publish(topic string, line []byte, seq uint64) {
 	h.mu.RLock()
 	var to []*stream
 	var app string
@@ -90,31 +90,20 @@ func (h *hub) publish(topic string, line []byte) {
 	}
 	h.mu.RUnlock()
 	for _, st := range to {
-		if st.passes(line) {
+		if st.passes(seq) {
 			st.conn.event(line)
 		}
 	}
 }
 
-// passes applies the stream's skip to a line.
-func (st *stream) passes(line []byte) bool {
-	if st.app == "" {
-		return true // skip is for logs with follow only
+// passes reports whether a log line numbered seq is new to the stream.
+func (st *stream) passes(seq uint64) bool {
+	if st.app == "" || seq == 0 {
+		return true // only logs with follow cover lines
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.skip == nil {
-		return true
-	}
-	var l control.LogLine
-	if json.Unmarshal(line, &l) != nil {
-		return false
-	}
-	if st.skip.covers(l) {
-		return false
-	}
-	st.skip = nil // lines of one app arrive in order: the rest are new
-	return true
+	return seq > st.covered
 }
 
 func (st *stream) addTopics(topics []string) {
@@ -147,12 +136,16 @@ func (h *hub) joinThen(st *stream) func(*linewriter.Queue) {
 }
 
 // followThen is the Then of logs' answer with follow: st joins the hub,
-// and the lines of its app that were published before it joined but
-// after snapshot (the answer's lines) are queued after the answer, from
-// the app's log ring (read by logs, which must not block: a ring is read
-// under its own lock, which no one holds while putting a line). Lines
-// published after st joined and already queued here are skipped.
+// and the lines of its app numbered after snapshot (the answer's lines)
+// that the ring holds are queued after the answer, from the app's log
+// ring (read by logs, which must not block: a ring is read under its own
+// lock, which no one holds for long). Lines published after st joined
+// and already queued here are dropped by their Seq.
 func (h *hub) followThen(st *stream, snapshot []supervisor.LogLine, logs func() []supervisor.LogLine) func(*linewriter.Queue) {
+	var answered uint64
+	if len(snapshot) > 0 {
+		answered = snapshot[len(snapshot)-1].Seq
+	}
 	return func(q *linewriter.Queue) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -160,51 +153,16 @@ func (h *hub) followThen(st *stream, snapshot []supervisor.LogLine, logs func() 
 		// Every line published before the add is in the ring by now: it
 		// was added to the ring before it was published.
 		ring := logs()
-		answered := newCoverage(snapshot)
+		st.covered = answered
 		for _, l := range ring {
-			if answered.covers(logLine(l)) {
+			if l.Seq <= answered {
 				continue
 			}
 			if line, err := control.EncodeEvent(control.TopicLog, logLine(l)); err == nil {
 				q.Put(line)
 			}
+			st.covered = l.Seq
 		}
-		st.skip = newCoverage(ring)
-	}
-}
-
-// coverage is what a list of log lines covers: an event is new unless
-// the list has it, older than its last line, or as old and one of its
-// lines of that instant (lines may share a timestamp on a coarse clock).
-type coverage struct {
-	last        time.Time
-	sameInstant map[string]int
-}
-
-func newCoverage(lines []supervisor.LogLine) *coverage {
-	c := &coverage{sameInstant: map[string]int{}}
-	if len(lines) > 0 {
-		c.last = lines[len(lines)-1].At
-		for _, l := range lines {
-			if l.At.Equal(c.last) {
-				c.sameInstant[l.Stream+"\x00"+l.Text]++
-			}
-		}
-	}
-	return c
-}
-
-// covers reports whether l is one of the lines covered (each of the last
-// instant's lines covers one event).
-func (c *coverage) covers(l control.LogLine) bool {
-	switch {
-	case l.At.After(c.last):
-		return false
-	case l.At.Equal(c.last) && c.sameInstant[l.Stream+"\x00"+l.Text] > 0:
-		c.sameInstant[l.Stream+"\x00"+l.Text]--
-		return true
-	default:
-		return l.At.Before(c.last)
 	}
 }
 

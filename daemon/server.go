@@ -174,13 +174,16 @@ func (s *Server) addTopic(topic string) {
 // event must marshal to a JSON object; its members follow "event": topic
 // on the line. An event with an "app" member reaches streams about that
 // app (logs with follow) too. publish never blocks.
-func (s *Server) publish(topic string, event any) {
+func (s *Server) publish(topic string, event any) { s.publishSeq(topic, event, 0) }
+
+// publishSeq is publish of an app's log line numbered seq.
+func (s *Server) publishSeq(topic string, event any, seq uint64) {
 	line, err := control.EncodeEvent(topic, event)
 	if err != nil {
 		s.log.Error("drop event", zap.String("topic", topic), zap.Error(err))
 		return
 	}
-	s.hub.publish(topic, line)
+	s.hub.publish(topic, line, seq)
 }
 
 func (s *Server) lookup(op string) (requestHandler, bool) {

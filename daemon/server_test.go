@@ -454,6 +454,34 @@ func TestLogsFollowCatchesUp(t *testing.T) {
 	}
 }
 
+// TestLogsFollowOutlivesAClockStep: lines stamped earlier than the
+// answer's last (the wall clock stepped back, or a second reader stamped
+// a line before the first put its own) are neither lost nor repeated: a
+// follower goes by the lines' numbers, not their times.
+func TestLogsFollowOutlivesAClockStep(t *testing.T) {
+	ts := startServer(t, newFakeApps("a"), nil)
+	now := time.Now()
+	ts.apps.writeAt("a", "old", now)
+	ts.apps.mu.Lock()
+	ts.apps.logsHook = func() { ts.apps.writeAt("a", "gap", now.Add(-time.Hour)) }
+	ts.apps.mu.Unlock()
+	c := dialRaw(t, ts.path)
+	c.send(`{"id":1,"op":"logs","args":{"app":"a","lines":5,"follow":true}}`)
+	resp := c.response()
+	var d control.LogsData
+	if err := json.Unmarshal(resp.Data, &d); !resp.OK || err != nil || len(d.Lines) != 1 || d.Lines[0].Text != "old" {
+		t.Fatalf("logs follow: %+v %s", resp.Error, resp.Data)
+	}
+	ts.apps.writeAt("a", "after", now.Add(-time.Minute))
+	ts.apps.writeAt("a", "same instant", now)
+	for _, want := range []string{"gap", "after", "same instant"} {
+		var l control.LogLine
+		if b := c.line(); json.Unmarshal(b, &l) != nil || l.Text != want {
+			t.Fatalf("got %s, want the log event %q (lost or repeated)", b, want)
+		}
+	}
+}
+
 // TestSlowSubscriber: a subscriber that never reads is dropped; status
 // on other connections, and the publisher, never wait for it.
 func TestSlowSubscriber(t *testing.T) {

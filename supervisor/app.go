@@ -831,10 +831,12 @@ func (r *runner) fail(exit *Exit, cause error) (AppStatus, error) {
 
 func (r *runner) emitter(stream string) func(string) {
 	return func(text string) {
-		l := LogLine{App: r.id, Stream: stream, Text: text, At: r.s.cfg.Now()}
-		r.logs.add(l)
+		dropped := 0
+		r.logs.add(LogLine{App: r.id, Stream: stream, Text: text}, &r.s.logSeq, r.s.cfg.Now, func(l LogLine) {
+			dropped = r.s.subs.publish(Event{Kind: KindLog, Log: &l})
+		})
 		r.s.log.Info("app output", zap.String("app", r.id), zap.String("stream", stream), zap.String("text", text))
-		r.s.logDropped(r.s.subs.publish(Event{Kind: KindLog, Log: &l}))
+		r.s.logDropped(dropped)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,12 +18,18 @@ const maxLineBytes = 4096
 
 const truncatedMark = " …[truncated]"
 
-// LogLine is one line an app wrote to its stdout or stderr.
+// LogLine is one line an app wrote to its stdout or stderr. Seq numbers
+// the lines of every app from 1, rising in the order each app's ring holds
+// them, which is the order they are published in: a follower of an app
+// that has its line n has every line of it before n, whatever the clock
+// did to At. (One count for every app, so that an app removed and added
+// again does not count from 1 again.)
 type LogLine struct {
 	App    string    `json:"app"`
 	Stream string    `json:"stream"` // "stdout" or "stderr"
 	Text   string    `json:"text"`
 	At     time.Time `json:"at"`
+	Seq    uint64    `json:"seq"`
 }
 
 // ring keeps an app's last lines. It outlives the app's processes, so that
@@ -36,9 +43,19 @@ type ring struct {
 
 func newRing(capacity int) *ring { return &ring{cap: capacity} }
 
-func (r *ring) add(l LogLine) {
+// add numbers l from seq, stamps it with now and keeps it, then hands it to
+// publish, all under the ring's lock: the two readers of an app (stdout,
+// stderr) publish in the ring's order, with times that follow it unless
+// the clock steps back. publish must not block.
+func (r *ring) add(l LogLine, seq *atomic.Uint64, now func() time.Time, publish func(LogLine)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	l.Seq, l.At = seq.Add(1), now()
+	r.keep(l)
+	publish(l)
+}
+
+func (r *ring) keep(l LogLine) {
 	if len(r.lines) < r.cap {
 		r.lines = append(r.lines, l)
 		return

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -26,7 +28,7 @@ func TestRing(t *testing.T) {
 		t.Run(fmt.Sprintf("cap%d_add%d_n%d", tc.cap, tc.add, tc.n), func(t *testing.T) {
 			r := newRing(tc.cap)
 			for i := range tc.add {
-				r.add(LogLine{Text: fmt.Sprint(i)})
+				r.add(LogLine{Text: fmt.Sprint(i)}, new(atomic.Uint64), time.Now, func(LogLine) {})
 			}
 			got := []string{}
 			for _, l := range r.last(tc.n) {
@@ -180,5 +182,34 @@ func TestSubscribers(t *testing.T) {
 	<-late.Done()
 	if !errors.Is(late.Err(), ErrShutdown) {
 		t.Errorf("subscribed after shutdown: %v", late.Err())
+	}
+}
+
+// TestRingPublishesInItsOrder: an app's two readers add lines at once;
+// the lines are published in the order the ring holds them, numbered
+// rising, so a follower that has line n has every earlier one.
+func TestRingPublishesInItsOrder(t *testing.T) {
+	r := newRing(1000)
+	var seq atomic.Uint64
+	var published []LogLine // appended under the ring's lock
+	done := make(chan struct{})
+	for _, stream := range []string{"stdout", "stderr"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 400 {
+				r.add(LogLine{Stream: stream, Text: fmt.Sprint(i)}, &seq, time.Now, func(l LogLine) { published = append(published, l) })
+			}
+		}()
+	}
+	<-done
+	<-done
+	held := r.last(0)
+	if len(published) != 800 || !slices.EqualFunc(held, published, func(a, b LogLine) bool { return a == b }) {
+		t.Fatalf("published %d lines in an order other than the ring's %d", len(published), len(held))
+	}
+	for i := 1; i < len(held); i++ {
+		if held[i].Seq != held[i-1].Seq+1 || held[i].At.Before(held[i-1].At) {
+			t.Fatalf("line %d: seq %d at %v after seq %d at %v", i, held[i].Seq, held[i].At, held[i-1].Seq, held[i-1].At)
+		}
 	}
 }

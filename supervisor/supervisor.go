@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -133,6 +134,8 @@ type Supervisor struct {
 	cfg  Config
 	log  *zap.Logger
 	subs subscribers
+	// logSeq numbers the apps' output lines (LogLine.Seq).
+	logSeq atomic.Uint64
 
 	spawnReqs   chan spawnRequest
 	spawnStop   chan struct{}
