@@ -81,6 +81,9 @@ func retryAccept(err error) bool {
 // this subscription (it fell behind), it subscribes again and publishes
 // every app's current state, so that subscribers converge.
 func (s *Server) forward(ctx context.Context, sub Subscription) {
+	// An answer waiting for its event must not wait for events that
+	// will not come.
+	defer s.published.end()
 	for ctx.Err() == nil {
 		if sub == nil {
 			sub = s.cfg.Apps.Subscribe(supervisorBuffer)
@@ -101,7 +104,7 @@ func (s *Server) forward(ctx context.Context, sub Subscription) {
 		if all, err := s.cfg.Apps.Status(""); err == nil {
 			for _, st := range all {
 				s.publish(control.TopicState, stateEvent(st))
-				s.published.note(st.ID, st.Since)
+				s.published.note(st.ID, st.Seq)
 			}
 		}
 	}
@@ -119,7 +122,7 @@ func (s *Server) pump(ctx context.Context, sub Subscription) {
 			switch {
 			case ev.Kind == supervisor.KindState && ev.State != nil:
 				s.publish(control.TopicState, stateEvent(*ev.State))
-				s.published.note(ev.State.ID, ev.State.Since)
+				s.published.note(ev.State.ID, ev.State.Seq)
 			case ev.Kind == supervisor.KindLog && ev.Log != nil:
 				s.publishSeq(control.TopicLog, logLine(*ev.Log), ev.Log.Seq)
 			case ev.Kind == supervisor.KindWarning && ev.State != nil:

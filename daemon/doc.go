@@ -52,11 +52,13 @@
 //     a line, and an answer's Then (answerThen) runs under it.
 //   - Server.mu: the op registry and the topics.
 //   - hub.mu: the set of streams (subscriptions).
-//   - stream.mu: a follow stream's skip (the lines its answer covered).
+//   - stream.mu: a follow stream's covered (the number of the last log
+//     line its answer held).
 //   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
 //     onClose hooks.
 //   - peerLink.kmu: the kernel session of each kernel connection;
-//   - published.mu: how far each app's state events were published.
+//   - published.mu: how far each app's state events were published, by
+//     the number of the app's move (supervisor.AppStatus.Seq).
 //   - instance.reloadMu: one reload at a time.
 //
 // Lock order: Then runs under a connection's queue lock, and takes (in
@@ -64,7 +66,7 @@
 // (followThen); a kernel's Then only starts its peer session (a channel
 // close, peer.KernelSession.Start). So nothing puts a line while
 // holding one of those: the hub's publisher takes the streams of a topic
-// under hub.mu, lets go, then applies each stream's skip under stream.mu,
+// under hub.mu, lets go, then applies each stream's covered under stream.mu,
 // lets go, then puts. No Then calls into the peer Manager beyond that
 // Start: AttachKernel decides kernel.attach's answer, so it runs before
 // it. No lock is held across a write to a socket (linewriter writes off

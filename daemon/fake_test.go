@@ -24,6 +24,7 @@ type fakeApps struct {
 	nextPid int
 	applied int
 	logSeq  uint64 // as the supervisor numbers lines
+	moves   uint64 // and moves (AppStatus.Seq)
 	// logsHook, when set, runs once, after the next Logs took its lines
 	// (off f.mu): a test's way into the moment between a snapshot and
 	// what the daemon does with it.
@@ -59,7 +60,8 @@ func (f *fakeApps) set(id string, state supervisor.State) (supervisor.AppStatus,
 	if !ok {
 		return supervisor.AppStatus{}, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
 	}
-	st.State, st.Since = state, time.Now()
+	f.moves++
+	st.State, st.Since, st.Seq = state, time.Now(), f.moves
 	switch state {
 	case supervisor.Running:
 		f.nextPid++

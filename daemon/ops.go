@@ -170,7 +170,7 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			return nil, err
 		}
 		st, err := do(s.cfg.Apps, ctx, args.App)
-		if st.ID != "" && !s.published.wait(ctx, st.ID, st.Since) && ctx.Err() == nil {
+		if st.ID != "" && !s.published.wait(ctx, st.ID, st.Seq) && ctx.Err() == nil {
 			s.log.Warn("answering before the state event it answers was published", zap.String("op", op), zap.String("app", st.ID))
 		}
 		if err != nil {

@@ -1193,6 +1193,7 @@ func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, drop
 	}
 	r.status.State = to
 	r.status.Since = s.cfg.Now()
+	r.status.Seq = s.stateSeq.Add(1)
 	if to == Stopped || to == Failed {
 		// No process: the next start runs the entry as it is.
 		r.status.Stale = nil

@@ -112,6 +112,10 @@ type AppStatus struct {
 	// automatic or requested.
 	Restarts int          `json:"restarts"`
 	Since    time.Time    `json:"since"`
+	// Seq numbers the app's moves, rising (one count for every app, as
+	// LogLine.Seq): the state event of a move carries the Seq the move
+	// returned, whatever the clock did to Since.
+	Seq uint64 `json:"-"`
 	LastExit *Exit        `json:"last_exit,omitempty"`
 	Reason   string       `json:"reason,omitempty"`
 	Jail     *jail.Report `json:"jail,omitempty"`
@@ -134,8 +138,9 @@ type Supervisor struct {
 	cfg  Config
 	log  *zap.Logger
 	subs subscribers
-	// logSeq numbers the apps' output lines (LogLine.Seq).
-	logSeq atomic.Uint64
+	// logSeq numbers the apps' output lines (LogLine.Seq), stateSeq
+	// their moves (AppStatus.Seq).
+	logSeq, stateSeq atomic.Uint64
 
 	spawnReqs   chan spawnRequest
 	spawnStop   chan struct{}
