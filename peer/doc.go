@@ -46,7 +46,8 @@
 // time, in the order posted, by the serial's goroutine or by a caller
 // that found it idle; the app's store I/O runs on a second serial of its
 // own, and the Kernel, ToolRelay and their queue on a third, the feed,
-// shared by every app. The mutexes guard maps, queues and one value
+// shared by every app, whose callbacks are posted, never run on the
+// poster's serial: a kernel that blocks holds up no app's hub. The mutexes guard maps, queues and one value
 // only, and nothing is called, read or written under them: Manager.mu
 // the registry of peers, the index of pending approvals, the manifest,
 // closed and the kernel's attach; each serial's mu its queue; auditLog.mu

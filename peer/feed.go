@@ -4,9 +4,12 @@ import "go.uber.org/zap"
 
 // feed calls the Kernel and the ToolRelay. It is a serial of its own: the
 // callbacks run one at a time, in the order the peers posted them (so
-// each app's are in the order they happened), on no peer's serial and
-// under no lock of the package, and a slow one holds up no app. The
-// relay's queue while none is installed is the feed's too.
+// each app's are in the order they happened), on the feed's goroutine,
+// never on a peer's serial (they are posted, never run by the poster),
+// and under no lock of the package, so a slow one holds up no app's hub.
+// The relay's queue while none is installed is the feed's too. Two
+// waits nest on it (sync, and a kernel tool call's accepted: call, which
+// an idle feed lets its caller run), and neither runs a Kernel callback.
 type feed struct {
 	in  serial
 	log *zap.Logger
@@ -66,7 +69,7 @@ func (f *feed) deliver(n relayNote) {
 // request hands kr to s, which must still be the kernel; refused hears
 // why it could not take it.
 func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) {
-	f.in.do(func() {
+	f.in.post(func() {
 		if f.kernel != s {
 			refused(ErrKernelDetached)
 		} else if err := s.k.Request(kr); err != nil {
@@ -76,7 +79,7 @@ func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) 
 }
 
 func (f *feed) contextClosed(app, contextID, reason string) {
-	f.in.do(func() {
+	f.in.post(func() {
 		if f.kernel != nil {
 			f.kernel.k.ContextClosed(app, contextID, reason)
 		}
@@ -90,7 +93,7 @@ func (f *feed) sync() { f.in.call(func() {}) }
 // note hands a callback to the relay, or queues it while none is
 // installed.
 func (f *feed) note(n relayNote) {
-	f.in.do(func() {
+	f.in.post(func() {
 		if f.relay != nil {
 			f.deliver(n)
 		} else {

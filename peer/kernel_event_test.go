@@ -148,3 +148,45 @@ func TestTurnIDsUniquePerSession(t *testing.T) {
 		t.Fatalf("history turn ids %v, want T1,T2,T3", ids)
 	}
 }
+
+// blockingKernel's Request blocks until release is closed.
+type blockingKernel struct {
+	*fakeKernel
+	release chan struct{}
+}
+
+func (k blockingKernel) Request(r KernelRequest) error {
+	<-k.release
+	return k.fakeKernel.Request(r)
+}
+
+// TestBlockingKernelHoldsNoHub: a kernel whose Request blocks holds up
+// no app's hub: the app that asked has its next line answered meanwhile.
+// The feed ran a callback on the poster's serial when idle, so the app's
+// own serial sat in the kernel's Request.
+func TestBlockingKernelHoldsNoHub(t *testing.T) {
+	h := newHarness(t, nil)
+	k := blockingKernel{fakeKernel: newFakeKernel(), release: make(chan struct{})}
+	ks, err := h.m.AttachKernel(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ks.Detach)
+	released := false
+	t.Cleanup(func() { // before the Detach: a failed test leaves it blocked
+		if !released {
+			close(k.release)
+		}
+	})
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
+	// The kernel now sits in Request; the app's next request is the
+	// daemon's to answer.
+	hist := a.request(policy.MethodSessionHistory, map[string]any{"context_id": ctx})
+	a.okReply(hist)
+	close(k.release)
+	released = true
+	k.nextRequest(t)
+}
