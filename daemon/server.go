@@ -163,13 +163,6 @@ func (s *Server) register(op string, h requestHandler, ordered bool) {
 	}
 }
 
-// addTopic makes a topic subscribable.
-func (s *Server) addTopic(topic string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.topics[topic] = true
-}
-
 // publish sends an event to every connection subscribed to topic. The
 // event must marshal to a JSON object; its members follow "event": topic
 // on the line. An event with an "app" member reaches streams about that

@@ -834,3 +834,10 @@ func TestStateEventBeforeItsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// addTopic makes a topic subscribable.
+func (s *Server) addTopic(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topics[topic] = true
+}

@@ -50,7 +50,7 @@ func newToolRigWith(t testing.TB, tweak func(*peer.Config)) *toolRig {
 // newToolRigIn is newToolRigWith with the state file in dir.
 func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 	t.Helper()
-	store, err := policy.OpenStore(filepath.Join(dir, policy.StoreFile))
+	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(dir, policy.StoreFile)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -355,7 +356,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeSpec(b)
+	back, err := decodeSpec(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestDecodeSpecRefuses(t *testing.T) {
 		{"bad errno", strings.Replace(string(good), `"errno":"EPERM"`, `"errno":"EIO"`, 1), "errno"},
 		{"not json", "{", "invalid jail spec"},
 	} {
-		_, err := DecodeSpec([]byte(c.in))
+		_, err := decodeSpec([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error about %q", c.name, err, c.want)
 		}
@@ -402,7 +403,7 @@ func FuzzDecodeSpec(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"version":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := DecodeSpec(b)
+		s, err := decodeSpec(b)
 		if err != nil {
 			return
 		}
@@ -411,7 +412,7 @@ func FuzzDecodeSpec(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s2, err := DecodeSpec(again)
+		s2, err := decodeSpec(again)
 		if err != nil || !reflect.DeepEqual(s, s2) {
 			t.Fatalf("round trip: %v", err)
 		}
@@ -458,4 +459,23 @@ func TestUnixSocketsNamedMissing(t *testing.T) {
 			t.Errorf("%s at ABI %d: socket(AF_UNIX) refused %v, want %v", c.network, c.abi, refused, !c.sockets)
 		}
 	}
+}
+
+// DecodeSpec parses a spec's JSON form (what octosupctl --json jail
+// prints) strictly: unknown fields, trailing data or an invalid spec are
+// errors.
+func decodeSpec(b []byte) (Spec, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var s Spec
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, fmt.Errorf("%w: %v", helper.ErrBadSpec, err)
+	}
+	if dec.More() {
+		return Spec{}, fmt.Errorf("%w: trailing data after the spec", helper.ErrBadSpec)
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
 }

@@ -47,10 +47,6 @@ type Report = helper.Report
 // (killed, or crashed before it could report).
 var ErrHelperDied = helper.ErrDied
 
-// LandlockABI says which Landlock ABI the kernel gives, as go-landlock
-// uses it; 0 when Landlock is absent or disabled at boot.
-func LandlockABI() int { return helper.LandlockABI() }
-
 // layerErr is the LayerError for err, which may hold an errno.
 func layerErr(layer, msg string, err error) *LayerError { return helper.LayerErr(layer, msg, err) }
 

@@ -303,12 +303,6 @@ func (l *Launcher) Start(req Request) (*Process, error) {
 	return p, err
 }
 
-// startSpec starts spec, in the daemon's cgroup, by the path Start would
-// take. Tests use it to start specs no manifest can produce.
-func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
-	return l.start(spec, stdout, stderr, hub, -1)
-}
-
 // start forks spec in-process where it may (fork.go), else through the
 // helper.
 func (l *Launcher) start(spec Spec, stdout, stderr, hub *os.File, cgroupFD int) (*Process, error) {

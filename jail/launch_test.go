@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"octosup/jail/helper"
 	"octosup/jail/spawn"
 	"octosup/policy"
 )
@@ -46,8 +47,8 @@ func testJailedProcess(t *testing.T, useHelper bool) {
 		t.Errorf("fds in the app: %s, want [0 1 2 3]", o.out)
 	}
 	want := []string{"env", "fds", "no_new_privs", "caps", "landlock", "seccomp"}
-	if !slices.Equal(o.report.Layers, want) || !slices.Equal(o.report.Missing, asUser()) || o.report.LandlockABI != LandlockABI() {
-		t.Errorf("report %+v, want layers %v, missing %q, ABI %d", o.report, want, asUser(), LandlockABI())
+	if !slices.Equal(o.report.Layers, want) || !slices.Equal(o.report.Missing, asUser()) || o.report.LandlockABI != helper.LandlockABI() {
+		t.Errorf("report %+v, want layers %v, missing %q, ABI %d", o.report, want, asUser(), helper.LandlockABI())
 	}
 
 	o = h.runApp(h.probeApp("basics", "status"), base, nil)
@@ -251,8 +252,8 @@ func testJailFailure(t *testing.T, useHelper bool) {
 		{"missing resource", mut(func(s *Spec) {
 			s.Landlock.Paths = append(s.Landlock.Paths, PathRule{Path: "/nonexistent/octosup", Access: AccessRO, Why: "resource"})
 		}), "landlock: open /nonexistent/octosup: ENOENT", unix.ENOENT, false},
-		{"strict above the kernel", mut(func(s *Spec) { s.Strict = true; s.Landlock.MinABI = LandlockABI() + 1 }),
-			"jail: landlock ABI " + strconv.Itoa(LandlockABI()) + " < " + strconv.Itoa(LandlockABI()+1), 0, false},
+		{"strict above the kernel", mut(func(s *Spec) { s.Strict = true; s.Landlock.MinABI = helper.LandlockABI() + 1 }),
+			"jail: landlock ABI " + strconv.Itoa(helper.LandlockABI()) + " < " + strconv.Itoa(helper.LandlockABI()+1), 0, false},
 		{"daemon gone", mut(func(s *Spec) { s.ParentPID = 2 }), "pdeathsig: daemon (pid 2) is gone", 0, true},
 		{"invalid spec", mut(func(s *Spec) { s.FDs = []int{0, 1, 2, 3, 7} }), "spec: invalid jail spec: fds", 0, false},
 		{"no working directory", mut(func(s *Spec) { s.Dir = "/nonexistent/octosup" }), "dir: chdir /nonexistent/octosup: ENOENT", unix.ENOENT, true},
@@ -293,7 +294,7 @@ func testJailFailure(t *testing.T, useHelper bool) {
 	strictApp := h.probeApp("fail", "getpid")
 	strictApp.Sandbox.Strictness = string(Strict)
 	if o := h.runApp(strictApp, nil, nil); o.err != nil {
-		t.Errorf("strict app on ABI %d: %v", LandlockABI(), o.err)
+		t.Errorf("strict app on ABI %d: %v", helper.LandlockABI(), o.err)
 	}
 }
 
@@ -820,4 +821,10 @@ func asUser() []string {
 		return []string{MissingUser}
 	}
 	return []string{}
+}
+
+// startSpec starts spec, in the daemon's cgroup, by the path Start would
+// take. Tests use it to start specs no manifest can produce.
+func (l *Launcher) startSpec(spec Spec, stdout, stderr, hub *os.File) (*Process, error) {
+	return l.start(spec, stdout, stderr, hub, -1)
 }

@@ -59,10 +59,6 @@ const (
 // return.
 var ErrBadSpec = helper.ErrBadSpec
 
-// DecodeSpec parses a spec's JSON form strictly: unknown fields,
-// trailing data or an invalid spec are errors.
-func DecodeSpec(b []byte) (Spec, error) { return helper.DecodeSpec(b) }
-
 // Describe renders a spec for a person (octosupctl prints it as it is).
 // What comes from the manifest (program, env values, paths) is rendered
 // by visible.String, so that a control character in it cannot reach the

@@ -13,7 +13,7 @@
 //
 // The daemon wires it:
 //
-//	store, err := policy.OpenStore(filepath.Join(dirs.State, policy.StoreFile))
+//	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(dirs.State, policy.StoreFile)})
 //	m := peer.New(peer.Config{Store: store, Events: sink, Log: log})
 //	defer m.Close()
 //	m.SetManifest(manifest) // and after every reload: narrowed grants apply to the live links at once (narrow.go)

@@ -128,7 +128,7 @@ type harness struct {
 func newHarness(t testing.TB, tweak func(*Config)) *harness {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state", policy.StoreFile)
-	store, err := policy.OpenStore(path)
+	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -392,7 +392,7 @@ func TestConsentSurvivesRestart(t *testing.T) {
 	h.m.Close()
 	h.store.Close()
 
-	store, err := policy.OpenStore(h.path)
+	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: h.path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func runChildProcess(t *testing.T, path, what string) string {
 // opens a session, printing "ok CONTEXT" if no consent prompt was needed,
 // "asked" if one was, "in_use" if the state is locked.
 func runChild() int {
-	store, err := policy.OpenStore(os.Getenv("OCTOSUP_PEER_TEST_STATE"))
+	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: os.Getenv("OCTOSUP_PEER_TEST_STATE")})
 	if errors.Is(err, policy.ErrStateInUse) {
 		fmt.Println("in_use")
 		return 0

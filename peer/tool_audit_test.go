@@ -16,7 +16,7 @@ import (
 // a small one at a high rate). Entries stay in order across flushes, and
 // close writes the last ones.
 func TestAuditFlushTakesItsSignals(t *testing.T) {
-	store, err := policy.OpenStore(filepath.Join(t.TempDir(), policy.StoreFile))
+	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(t.TempDir(), policy.StoreFile)})
 	if err != nil {
 		t.Fatal(err)
 	}

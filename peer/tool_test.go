@@ -647,7 +647,7 @@ func TestToolAudit(t *testing.T) {
 	// Persisted: a new store on the same file after the daemon's end.
 	h.m.Close()
 	h.store.Close()
-	s2, err := policy.OpenStore(h.path)
+	s2, err := policy.OpenStoreWith(policy.StoreConfig{Path: h.path})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,9 +144,6 @@ func KnownMethods() []string {
 	return []string{MethodSessionOpen, MethodSessionHistory, MethodTurnStart, MethodTurnInterrupt, MethodContextClose}
 }
 
-// KnownServices returns the services a manifest may grant.
-func KnownServices() []string { return []string{ServiceAgent} }
-
 // App returns the entry with the given id.
 func (m *Manifest) App(id string) (App, bool) {
 	for _, a := range m.Apps {

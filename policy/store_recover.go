@@ -37,10 +37,6 @@ type StoreConfig struct {
 	Now func() time.Time
 }
 
-// OpenStore opens the state file at path with no scratch directory
-// (OpenStoreWith).
-func OpenStore(path string) (*Store, error) { return OpenStoreWith(StoreConfig{Path: path}) }
-
 // OpenStoreWith opens (creating it if needed, with its directory 0700)
 // the state file, so that a bad file never keeps the daemon from
 // starting:

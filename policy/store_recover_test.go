@@ -615,3 +615,7 @@ func TestStoreDirLocked(t *testing.T) {
 	}
 	s.Close()
 }
+
+// OpenStore opens the state file at path with no scratch directory: the
+// tests' shorthand of OpenStoreWith.
+func OpenStore(path string) (*Store, error) { return OpenStoreWith(StoreConfig{Path: path}) }

@@ -331,3 +331,25 @@ func leavesOf(t testing.TB, sup *Supervisor, app string) []string {
 	}
 	return leaves
 }
+
+// ownCgroup is the directory of this process's cgroup v2: its "0::" line
+// in /proc/self/cgroup under the cgroup2 mount found in mountinfo (which
+// is /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
+// hybrid one).
+func ownCgroup(mountinfo, cgroup string) (string, error) {
+	mnt, err := cgroup2Mount(mountinfo)
+	if err != nil {
+		return "", err
+	}
+	return cgroupDir(mnt, cgroup)
+}
+
+// cgroupDir is the cgroup v2 directory a /proc/PID/cgroup file names,
+// under the mount point mnt.
+func cgroupDir(mnt, cgroup string) (string, error) {
+	rel, err := cgroupPath(cgroup)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoCgroup, err)
+	}
+	return filepath.Join(mnt, rel), nil
+}

@@ -6,8 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"testing"
 	"sync/atomic"
+	"testing"
 	"time"
 	"unicode/utf8"
 )

@@ -110,12 +110,12 @@ type AppStatus struct {
 	Pid   int    `json:"pid,omitempty"`
 	// Restarts counts the starts after the first since the app was added,
 	// automatic or requested.
-	Restarts int          `json:"restarts"`
-	Since    time.Time    `json:"since"`
+	Restarts int       `json:"restarts"`
+	Since    time.Time `json:"since"`
 	// Seq numbers the app's moves, rising (one count for every app, as
 	// LogLine.Seq): the state event of a move carries the Seq the move
 	// returned, whatever the clock did to Since.
-	Seq uint64 `json:"-"`
+	Seq      uint64       `json:"-"`
 	LastExit *Exit        `json:"last_exit,omitempty"`
 	Reason   string       `json:"reason,omitempty"`
 	Jail     *jail.Report `json:"jail,omitempty"`

@@ -111,15 +111,6 @@ func Int(data []byte, i int) (n int64, end int, ok bool) {
 	return n, j, true
 }
 
-// Bool reads true or false at data[i].
-func Bool(data []byte, i int) (v bool, end int, ok bool) {
-	if end, ok = literal(data, i, "true"); ok {
-		return true, end, true
-	}
-	end, ok = literal(data, i, "false")
-	return false, end, ok
-}
-
 // Value reads the value at data[i], inside depth levels of nesting, and
 // returns its end. ok is false when the hand reader does not take it: a
 // caller then reads its text the general way (Check, Object), which gives

@@ -228,9 +228,6 @@ func checkPrimitives(t *testing.T, data []byte, i int) {
 			t.Fatalf("Int(%q) = %d, %d; encoding/json %d, %v", data, n, end, want, err)
 		}
 	}
-	if v, end, ok := Bool(data, i); ok && string(data[i:end]) != strconv.FormatBool(v) {
-		t.Fatalf("Bool(%q) = %v, %d", data, v, end)
-	}
 }
 
 // firstName is the first member's name in data, plain, or "".

@@ -1,7 +1,6 @@
 package helper
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -352,25 +351,6 @@ func validateArgs(r Syscall) error {
 		}
 	}
 	return nil
-}
-
-// DecodeSpec parses a spec's JSON form (what octosupctl --json jail
-// prints) strictly: unknown fields, trailing data or an invalid spec are
-// errors.
-func DecodeSpec(b []byte) (Spec, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		return Spec{}, fmt.Errorf("%w: %v", ErrBadSpec, err)
-	}
-	if dec.More() {
-		return Spec{}, fmt.Errorf("%w: trailing data after the spec", ErrBadSpec)
-	}
-	if err := s.Validate(); err != nil {
-		return Spec{}, err
-	}
-	return s, nil
 }
 
 // validateSockets checks the socket grants: named, absolute, clean paths
