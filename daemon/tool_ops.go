@@ -49,8 +49,9 @@ type toolKernel struct {
 }
 
 // toolEvents is a peer.ToolRelay that writes events on a connection. Its
-// methods are called with the peer Manager's lock held: send never
-// blocks (a kernel that does not read is dropped). Every call makes two
+// methods run on the peer Manager's feed (peer/doc.go), which every app's
+// callbacks share: send never blocks (a kernel that does not read is
+// dropped). Every call makes two
 // events, so they are encoded by appends (control.AppendToolEvent), not
 // by json.Marshal.
 type toolEvents struct {

@@ -47,13 +47,15 @@
 // that found it idle; the app's store I/O runs on a second serial of its
 // own, and the Kernel, ToolRelay and their queue on a third, the feed,
 // shared by every app, whose callbacks are posted, never run on the
-// poster's serial: a kernel that blocks holds up no app's hub. The mutexes guard maps, queues and one value
-// only, and nothing is called, read or written under them: Manager.mu
+// poster's serial: a kernel that blocks holds up no app's hub. The
+// mutexes guard maps, queues and one value only, and nothing is called,
+// read or written under them: Manager.mu
 // the registry of peers, the index of pending approvals, the manifest,
 // closed and the kernel's attach; each serial's mu its queue; auditLog.mu
 // the audit entries waiting for their batch (written on a serial of their
-// own); a peer's statusMu the link status it published last. Lock order: Manager.mu before a serial's mu, and nothing else nests;
-// posting to a serial never blocks. A caller that finds a serial idle
+// own); a peer's statusMu the link status it published last. Lock
+// order: Manager.mu before a serial's mu, and nothing else nests; posting
+// to a serial never blocks. A caller that finds a serial idle
 // may run the function itself (serial.call: a tool call, a hub's line),
 // so such calls are made with no lock held. One wait nests: a kernel's
 // tool call (KernelSession.ToolCall) runs its accepted on the feed from

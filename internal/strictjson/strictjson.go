@@ -1,10 +1,12 @@
 // Package strictjson reads JSON the one strict way octosup takes it from
 // apps, clients and manifest files, and writes the bytes encoding/json
 // writes, so that every wire and file format has one reader and one set of
-// limits. It is a thin layer over jsontext (github.com/go-json-experiment/
-// json), which already refuses what octosup must refuse: a name given twice
-// in one object (also when spelled "a" and "\u0061"), invalid UTF-8,
-// malformed JSON and anything after the value.
+// limits. Its verdicts are jsontext's (github.com/go-json-experiment/json),
+// which refuses what octosup must refuse: a name given twice in one object
+// (also when spelled "a" and "\u0061"), invalid UTF-8, malformed JSON and
+// anything after the value. In front of it sits a hand reader of the
+// usual short lines (lex.go, FuzzLex holds it to jsontext), which takes
+// what it can read fast and leaves everything else to jsontext.
 //
 // The limits (docs/protocol.md, docs/control.md, docs/manifest.md):
 // MaxDepth levels of nesting. A line's or a file's size is its format's own

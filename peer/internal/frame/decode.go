@@ -66,8 +66,8 @@ func DecodeUp(line []byte) (Up, error) {
 }
 
 // DecodeDown decodes a daemon → app peer-link frame with the same
-// strictness the daemon applies to apps. Apps written in Go (and the tests)
-// use it.
+// strictness the daemon applies to apps. The daemon never reads such a
+// frame: the tests, playing the app, do.
 func DecodeDown(line []byte) (Down, error) {
 	sc := scratches.Get().(*scratch)
 	defer sc.release()

@@ -62,8 +62,8 @@ func EncodeDown(f Down) ([]byte, error) {
 	return e.finish()
 }
 
-// EncodeUp encodes an app → daemon frame as one line (for apps written in
-// Go, and the tests).
+// EncodeUp encodes an app → daemon frame as one line. The daemon never
+// writes such a frame: the tests, playing the app, do.
 func EncodeUp(f Up) ([]byte, error) {
 	switch f := f.(type) {
 	case *Request:
