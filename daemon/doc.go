@@ -49,7 +49,10 @@
 // Locks, and what each guards:
 //   - the queue lock of each connection's linewriter.Writer (Conn.w): the
 //     connection's queued lines. It is the innermost lock of whoever puts
-//     a line, and an answer's Then (answerThen) runs under it.
+//     a line, and an answer's Then and Before (answerThen) run under it.
+//     One lock nests inside it: app.send's Before puts the frame, checked
+//     and its link found before, on the app's hub write queue, whose lock
+//     takes no other.
 //   - Server.mu: the op registry and the topics.
 //   - hub.mu: the set of streams (subscriptions).
 //   - stream.mu: a follow stream's covered (the number of the last log

@@ -213,9 +213,15 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	}
 	// The frame goes to the app in the step that queues the answer, so
 	// that the app's reply to it (an app.frame event) follows the answer
-	// on this connection; a frame that could not go is the answer.
+	// on this connection; a frame that could not go is the answer. It is
+	// checked and its link found first: the step only puts it on the
+	// app's write queue.
+	send, err := p.m.Sender(args.App, args.Frame)
+	if err != nil {
+		return nil, peerError(err)
+	}
 	return answerThen{before: func() error {
-		if err := p.m.Send(args.App, args.Frame); err != nil {
+		if err := send(); err != nil {
 			return peerError(err)
 		}
 		return nil

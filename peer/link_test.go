@@ -701,3 +701,12 @@ func passthroughOfSize(n int) []byte {
 	const head, tail = `{"pad":"`, `"}`
 	return []byte(head + strings.Repeat("p", n-len(head)-len(tail)) + tail)
 }
+
+// Send is Sender, then the put: app.send in one call, for the tests.
+func (m *Manager) Send(appID string, raw json.RawMessage) error {
+	send, err := m.Sender(appID, raw)
+	if err != nil {
+		return err
+	}
+	return send()
+}

@@ -417,22 +417,26 @@ func (m *Manager) Close() {
 	m.audit.close()
 }
 
-// Send writes a pass-through frame (control op app.send) to the app. The
-// frame must be one JSON object that is not a peer-link frame.
-func (m *Manager) Send(appID string, raw json.RawMessage) error {
+// Sender checks a pass-through frame (control op app.send: one JSON
+// object that is not a peer-link frame) for the app and finds the app's link
+// (the parsing, and Manager.mu, here), and returns what puts it on the
+// link's write queue, which only takes the queue's lock and never blocks:
+// the control socket runs it under its connection's queue lock
+// (daemon/doc.go).
+func (m *Manager) Sender(appID string, raw json.RawMessage) (func() error, error) {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return refuse(ErrInvalid, "the frame is not JSON: %v", err)
+		return nil, refuse(ErrInvalid, "the frame is not JSON: %v", err)
 	}
 	_, pass, err := frame.ParseLine(buf.Bytes())
 	if err != nil {
-		return refuse(ErrInvalid, "%v", err)
+		return nil, refuse(ErrInvalid, "%v", err)
 	}
 	if !pass {
-		return refuse(ErrInvalid, "%q frames belong to the daemon: send the app frames of your own", frame.Envelope)
+		return nil, refuse(ErrInvalid, "%q frames belong to the daemon: send the app frames of your own", frame.Envelope)
 	}
 	if buf.Len() > frame.MaxFrame {
-		return refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
+		return nil, refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
 	}
 	buf.WriteByte('\n')
 	var l *link
@@ -440,12 +444,10 @@ func (m *Manager) Send(appID string, raw json.RawMessage) error {
 		l = p.cur.Load()
 	}
 	if l == nil {
-		return ErrNotConnected
+		return nil, ErrNotConnected
 	}
-	if err := l.push(buf.Bytes(), false); err != nil {
-		return err
-	}
-	return nil
+	line := buf.Bytes()
+	return func() error { return l.push(line, false) }, nil
 }
 
 // LinkStatus reports an app's link for status: what its peer published
