@@ -287,7 +287,10 @@ func makeRunner(t *testing.T, root, home, bin string) func(t *testing.T, args ..
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "HOME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PREFIX", "DESTDIR", "BIN":
+		// The XDG places follow the test's HOME (make install follows
+		// them), whatever the user's say.
+		case "HOME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PREFIX", "DESTDIR", "BIN",
+			"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME":
 		default:
 			env = append(env, kv)
 		}
