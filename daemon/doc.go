@@ -79,8 +79,8 @@
 // is queued in the step that makes what sends them visible. For what the
 // connection owns, that step is the answer's Then (a subscription or a
 // follow stream joins the hub; an attached kernel's session, attached
-// held, is started, and the peer's feed, which makes every call to a
-// kernel, goes on). A tool call's state is its app's peer's, so its step
+// held, is started, and the peer's feed makes the calls to the kernel it
+// held for it). A tool call's state is its app's peer's, so its step
 // is the peer's: tool.call answers with answerAt, and the peer queues
 // "accepted" on its feed in the step on the app's serial that accepts
 // the call, before the call is placed (peer.KernelSession.ToolCall).

@@ -235,11 +235,11 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 // The one way to keep events behind their answer is the answer's Then
 // (answerThen). AttachKernel cannot run in it (it decides the answer:
 // another kernel may be attached), so the session is attached held
-// (peer.Manager.AttachKernelHeld): the peer's feed, which makes every
-// call to a kernel, waits for the session's Start, and the answer's Then
-// calls Start in the step that queued the answer. A connection gone
-// before its answer is detached by its close hook, which starts the
-// session too.
+// (peer.Manager.AttachKernelHeld): the peer's feed holds the calls to
+// this kernel, and only those, until the session's Start, which the
+// answer's Then calls in the step that queued the answer. A connection
+// gone before its answer is detached by its close hook: what was held is
+// refused.
 //
 // Its methods never block: a kernel that does not read is dropped (its
 // writer fails).

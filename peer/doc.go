@@ -60,10 +60,10 @@
 // so such calls are made with no lock held. One wait nests: a kernel's
 // tool call (KernelSession.ToolCall) runs its accepted on the feed from
 // the app's serial and waits for it, which cannot close a loop because
-// nothing on the feed waits for an app's serial. A kernel
-// attached held (AttachKernelHeld, the control socket's kernel.attach)
-// keeps the feed waiting until its Start, so that it hears its attach's
-// answer before any callback.
+// nothing on the feed waits for an app's serial. A kernel attached held
+// (AttachKernelHeld, the control socket's kernel.attach) hears nothing
+// until its Start, so that it hears its attach's answer first: the feed
+// holds its calls, in order, and goes on with everything else.
 //
 // So no lock is held across disk or socket I/O: a consent decision, a
 // standing rule, sessions, history and turns are read and written on the

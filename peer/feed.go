@@ -15,7 +15,13 @@ type feed struct {
 	log *zap.Logger
 
 	// Owned by in.
-	kernel     *KernelSession
+	kernel *KernelSession
+	// waiting is a held session (AttachKernelHeld) not started yet, and
+	// held what the feed would have called it with meanwhile, in order:
+	// run at its Start, refused at its Detach. The feed itself never
+	// waits for a Start.
+	waiting    *KernelSession
+	held       []func()
 	relay      ToolRelay
 	relayOwner *KernelSession // the session whose Kernel is the relay
 	queue      relayRing
@@ -36,6 +42,16 @@ func (f *feed) attach(s *KernelSession) {
 }
 
 func (f *feed) detach(s *KernelSession) {
+	if f.waiting == s {
+		// Never started: what was held for it is refused (a request
+		// checks f.kernel) or dropped, as for a detached kernel.
+		f.waiting = nil
+		held := f.held
+		f.held = nil
+		for _, call := range held {
+			call()
+		}
+	}
 	if f.kernel == s {
 		f.kernel = nil
 	}
@@ -70,20 +86,48 @@ func (f *feed) deliver(n relayNote) {
 // why it could not take it.
 func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) {
 	f.in.post(func() {
-		if f.kernel != s {
-			refused(ErrKernelDetached)
-		} else if err := s.k.Request(kr); err != nil {
-			refused(err)
+		call := func() {
+			if f.kernel != s {
+				refused(ErrKernelDetached)
+			} else if err := s.k.Request(kr); err != nil {
+				refused(err)
+			}
 		}
+		if f.waiting == s {
+			f.held = append(f.held, call)
+			return
+		}
+		call()
 	})
 }
 
 func (f *feed) contextClosed(app, contextID, reason string) {
 	f.in.post(func() {
-		if f.kernel != nil {
-			f.kernel.k.ContextClosed(app, contextID, reason)
+		call := func() {
+			if f.kernel != nil {
+				f.kernel.k.ContextClosed(app, contextID, reason)
+			}
 		}
+		if f.waiting != nil {
+			f.held = append(f.held, call)
+			return
+		}
+		call()
 	})
+}
+
+// start makes a held session the kernel, then runs what was held for it.
+func (f *feed) start(s *KernelSession) {
+	if f.waiting != s {
+		return
+	}
+	f.waiting = nil
+	f.attach(s)
+	held := f.held
+	f.held = nil
+	for _, call := range held {
+		call()
+	}
 }
 
 // sync returns once what was posted to the feed before it was called:

@@ -70,9 +70,9 @@ type KernelSession struct {
 	m        *Manager
 	k        Kernel
 	detached atomic.Bool
-	// start, for a held session (AttachKernelHeld), is closed by Start:
-	// until then the feed calls k nothing.
-	start     chan struct{}
+	// held says the session was attached held (AttachKernelHeld): until
+	// its Start the feed calls k nothing, holding what it would.
+	held      bool
 	startOnce sync.Once
 }
 
@@ -85,8 +85,10 @@ func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) { return m.atta
 // AttachKernelHeld is AttachKernel for a kernel that must first hear the
 // answer to its attach: the feed calls k nothing (no queued outcome, no
 // request) until the session's Start, which the control socket calls in
-// the step that queues kernel.attach's answer. Detach starts it too, so
-// a session whose answer never went out does not hold the feed.
+// the step that queues kernel.attach's answer; it holds those calls
+// meanwhile and goes on with everything else, so a kernel whose answer
+// waits (a client that does not read) holds up no app. Detach refuses
+// what was held.
 func (m *Manager) AttachKernelHeld(k Kernel) (*KernelSession, error) { return m.attachKernel(k, true) }
 
 func (m *Manager) attachKernel(k Kernel, held bool) (*KernelSession, error) {
@@ -99,22 +101,17 @@ func (m *Manager) attachKernel(k Kernel, held bool) (*KernelSession, error) {
 		m.mu.Unlock()
 		return nil, ErrKernelAttached
 	}
-	s := &KernelSession{m: m, k: k}
-	if held {
-		s.start = make(chan struct{})
-	}
-	// The feed has s before any peer can see it (m.kernel): what a peer
-	// posts for the kernel queues behind this.
+	s := &KernelSession{m: m, k: k, held: held}
+	// The feed has s (or holds for it) before any peer can see it
+	// (m.kernel): what a peer posts for the kernel queues behind this.
 	installed := make(chan struct{})
 	m.feed.in.post(func() {
-		if s.start != nil {
-			close(installed)
-			<-s.start // the feed waits for the answer, and every callback with it
+		if held {
+			m.feed.waiting = s
+		} else {
+			m.feed.attach(s)
 		}
-		m.feed.attach(s)
-		if s.start == nil {
-			close(installed)
-		}
+		close(installed)
 	})
 	m.kernel.Store(s)
 	m.mu.Unlock()
@@ -128,8 +125,8 @@ func (m *Manager) attachKernel(k Kernel, held bool) (*KernelSession, error) {
 // queue lock. Starting twice, or a session that was not held, is
 // harmless.
 func (s *KernelSession) Start() {
-	if s.start != nil {
-		s.startOnce.Do(func() { close(s.start) })
+	if s.held {
+		s.startOnce.Do(func() { s.m.feed.in.post(func() { s.m.feed.start(s) }) })
 	}
 }
 
@@ -140,7 +137,6 @@ func (s *KernelSession) Start() {
 // Detaching twice is harmless.
 func (s *KernelSession) Detach() {
 	m := s.m
-	s.Start() // a held feed would keep the detach waiting
 	if s.detached.Swap(true) {
 		return
 	}

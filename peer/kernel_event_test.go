@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -189,4 +190,64 @@ func TestBlockingKernelHoldsNoHub(t *testing.T) {
 	close(k.release)
 	released = true
 	k.nextRequest(t)
+}
+
+// TestHeldKernelHoldsUpNothing: a kernel attached held whose Start does
+// not come (its attach's answer waits behind a client that does not
+// read) holds up no one: consent is answered, another app's hub is
+// served, and what is meant for the kernel waits for its Start, in
+// order. The feed used to wait for the Start, and every caller of the
+// feed with it.
+func TestHeldKernelHoldsUpNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	k := newFakeKernel()
+	ks, err := h.m.AttachKernelHeld(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ks.Detach)
+	a := h.attach(notesApp("notes"))
+	h.grant(a) // Approve waits for the feed
+	ctx := a.open(nil)
+	turn := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
+	b := h.attach(notesApp("mail"))
+	h.grant(b)
+	b.open(nil)
+	h.m.feed.sync() // what was posted for the kernel has run: it was held
+	select {
+	case r := <-k.requests:
+		t.Fatalf("the kernel got %+v before its Start", r)
+	default:
+	}
+	ks.Start()
+	if r := k.nextRequest(t); r.ReqID != turn {
+		t.Fatalf("after its Start the kernel got %+v, want the held turn %s", r, turn)
+	}
+}
+
+// TestHeldKernelDetachedBeforeStart: a held kernel that goes before its
+// Start gets nothing; the request held for it ends (no_kernel) and the
+// next kernel is served.
+func TestHeldKernelDetachedBeforeStart(t *testing.T) {
+	h := newHarness(t, nil)
+	k := newFakeKernel()
+	ks, err := h.m.AttachKernelHeld(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	turn := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
+	ks.Detach()
+	if e := a.failReply(turn, frame.CodeNoKernel); e == nil {
+		t.Fatal("no failed reply")
+	}
+	ks.Start() // after the Detach: nothing
+	h.m.feed.sync()
+	select {
+	case r := <-k.requests:
+		t.Fatalf("a detached kernel got %+v", r)
+	default:
+	}
 }
