@@ -2,7 +2,6 @@ package jail
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,22 +182,7 @@ func BenchmarkGuardFlood(b *testing.B) {
 func BenchmarkConnect(b *testing.B) {
 	h := newHarness(b)
 	sock := filepath.Join(h.dirs.Runtime, "listener.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	accepted := make(chan struct{})
-	defer func() { l.Close(); <-accepted }()
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	acceptAll(b, sock)
 	const n = "2000"
 	app := h.probeApp("connect", "connect_loop", sock, n)
 	app.Sandbox.Sockets = []string{"wayland"}

@@ -497,22 +497,7 @@ func TestConnectRace(t *testing.T) {
 func TestSignalledConnect(t *testing.T) {
 	dir := runtimeDir(t)
 	sock := filepath.Join(dir, "wayland-0")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan struct{})
-	defer func() { l.Close(); <-accepted }()
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	acceptAll(t, sock)
 	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-0"}
 	wl := func(a *policy.App) { a.Sandbox.Sockets = []string{"wayland"} }
 	launchers(t, func(t *testing.T, h *harness) {
@@ -529,4 +514,26 @@ func TestSignalledConnect(t *testing.T) {
 			t.Errorf("jailed, 2000 connects under signals: %s", o.out)
 		}
 	})
+}
+
+// acceptAll listens on the unix socket path and accepts and closes every
+// connection until the test ends, which waits for its goroutine.
+func acceptAll(t testing.TB, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	t.Cleanup(func() { l.Close(); <-accepted })
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }
