@@ -321,12 +321,23 @@ func TestDesktopSocketEscapes(t *testing.T) {
 				control: plain("unix_dgram_socket", dgram), allowed: "ok"},
 			{name: "a datagram pair", attempt: jailed(wl, "dgram_sendto", dgram), refused: []string{"EPERM"},
 				control: plain("dgram_sendto", dgram), allowed: "ok"},
+			{name: "a datagram pair with network full", attempt: jailed(wlFull, "dgram_sendto", dgram), refused: []string{"EPERM"},
+				control: plain("dgram_sendto", dgram), allowed: "ok"},
+			{name: "a datagram pair with network full and no grant", attempt: jailed(withFull, "dgram_sendto", dgram), refused: []string{"EPERM"},
+				control: plain("dgram_sendto", dgram), allowed: "ok"},
 			{name: "sendto on a stream socket", attempt: jailed(wl, "stream_sendto", agent), refused: []string{"ENOTSUP", "ENOTCONN"},
 				control: jailed(wl, "unix_connect", w.sock), allowed: "ok"},
 			{name: "the compositor through a link of its own", attempt: jailed(wl, "unix_connect_link", w.sock), refused: []string{"EACCES"},
 				control: plain("unix_connect_link", w.sock), allowed: "ok"},
 			{name: "the runtime dir is the app's own", attempt: jailed(wl, "getenv", "XDG_RUNTIME_DIR"), refused: []string{RuntimeDir(h.dirs, "probe")},
 				control: jailed(wl, "getenv", "WAYLAND_DISPLAY"), allowed: w.sock},
+		}
+		if os.Geteuid() == 0 {
+			// The daemon's capabilities are not the app's: a netlink
+			// connect is the app's own, not the guard's.
+			cases = append(cases, escapeCase{name: "netlink groups through the guard as a root daemon",
+				attempt: jailed(wlFull, "netlink_groups"), refused: []string{"EPERM"},
+				control: plain("netlink_groups"), allowed: "ok"})
 		}
 		for _, c := range cases {
 			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -536,4 +547,51 @@ func acceptAll(t testing.TB, path string) {
 			c.Close()
 		}
 	}()
+}
+
+// TestStalledConnectsAreBounded: a granted socket whose listener never
+// accepts (a stalled compositor) holds at most maxConnects of the app's
+// connects in the daemon, across its restarts; past them a connect is
+// EAGAIN at once, never made on the guard's own goroutine, so the guard
+// (and the daemon's shutdown, which waits for it) goes on.
+func TestStalledConnectsAreBounded(t *testing.T) {
+	dir := runtimeDir(t)
+	launchers(t, func(t *testing.T, h *harness) {
+		// A listener of each launcher's own, with backlog 0: one connect
+		// is queued, every later one blocks. Closed at the end, which
+		// ends the connects the daemon still makes.
+		name := "wayland-" + filepath.Base(t.Name())
+		sock := filepath.Join(dir, name)
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Listen(fd, 0); err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=" + name}
+		run := func(n, want int) string {
+			app := h.probeApp("stall", "connect_stall", sock, fmt.Sprint(n), fmt.Sprint(want))
+			app.Sandbox.Sockets = []string{"wayland"}
+			o := h.runApp(app, env, nil)
+			if o.err != nil {
+				t.Fatalf("jail did not start: %v", o.err)
+			}
+			return o.out
+		}
+		// 40 connects: the queued one, maxConnects blocked in the
+		// daemon, the rest EAGAIN.
+		if got, want := run(40, 40-maxConnects), fmt.Sprintf("ok=1 failed=map[EAGAIN:%d]", 40-maxConnects-1); got != want {
+			t.Fatalf("first run: %s, want %s", got, want)
+		}
+		// The app again: its slots are still held by the connects that
+		// outlived it, so every connect is EAGAIN at once.
+		if got, want := run(8, 8), "ok=0 failed=map[EAGAIN:8]"; got != want {
+			t.Fatalf("after a restart: %s, want %s", got, want)
+		}
+	})
 }

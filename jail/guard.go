@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -53,15 +54,29 @@ type Guard struct {
 	spec       Spec
 	log        *zap.Logger
 	unprivPort uint16 // net.ipv4.ip_unprivileged_port_start
-	// connects holds a token per connect under way (later).
+	// connects holds a token per connect under way (later), the app's
+	// across its processes (Launcher.connectSlots).
 	connects chan struct{}
+	// spentMu guards spent, the guard's budget (budget.go): Serve's
+	// answers and the connects' goroutines spend from it.
+	spentMu sync.Mutex
+	spent   budget
 }
 
 // newGuard takes the listener fd of spec's filter.
-func newGuard(spec Spec, fd int, unprivPort uint16, log *zap.Logger) *Guard {
+func newGuard(spec Spec, fd int, unprivPort uint16, connects chan struct{}, log *zap.Logger) *Guard {
 	unix.SetNonblock(fd, true)
 	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort,
-		connects: make(chan struct{}, maxConnects)}
+		connects: connects}
+}
+
+// spend records work of the guard that took used, ending now, and says
+// how long Serve must pause before its next call. A connect's time counts
+// up to the burst: a connect blocked in the kernel uses no CPU.
+func (g *Guard) spend(now time.Time, used time.Duration) time.Duration {
+	g.spentMu.Lock()
+	defer g.spentMu.Unlock()
+	return g.spent.spend(now, min(used, guardBurst))
 }
 
 // Guard is the process's notification guard, nil when its filter hands
@@ -84,7 +99,6 @@ func (g *Guard) Serve(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, func() { g.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	var spent budget
 	throttled := false // logged once per app process
 	for {
 		var req *seccomp.ScmpNotifReq
@@ -119,18 +133,17 @@ func (g *Guard) Serve(ctx context.Context) error {
 		case rerr != nil:
 			return fmt.Errorf("guard %s: receive: %w", g.spec.App, rerr)
 		}
-		if g.later(req) {
-			continue
+		if !g.later(req) {
+			resp := g.decide(req)
+			if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
+			}
 		}
-		resp := g.decide(req)
-		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
-		}
-		// Wall time from the receive to the answer stands for the
-		// guard's CPU: it blocks on nothing but its own system calls
-		// (budget.go).
+		// Wall time from the receive to the answer (or to the connect's
+		// hand-off; its goroutine spends its own) stands for the guard's
+		// CPU: it blocks on nothing but its own system calls (budget.go).
 		now := time.Now()
-		if pause := spent.spend(now, now.Sub(start)); pause > 0 {
+		if pause := g.spend(now, now.Sub(start)); pause > 0 {
 			if !throttled {
 				throttled = true
 				g.log.Info("guard throttled: the app's calls to the daemon use more than its share", zap.String("app", g.spec.App),
@@ -175,6 +188,9 @@ func (g *Guard) decideOn(fd seccomp.ScmpFd, req *seccomp.ScmpNotifReq) seccomp.S
 	switch {
 	case err == nil:
 		resp.Val = uint64(val)
+		return resp
+	case errors.Is(err, errContinue):
+		resp.Flags = seccomp.NotifRespFlagContinue
 		return resp
 	case errors.As(err, &errno):
 	default:
@@ -359,7 +375,7 @@ func (g *Guard) bind(c *call) error {
 		return fmt.Errorf("bind of a domain %d socket (tcp apps bind tcp ports only): %w", domain, unix.EPERM)
 	}
 	n := c.args[2]
-	if n < 4 || n > unix.SizeofSockaddrAny {
+	if n < 4 || n > sizeofSockaddrStorage {
 		return unix.EINVAL
 	}
 	addr, err := c.read(c.args[1], int(n))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	seccomp "github.com/seccomp/libseccomp-golang"
@@ -25,8 +26,12 @@ import (
 //   - an inet socket: connects it with the daemon's copy, after checking
 //     the port against tcp_connect for network tcp (the daemon's connect
 //     is not Landlock's to narrow);
-//   - anything else (network full: netlink, say): connects it with the
-//     daemon's copy.
+//   - anything else (network full: netlink, say): the kernel makes the
+//     app's own connect (SECCOMP_USER_NOTIF_FLAG_CONTINUE), with the
+//     app's credentials: the daemon's (a root daemon's CAP_NET_ADMIN)
+//     would let it send to netlink groups and ports it may not. Nothing
+//     of the address is checked there, so the race that CONTINUE allows
+//     decides nothing.
 //
 // A thread of the app that rewrites the address, or swaps the descriptor,
 // while the guard decides changes nothing: the guard acts on the socket
@@ -37,8 +42,16 @@ import (
 // listener, up to maxConnects at once per app; past that the guard
 // answers in line, and the app's next notified call waits for it.
 
-// maxConnects bounds the connects one app has the daemon make at once.
+// maxConnects bounds the connects one app has the daemon make at once,
+// across its processes and restarts (Launcher.connectSlots): a connect
+// that never ends (a listener that never accepts, a SYN never answered)
+// holds its slot, and past maxConnects the app's connect is EAGAIN,
+// never made in line, so the guard always goes on.
 const maxConnects = 16
+
+// errContinue is connect's answer for a call the kernel makes itself, as
+// the app (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+var errContinue = errors.New("the kernel makes the call as the app")
 
 // sockAddr is a decoded socket address, as the kernel would read it.
 type sockAddr struct {
@@ -52,6 +65,11 @@ type sockAddr struct {
 	port uint16
 }
 
+// sizeofSockaddrStorage is the longest address the kernel takes
+// (move_addr_to_kernel: sizeof(struct sockaddr_storage)); callers pass
+// it as the length of a sockaddr_storage they filled.
+const sizeofSockaddrStorage = 128
+
 // errShortAddr is decodeSockaddr's answer for fewer bytes than the family
 // needs, which the kernel refuses with EINVAL.
 var errShortAddr = fmt.Errorf("socket address too short: %w", unix.EINVAL)
@@ -64,7 +82,7 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 	if len(b) < 2 {
 		return sockAddr{}, errShortAddr
 	}
-	if len(b) > unix.SizeofSockaddrAny {
+	if len(b) > sizeofSockaddrStorage {
 		return sockAddr{}, fmt.Errorf("socket address of %d bytes: %w", len(b), unix.EINVAL)
 	}
 	a := sockAddr{family: binary.NativeEndian.Uint16(b)}
@@ -100,31 +118,43 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 
 // later takes a connect off the Serve loop: it answers it from a
 // goroutine of its own and reports true, or false when the call is not a
-// connect the spec hands over, or maxConnects are under way (Serve then
-// answers it in line).
+// connect the spec hands over (Serve answers it). Past maxConnects under
+// way it answers EAGAIN at once: a connect is never made in line, so a
+// listener that never accepts cannot hold the guard (nor the daemon's
+// shutdown, which waits for Serve).
 func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 	if int(req.Data.Syscall) != unix.SYS_CONNECT || !g.rule("connect") {
 		return false
 	}
+	refuse := func(errno unix.Errno) bool {
+		resp := seccomp.ScmpNotifResp{ID: req.ID, Error: int32(errno)}
+		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
+			g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
+		}
+		return true
+	}
 	select {
 	case g.connects <- struct{}{}:
 	default:
-		return false
+		return refuse(unix.EAGAIN)
 	}
 	// Its own copy of the listener: Serve may close its own (the app
 	// gone, or ctx done) while this connect still runs.
 	fd, err := unix.FcntlInt(g.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		<-g.connects
-		return false
+		return refuse(unix.EAGAIN)
 	}
 	go func() {
 		defer func() { <-g.connects }()
 		defer unix.Close(fd)
+		start := time.Now()
 		resp := g.decideOn(seccomp.ScmpFd(fd), req)
 		if err := seccomp.NotifRespond(seccomp.ScmpFd(fd), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
 			g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
 		}
+		now := time.Now()
+		g.spend(now, now.Sub(start))
 	}()
 	return true
 }
@@ -136,7 +166,7 @@ func (g *Guard) connect(c *call) error {
 		return err
 	}
 	n := c.args[2]
-	if n > unix.SizeofSockaddrAny {
+	if n > sizeofSockaddrStorage {
 		return unix.EINVAL
 	}
 	raw, err := c.read(c.args[1], int(n))
@@ -154,8 +184,9 @@ func (g *Guard) connect(c *call) error {
 		if g.spec.Landlock.Net && (a.family == unix.AF_INET || a.family == unix.AF_INET6) && !slices.Contains(g.spec.Landlock.ConnectTCP, a.port) {
 			return fmt.Errorf("port %d is not in tcp_connect: %w", a.port, unix.EACCES)
 		}
+		return rawConnect(sock, raw)
 	}
-	return rawConnect(sock, raw)
+	return errContinue
 }
 
 // connectUnix connects sock to the granted socket a names.

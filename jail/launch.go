@@ -123,7 +123,21 @@ func (p *Process) takeGuard(sock int, guard func(fd int) *Guard) {
 // guardFor makes the Guard of spec's listener.
 func (l *Launcher) guardFor(spec Spec) func(fd int) *Guard {
 	unprivPort := l.kernel().unprivPort
-	return func(fd int) *Guard { return newGuard(spec, fd, unprivPort, l.log) }
+	slots := l.connectSlots(spec.App)
+	return func(fd int) *Guard { return newGuard(spec, fd, unprivPort, slots, l.log) }
+}
+
+// connectSlots are app's connect slots, made at its first start.
+func (l *Launcher) connectSlots(app string) chan struct{} {
+	l.slotsMu.Lock()
+	defer l.slotsMu.Unlock()
+	if l.slots == nil {
+		l.slots = map[string]chan struct{}{}
+	}
+	if l.slots[app] == nil {
+		l.slots[app] = make(chan struct{}, maxConnects)
+	}
+	return l.slots[app]
 }
 
 // Settled reports whether Confirm's answer is known already and it
@@ -194,6 +208,11 @@ type Launcher struct {
 	arena func() (*helper.Arena, error)
 	// inheritedIgnored is kernelIgnored, asked at the first start.
 	inheritedIgnored func() uint64
+	// slotsMu guards slots: each app's connect slots (maxConnects), kept
+	// across its processes, since a connect that never ends outlives the
+	// process that asked for it.
+	slotsMu sync.Mutex
+	slots   map[string]chan struct{}
 }
 
 // kernelInfo is what a Launcher asks of the kernel once.

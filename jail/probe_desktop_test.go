@@ -50,6 +50,16 @@ func desktopProbe(action string, a []string) (out string, err error, known bool)
 		out, err = connectLoop(a[0], atoi(a[1]))
 	case "connect_signalled":
 		out, err = connectSignalled(a[0], atoi(a[1]))
+	case "connect_stall":
+		out, err = connectStall(a[0], atoi(a[1]), atoi(a[2]))
+	case "netlink_groups":
+		// A netlink socket joining rtnetlink's link group by its connect:
+		// the kernel asks the connecting task for CAP_NET_ADMIN.
+		var fd int
+		if fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE); err == nil {
+			err = unix.Connect(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_LINK})
+			unix.Close(fd)
+		}
 	case "open_rw":
 		var fd int
 		if fd, err = unix.Open(a[0], unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
@@ -168,6 +178,32 @@ func connectSignalled(path string, n int) (string, error) {
 	<-done
 	if len(failed) == 0 {
 		return "ok", nil
+	}
+	return fmt.Sprintf("ok=%d failed=%v", ok, failed), nil
+}
+
+// connectStall starts n threads that each connect a unix stream socket to
+// path, whose listener never accepts, and waits for want of them to
+// return (the rest block): it prints how many connected and what the
+// others got, then exits, which ends the blocked threads.
+func connectStall(path string, n, want int) (string, error) {
+	got := make(chan error, n)
+	for range n {
+		go func() {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+			}
+			got <- err
+		}()
+	}
+	ok, failed := 0, map[string]int{}
+	for range want {
+		if err := <-got; err != nil {
+			failed[unix.ErrnoName(err.(unix.Errno))]++
+		} else {
+			ok++
+		}
 	}
 	return fmt.Sprintf("ok=%d failed=%v", ok, failed), nil
 }

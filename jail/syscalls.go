@@ -331,6 +331,12 @@ func (r *ruleList) network(rs ruleSet) {
 	}
 	switch rs.network {
 	case policy.NetworkFull:
+		if rs.unixGuard {
+			// The guard decides the connects; a datagram pair's sendto
+			// names any pathname socket without one (/dev/log, the
+			// journal, another app's).
+			*r = append(*r, socketpairRules()...)
+		}
 	case policy.NetworkTCP:
 		for f := uint64(0); f < familyLimit; f++ {
 			if f == unix.AF_INET || f == unix.AF_INET6 || f == unix.AF_UNIX && (rs.unixSockets || rs.unixGuard) {
