@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"octosup/jail/helper"
@@ -594,4 +596,26 @@ func TestStalledConnectsAreBounded(t *testing.T) {
 			t.Fatalf("after a restart: %s, want %s", got, want)
 		}
 	})
+}
+
+// TestConnectFloodIsThrottled: connects the guard decides spend from its
+// budget like every other call it answers (budget.go): an app that
+// connects in a loop from four threads is throttled, and the daemon says
+// so. The connects, answered on goroutines of their own, spent nothing.
+func TestConnectFloodIsThrottled(t *testing.T) {
+	dir := runtimeDir(t)
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-0"}
+	core, logged := observer.New(zap.InfoLevel)
+	h := newHarness(t)
+	h.l = NewLauncher(Config{HelperPath: h.helper, Log: zap.New(core)})
+	app := h.probeApp("flood", "connect_flood", filepath.Join(dir, "not-granted"), "4", "2000")
+	app.Sandbox.Sockets = []string{"wayland"}
+	o := h.runApp(app, env, nil)
+	if o.err != nil {
+		t.Fatalf("jail did not start: %v", o.err)
+	}
+	t.Logf("the app: %s", o.out)
+	if logged.FilterMessageSnippet("guard throttled").Len() == 0 {
+		t.Fatalf("2 s of connects from 4 threads (%s) were never throttled", o.out)
+	}
 }

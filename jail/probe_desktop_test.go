@@ -50,6 +50,8 @@ func desktopProbe(action string, a []string) (out string, err error, known bool)
 		out, err = connectLoop(a[0], atoi(a[1]))
 	case "connect_signalled":
 		out, err = connectSignalled(a[0], atoi(a[1]))
+	case "connect_flood":
+		out, err = connectFlood(a[0], atoi(a[1]), time.Duration(atoi(a[2]))*time.Millisecond)
 	case "connect_stall":
 		out, err = connectStall(a[0], atoi(a[1]), atoi(a[2]))
 	case "netlink_groups":
@@ -180,6 +182,30 @@ func connectSignalled(path string, n int) (string, error) {
 		return "ok", nil
 	}
 	return fmt.Sprintf("ok=%d failed=%v", ok, failed), nil
+}
+
+// connectFlood connects unix stream sockets to path from n threads in a
+// loop for d, and prints how many connects were made.
+func connectFlood(path string, n int, d time.Duration) (string, error) {
+	var calls atomic.Int64
+	end := time.Now().Add(d)
+	done := make(chan struct{})
+	for range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for time.Now().Before(end) {
+				if fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+					unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+					unix.Close(fd)
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	for range n {
+		<-done
+	}
+	return fmt.Sprintf("calls %d", calls.Load()), nil
 }
 
 // connectStall starts n threads that each connect a unix stream socket to
