@@ -52,17 +52,35 @@ func (l ResourceLimits) Set() [][2]string {
 	return out
 }
 
+// Unheld lists the limits the entry sets (Set) that nothing would hold
+// where have says which controllers a process's cgroup has: a tasks_max
+// without the pids controller is still held by RLIMIT_NPROC, except for
+// a root daemon's apps (root), which the kernel exempts from it.
+func (l ResourceLimits) Unheld(have func(controller string) bool, root bool) [][2]string {
+	var out [][2]string
+	for _, kv := range l.Set() {
+		if have(LimitController(kv[0])) || kv[0] == "tasks_max" && !root {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// LimitControllers are the cgroup controllers the limits use, in the
+// order the daemon enables them.
+func LimitControllers() []string { return []string{"memory", "pids", "cpu", "io"} }
+
 // CheckLimitsHost warns of each limit an entry sets that this host
 // cannot hold: its controller is not among have, what the cgroup v2
 // hierarchy mounted at where offers (its root's cgroup.controllers; where
-// is "" when none is mounted). A tasks_max is still held without the pids
-// controller by RLIMIT_NPROC, except for a root daemon (root says so).
+// is "" when none is mounted), as Unheld says.
 // Like CheckPrograms these are warnings about the machine, never errors:
 // the daemon refuses to start an app whose hard limit it cannot hold, and
 // runs one without a weight it cannot apply.
 func (m *Manifest) CheckLimitsHost(have map[string]bool, where string, root bool) []Problem {
 	var offered []string
-	for _, c := range []string{"memory", "pids", "cpu", "io"} {
+	for _, c := range LimitControllers() {
 		if have[c] {
 			offered = append(offered, c)
 		}
@@ -75,12 +93,9 @@ func (m *Manifest) CheckLimitsHost(have map[string]bool, where string, root bool
 	}
 	var warns []Problem
 	for _, a := range m.Apps {
-		for _, kv := range a.Limits.Set() {
+		for _, kv := range a.Limits.Unheld(func(c string) bool { return have[c] }, root) {
 			name, value := kv[0], kv[1]
 			ctl := LimitController(name)
-			if have[ctl] || (name == "tasks_max" && !root) {
-				continue
-			}
 			p := Problem{App: a.ID, Field: "limits." + name}
 			if HardLimit(name) {
 				p.Message = fmt.Sprintf("%s %s cannot be held here: %s; the daemon will refuse to start the app", name, value, lacks(ctl))

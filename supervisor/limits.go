@@ -13,10 +13,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"octosup/internal/cgroupfs"
 	"octosup/jail"
 	"octosup/policy"
-
-	"octosup/internal/cgroupfs"
 )
 
 // The manifest's limits (docs/limits.md) are written into each process's
@@ -38,10 +37,6 @@ const (
 // daemonLeaf is the leaf the daemon moves itself into; no app leaf has
 // this name (theirs are "<id>.<random>").
 const daemonLeaf = "daemon"
-
-// limitControllers are the controllers the limits use, in the order
-// enableControllers turns them on.
-var limitControllers = []string{"memory", "pids", "cpu", "io"}
 
 // LimitsReport says which of an app's limits took for its process, as
 // jail.Report says which layers did. Missing names the controller of each
@@ -224,21 +219,14 @@ func systemTasks(loadavg string) (int, error) {
 
 // unheldLimits names the hard limits the entry sets that nothing will
 // hold, as "memory_max 32M", given what the leaf took (rep, before the
-// spawn) and whether the daemon is root: a tasks_max without the pids
-// controller is held by RLIMIT_NPROC, which the kernel does not apply to
-// root's processes.
+// spawn: a limit the entry set is missing when its controller did not
+// take it) and whether the daemon is root (policy.ResourceLimits.Unheld).
 func unheldLimits(lim policy.ResourceLimits, rep LimitsReport, root bool) []string {
 	var out []string
-	for _, w := range limitWrites(lim, false) {
-		if !w.asked || !policy.HardLimit(w.limit) {
-			continue
-		}
-		missing := slices.Contains(rep.Missing, "limits."+policy.LimitController(w.limit))
-		if w.limit == "tasks_max" {
-			missing = !rep.heldByPids() && root
-		}
-		if missing {
-			out = append(out, w.limit+" "+w.shown)
+	took := func(ctl string) bool { return !slices.Contains(rep.Missing, "limits."+ctl) }
+	for _, kv := range lim.Unheld(took, root) {
+		if policy.HardLimit(kv[0]) {
+			out = append(out, kv[0]+" "+kv[1])
 		}
 	}
 	return out
@@ -285,13 +273,14 @@ func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 	avail := cgroupfs.Words(filepath.Join(own, "cgroup.controllers"))
 	var want []string
 	var whys []string
-	for _, c := range limitControllers {
+	all := policy.LimitControllers()
+	for _, c := range all {
 		if avail[c] {
 			want = append(want, c)
 		}
 	}
-	if len(want) < len(limitControllers) {
-		whys = append(whys, fmt.Sprintf("%s offers %s of %s (cgroup.controllers)", own, orNone(want), strings.Join(limitControllers, ", ")))
+	if len(want) < len(all) {
+		whys = append(whys, fmt.Sprintf("%s offers %s of %s (cgroup.controllers)", own, orNone(want), strings.Join(all, ", ")))
 	}
 	have = map[string]bool{}
 	if len(want) == 0 {
