@@ -45,12 +45,7 @@ func (f *feed) detach(s *KernelSession) {
 	if f.waiting == s {
 		// Never started: what was held for it is refused (a request
 		// checks f.kernel) or dropped, as for a detached kernel.
-		f.waiting = nil
-		held := f.held
-		f.held = nil
-		for _, call := range held {
-			call()
-		}
+		f.release()
 	}
 	if f.kernel == s {
 		f.kernel = nil
@@ -85,29 +80,28 @@ func (f *feed) deliver(n relayNote) {
 // request hands kr to s, which must still be the kernel; refused hears
 // why it could not take it.
 func (f *feed) request(s *KernelSession, kr KernelRequest, refused func(error)) {
-	f.in.post(func() {
-		call := func() {
-			if f.kernel != s {
-				refused(ErrKernelDetached)
-			} else if err := s.k.Request(kr); err != nil {
-				refused(err)
-			}
+	f.toKernel(func() {
+		if f.kernel != s {
+			refused(ErrKernelDetached)
+		} else if err := s.k.Request(kr); err != nil {
+			refused(err)
 		}
-		if f.waiting == s {
-			f.held = append(f.held, call)
-			return
-		}
-		call()
 	})
 }
 
 func (f *feed) contextClosed(app, contextID, reason string) {
-	f.in.post(func() {
-		call := func() {
-			if f.kernel != nil {
-				f.kernel.k.ContextClosed(app, contextID, reason)
-			}
+	f.toKernel(func() {
+		if f.kernel != nil {
+			f.kernel.k.ContextClosed(app, contextID, reason)
 		}
+	})
+}
+
+// toKernel posts call, a call to the kernel, which runs on the feed at
+// once or, while a held session waits for its Start, once it starts or
+// goes (release).
+func (f *feed) toKernel(call func()) {
+	f.in.post(func() {
 		if f.waiting != nil {
 			f.held = append(f.held, call)
 			return
@@ -116,18 +110,23 @@ func (f *feed) contextClosed(app, contextID, reason string) {
 	})
 }
 
-// start makes a held session the kernel, then runs what was held for it.
-func (f *feed) start(s *KernelSession) {
-	if f.waiting != s {
-		return
-	}
+// release ends the wait of a held session: what was held runs, in order.
+func (f *feed) release() {
 	f.waiting = nil
-	f.attach(s)
 	held := f.held
 	f.held = nil
 	for _, call := range held {
 		call()
 	}
+}
+
+// start makes a held session the kernel, then runs what was held for it.
+func (f *feed) start(s *KernelSession) {
+	if f.waiting != s {
+		return
+	}
+	f.attach(s)
+	f.release()
 }
 
 // sync returns once what was posted to the feed before it was called:
