@@ -127,10 +127,7 @@ func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 		return false
 	}
 	refuse := func(errno unix.Errno) bool {
-		resp := seccomp.ScmpNotifResp{ID: req.ID, Error: int32(errno)}
-		if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
-			g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
-		}
+		g.answerConnect(seccomp.ScmpFd(g.f.Fd()), &seccomp.ScmpNotifResp{ID: req.ID, Error: int32(errno)})
 		return true
 	}
 	select {
@@ -150,13 +147,20 @@ func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 		defer unix.Close(fd)
 		start := time.Now()
 		resp := g.decideOn(seccomp.ScmpFd(fd), req)
-		if err := seccomp.NotifRespond(seccomp.ScmpFd(fd), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
-			g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
-		}
+		g.answerConnect(seccomp.ScmpFd(fd), &resp)
 		now := time.Now()
 		g.spend(now, now.Sub(start))
 	}()
 	return true
+}
+
+// answerConnect answers a connect off Serve's own step, on the listener
+// fd; a caller gone meanwhile (ENOENT) is no failure, and any other is
+// logged, since Serve goes on.
+func (g *Guard) answerConnect(fd seccomp.ScmpFd, resp *seccomp.ScmpNotifResp) {
+	if err := seccomp.NotifRespond(fd, resp); err != nil && !errors.Is(err, unix.ENOENT) {
+		g.log.Warn("guard: respond to a connect", zap.String("app", g.spec.App), zap.Error(err))
+	}
 }
 
 // connect decides one connect (see above) and makes it.
