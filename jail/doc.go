@@ -73,12 +73,16 @@
 //
 // A Guard (guard.go) is served by Serve on a goroutine its caller owns,
 // for the app's life; it answers the app's notified calls in line, one at
-// a time, and pauses when the app's budget of the daemon's CPU is spent
-// (budget.go). A connect it hands to a goroutine of its own (at most 16
-// per app at once, guard_connect.go), with its own copy of the listener:
-// that goroutine ends when its connect does, which the kernel bounds, and
-// Serve does not wait for it. The file facts (facts.go) are shared by
-// every Spec call under one mutex, never held across a read of the disk.
+// a time, but for connects, and pauses when the app's budget of the
+// daemon's CPU is spent (budget.go). A connect it hands to a goroutine of
+// its own, with its own copy of the listener, never makes one in line:
+// the goroutine ends when its connect does, which nothing bounds for a
+// listener that never accepts, so each holds one of the app's 16 slots,
+// kept across its processes and restarts (Launcher.connectSlots, under
+// the Launcher's slotsMu), and past them a connect is EAGAIN. Serve does
+// not wait for those goroutines; they spend from the Guard's budget under
+// its spentMu. The file facts (facts.go) are shared by every Spec call
+// under one mutex, never held across a read of the disk.
 //
 // docs/jail.md is the full account: what an app can and cannot do layer by
 // layer, what each manifest field changes, older kernels, known limits,
