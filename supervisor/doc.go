@@ -47,7 +47,12 @@
 // own (the launcher calls setsid; a process that does not is killed and
 // its start fails), gets a hub socketpair as fd 3 (handed to the LinkHandler once the
 // process runs) and a pipe per output stream, read line by line (at most 4
-// KiB a line) into a bounded per-app ring and the daemon's log.
+// KiB a line) into a bounded per-app ring and the daemon's log. Lines and
+// state moves are numbered as they happen (LogLine.Seq, AppStatus.Seq,
+// one count each for the supervisor) and published in that order: a line
+// under its ring's lock, a move under the supervisor's, neither of which
+// a subscriber's channel send (non-blocking) can hold up. A follower
+// goes by those numbers, never by the clock.
 //
 // A process's death is noticed at once without a thread per child: its
 // pidfd is non-blocking and parked in Go's netpoller. The app's runner
