@@ -14,7 +14,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"octosup/configs"
+	"octosup/configs/schema"
 )
 
 // base is the $id prefix every schema of configs/schema shares.
@@ -35,8 +35,8 @@ func Load() (*Schemas, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	var answer, request map[string]any
-	for _, name := range configs.WireSchemas() {
-		b, err := configs.WireSchema(name)
+	for _, name := range schema.Names() {
+		b, err := schema.File(name)
 		if err != nil {
 			return nil, err
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"octosup/configs"
+	"octosup/configs/schema"
 	"octosup/control"
 )
 
@@ -309,11 +309,11 @@ func TestJailGrantsFitTheSchema(t *testing.T) {
 // TestSchemasNameTheirProtocol: each schema file says which protocol
 // version it describes, the one hello answers.
 func TestSchemasNameTheirProtocol(t *testing.T) {
-	for _, name := range configs.WireSchemas() {
+	for _, name := range schema.Names() {
 		var s struct {
 			Comment string `json:"$comment"`
 		}
-		b, err := configs.WireSchema(name)
+		b, err := schema.File(name)
 		if err != nil {
 			t.Fatal(err)
 		}

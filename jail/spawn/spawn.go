@@ -183,19 +183,6 @@ func (in *Input) Free() {
 	in.p, in.n = nil, 0
 }
 
-// Check says whether b is an input the helper takes (ocs_check): a
-// version of its own, every offset inside it.
-func Check(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	// ocs_check wants it 8-aligned, as the helper's mapping of its memfd is.
-	p := C.malloc(C.size_t(len(b)))
-	defer C.free(p)
-	copy(unsafe.Slice((*byte)(p), len(b)), b)
-	return C.ocs_check(p, C.uint64_t(len(b))) == 0
-}
-
 // Status is where the sequence stopped and the errno of that step.
 type Status struct {
 	Step  Step
