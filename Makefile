@@ -77,6 +77,10 @@ lint:
 	$(GO) tool staticcheck $(PKGS)
 	@# Without the tests: code only the tests use is dead in the binaries.
 	$(GO) tool staticcheck -tests=false $(PKGS)
+	@# Every function a main package (the binaries, bench, chaos, the
+	@# examples) cannot reach; code for the tests lives in their packages.
+	@out=$$($(GO) tool deadcode $$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' $(PKGS))); \
+		if [ -n "$$out" ]; then echo "deadcode:"; echo "$$out"; exit 1; fi
 	@# verify wants a user manager's runtime dir and the ExecStart binaries
 	@# in place: give it a throwaway home, and treat any output as failure
 	@# (it exits 0 on warnings).

@@ -280,22 +280,6 @@ func (l *ledger) Open() (n int, latest time.Time) {
 	return n, latest
 }
 
-// OpenCalls returns up to n accepted calls without an outcome.
-func (l *ledger) OpenCalls(n int) []callSpec {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []callSpec
-	for _, r := range l.calls {
-		if len(out) == n {
-			break
-		}
-		if r.accepts > 0 && r.finishes == 0 {
-			out = append(out, r.spec)
-		}
-	}
-	return out
-}
-
 // ConnNote records what happened to a kernel connection.
 func (l *ledger) ConnNote(connID int, format string, args ...any) {
 	l.mu.Lock()

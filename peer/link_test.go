@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/peer/internal/frame"
+	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -222,7 +223,7 @@ func TestFramingOnLink(t *testing.T) {
 	// Many frames in one write, and one frame split over many writes.
 	var batch bytes.Buffer
 	for i := range 50 {
-		line, _ := frame.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
+		line, _ := frametest.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
 			Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 		batch.Write(line)
 	}
@@ -230,7 +231,7 @@ func TestFramingOnLink(t *testing.T) {
 	for i := range 50 {
 		a.okReply(fmt.Sprintf("b%d", i))
 	}
-	line, _ := frame.EncodeUp(&frame.Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
+	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 	for _, b := range line {
 		a.write(string([]byte{b}))
 	}
@@ -299,7 +300,7 @@ func TestConsentOnce(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	var batch bytes.Buffer
 	for i := range 20 {
-		line, _ := frame.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
+		line, _ := frametest.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
 		batch.Write(line)
 	}
 	a.write(batch.String())
@@ -448,7 +449,7 @@ func runChild() int {
 	m.Attach(notesApp("notes"), os.NewFile(uintptr(fds[0]), "hub"))
 	app := os.NewFile(uintptr(fds[1]), "app")
 	defer app.Close()
-	line, _ := frame.EncodeUp(&frame.Request{ReqID: "x", Method: policy.MethodSessionOpen})
+	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "x", Method: policy.MethodSessionOpen})
 	app.Write(line)
 	r := frame.NewReader(app, frame.MaxFrame)
 	got, err := r.Next()
@@ -456,7 +457,7 @@ func runChild() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	d, err := frame.DecodeDown(got)
+	d, err := frametest.DecodeDown(got)
 	if rp, ok := d.(*frame.Reply); err == nil && ok && rp.OK {
 		var data struct {
 			ContextID string `json:"context_id"`
@@ -633,7 +634,7 @@ func TestFloodNeverReads(t *testing.T) {
 	other := h.attach(notesApp("other"))
 	h.grant(flood)
 	h.grant(other)
-	line, _ := frame.EncodeUp(&frame.Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
+	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
 	batch := bytes.Repeat(line, 256)
 	errc := make(chan error, 1)
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
+	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -124,7 +125,7 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 	// Released: the stuck app gets its frames, then its context.
 	release()
 	for {
-		d, err := frame.DecodeDown(stuck.nextLine())
+		d, err := frametest.DecodeDown(stuck.nextLine())
 		if r, ok := d.(*frame.Reply); err == nil && ok {
 			if !r.OK {
 				t.Fatalf("session.open after the stall: %v", r.Error)

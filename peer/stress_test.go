@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
+	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -94,7 +95,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 				if err != nil {
 					return
 				}
-				d, err := frame.DecodeDown(line)
+				d, err := frametest.DecodeDown(line)
 				l.mu.Lock()
 				switch f := d.(type) {
 				case *frame.Reply:
@@ -141,7 +142,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 			var ctxs []string // contexts this app opened, as far as it knows
 			send := func(id, method string, args any) {
 				b, _ := json.Marshal(args)
-				line, _ := frame.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: b})
+				line, _ := frametest.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: b})
 				a.conn.Write(line)
 			}
 			for n := range perApp {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/peer/internal/frame"
+	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -58,7 +59,7 @@ func (a *testApp) framesUntilSync() []string {
 	var out []string
 	for {
 		line := a.nextLine()
-		if d, err := frame.DecodeDown(line); err == nil {
+		if d, err := frametest.DecodeDown(line); err == nil {
 			if r, ok := d.(*frame.Reply); ok && r.ReqID == id {
 				if r.OK || r.Error.Code != frame.CodeUnknownContext {
 					a.t.Fatalf("sync reply %s", line)
@@ -118,7 +119,7 @@ func cancelLine(id, reason string) string {
 // result writes a tool_result.
 func (a *testApp) result(r *frame.ToolResult) {
 	a.t.Helper()
-	b, err := frame.EncodeUp(r)
+	b, err := frametest.EncodeUp(r)
 	if err != nil {
 		a.t.Fatal(err)
 	}

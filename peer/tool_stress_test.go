@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"octosup/peer/internal/frame"
+	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -36,7 +37,7 @@ func (s *scriptedApp) fail(format string, args ...any) {
 }
 
 func (s *scriptedApp) send(f frame.Up) bool {
-	b, _ := frame.EncodeUp(f)
+	b, _ := frametest.EncodeUp(f)
 	_, err := s.a.conn.Write(b)
 	return err == nil
 }
@@ -51,7 +52,7 @@ func (s *scriptedApp) run() {
 		if err != nil {
 			return // killed
 		}
-		d, err := frame.DecodeDown(line)
+		d, err := frametest.DecodeDown(line)
 		if err != nil {
 			s.fail("bad frame %q", line)
 			return

@@ -53,46 +53,6 @@ func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 	return up, false, nil
 }
 
-// DecodeUp decodes a line that must be an app → daemon peer-link frame.
-func DecodeUp(line []byte) (Up, error) {
-	up, pass, err := ParseLine(line)
-	if err != nil {
-		return nil, err
-	}
-	if pass {
-		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
-	}
-	return up, nil
-}
-
-// DecodeDown decodes a daemon → app peer-link frame with the same
-// strictness the daemon applies to apps. The daemon never reads such a
-// frame: the tests, playing the app, do.
-func DecodeDown(line []byte) (Down, error) {
-	sc := scratches.Get().(*scratch)
-	defer sc.release()
-	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
-	if err != nil {
-		return nil, &FrameError{Reason: frameJSONError(line, err).Error()}
-	}
-	env, ok := fields(top).get(Envelope)
-	if !ok {
-		return nil, &FrameError{Reason: "not a peer-link frame: no " + Envelope + " member"}
-	}
-	if len(top) > 1 {
-		return nil, &FrameError{Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope))}
-	}
-	o := object{where: Envelope, m: members}
-	if env[0] != '{' {
-		o.err = errors.New(Envelope + ": want an object")
-	}
-	d, err := decodeDown(&o)
-	if err != nil {
-		return nil, &FrameError{Reason: err.Error()}
-	}
-	return d, nil
-}
-
 // scratch holds the members of one line while it is decoded; the
 // decoded frame keeps copies.
 type scratch struct {
@@ -314,18 +274,6 @@ func (o *object) boolean(name string, required bool) bool {
 	return false
 }
 
-func (o *object) integer(name string, required bool) int64 {
-	v, ok := o.take(name, required)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		o.fail("%q: want an integer", name)
-	}
-	return n
-}
-
 // raw takes a member of any JSON type.
 func (o *object) raw(name string, required bool) json.RawMessage {
 	v, _ := o.take(name, required)
@@ -386,7 +334,7 @@ func decodeUp(o *object) (Up, error) {
 		return r, nil
 	case t == TypeToolResult:
 		r := &ToolResult{CallID: o.id("call_id", true)}
-		if err := resultForm(o, "awaiting_confirmation", &r.AwaitingConfirmation, &r.OK, &r.Data, &r.Error); err != nil {
+		if err := toolOutcome(o, r); err != nil {
 			return nil, err
 		}
 		return r, nil
@@ -395,79 +343,36 @@ func decodeUp(o *object) (Up, error) {
 	}
 }
 
-// resultForm reads the outcome members shared by tool_result (with
-// awaiting_confirmation) and reply (extra == ""): exactly one of
-// {extra: true}, {ok: true, data?}, {ok: false, error}.
-func resultForm(o *object, extra string, awaiting *bool, ok *bool, data *json.RawMessage, e **Error) error {
-	if extra != "" && o.has(extra) {
-		*awaiting = o.boolean(extra, true)
-		if o.err == nil && !*awaiting {
-			o.fail("%q: only true is meaningful; send ok instead", extra)
+// toolOutcome reads a tool_result's outcome: exactly one of
+// {awaiting_confirmation: true}, {ok: true, data?}, {ok: false, error}.
+func toolOutcome(o *object, r *ToolResult) error {
+	const awaiting = "awaiting_confirmation"
+	if o.has(awaiting) {
+		r.AwaitingConfirmation = o.boolean(awaiting, true)
+		if o.err == nil && !r.AwaitingConfirmation {
+			o.fail("%q: only true is meaningful; send ok instead", awaiting)
 		}
 		for _, n := range []string{"ok", "data", "error"} {
 			if o.has(n) {
-				o.fail("%q cannot go with %q", n, extra)
+				o.fail("%q cannot go with %q", n, awaiting)
 			}
 		}
 		return o.done()
 	}
-	*ok = o.boolean("ok", true)
+	r.OK = o.boolean("ok", true)
 	if o.err != nil {
 		return o.err
 	}
-	if *ok {
-		*data = bytes.Clone(o.raw("data", false))
+	if r.OK {
+		r.Data = bytes.Clone(o.raw("data", false))
 		if o.has("error") {
 			o.fail(`"error" cannot go with "ok": true`)
 		}
 	} else {
-		*e = o.wireError("error", true)
+		r.Error = o.wireError("error", true)
 		if o.has("data") {
 			o.fail(`"data" cannot go with "ok": false`)
 		}
 	}
 	return o.done()
-}
-
-// decodeDown decodes the envelope's members, copied as decodeUp's.
-func decodeDown(o *object) (Down, error) {
-	var d Down
-	switch t := o.str("type", true); {
-	case o.err != nil:
-		return nil, o.err
-	case t == TypeReply:
-		r := &Reply{ReqID: o.id("req_id", true)}
-		var unused bool
-		if err := resultForm(o, "", &unused, &r.OK, &r.Data, &r.Error); err != nil {
-			return nil, err
-		}
-		return r, nil
-	case t == TypeEvent:
-		d = &Event{ReqID: o.id("req_id", true), Event: bytes.Clone(o.raw("event", true))}
-	case t == TypeToolCall:
-		d = &ToolCall{
-			CallID:          o.id("call_id", true),
-			Name:            o.str("name", true),
-			Args:            bytes.Clone(o.obj("args", true)),
-			Risk:            o.str("risk", true),
-			ConfirmRequired: o.boolean("confirm_required", true),
-			TimeoutMS:       o.integer("timeout_ms", true),
-			Account:         o.str("account", true),
-			ContextID:       o.id("context_id", true),
-			Client:          o.str("client", true),
-			Caller:          o.str("caller", true),
-		}
-	case t == TypeToolCancel:
-		d = &ToolCancel{CallID: o.id("call_id", true), Reason: o.str("reason", true)}
-	case t == TypeContextClosed:
-		d = &ContextClosed{ContextID: o.id("context_id", true), Reason: o.str("reason", true)}
-	case t == TypeError:
-		d = &ErrorFrame{Code: o.str("code", true), Message: o.str("message", true), ReqID: o.id("req_id", false)}
-	default:
-		return nil, fmt.Errorf("%s: unknown type %q", Envelope, t)
-	}
-	if err := o.done(); err != nil {
-		return nil, err
-	}
-	return d, nil
 }

@@ -8,8 +8,10 @@
 // ignored: identity comes from the socket, so a frame that names an app
 // or an account must fail rather than be half-read. Reader splits a hub
 // into lines under a size cap; ParseLine tells a peer-link frame from a
-// pass-through one; EncodeDown and EncodeUp write the golden bytes of
-// testdata/golden.
+// pass-through one; EncodeDown writes the golden bytes of
+// testdata/golden. The app's side (encoding up frames, decoding down
+// ones), which the daemon never plays, is package frametest, a second
+// implementation on encoding/json/v2 for the tests.
 //
 // It is internal to peer: the daemon and the apps speak the wire, not
 // this package.

@@ -62,31 +62,6 @@ func EncodeDown(f Down) ([]byte, error) {
 	return e.finish()
 }
 
-// EncodeUp encodes an app → daemon frame as one line. The daemon never
-// writes such a frame: the tests, playing the app, do.
-func EncodeUp(f Up) ([]byte, error) {
-	switch f := f.(type) {
-	case *Request:
-		e := newEnc(TypeRequest, 128)
-		e.str("req_id", f.ReqID)
-		e.str("method", f.Method)
-		if f.Args != nil {
-			e.raw("args", f.Args, true)
-		}
-		return e.finish()
-	case *ToolResult:
-		e := newEnc(TypeToolResult, 128)
-		e.str("call_id", f.CallID)
-		if f.AwaitingConfirmation {
-			e.boolean("awaiting_confirmation", true)
-		} else {
-			e.outcome(f.OK, f.Data, f.Error)
-		}
-		return e.finish()
-	}
-	return nil, fmt.Errorf("encode: unknown up frame %T", f)
-}
-
 type enc struct {
 	b   []byte
 	err error
