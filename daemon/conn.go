@@ -81,8 +81,9 @@ func (c *Conn) runCloseHooks() {
 }
 
 // event queues an encoded event line without blocking; a connection over
-// its bounds is dropped (the writer fails). line is not kept (a
-// published line goes to many). It reports whether the line was queued.
+// its bounds is dropped (the writer fails). line is kept until written
+// and never changed (a published line goes to many). It reports whether
+// the line was queued.
 func (c *Conn) event(line []byte) bool {
 	return c.w.Put(line, linewriter.Opt{Now: true}) == nil
 }

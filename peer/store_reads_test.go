@@ -2,6 +2,7 @@ package peer
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,11 +46,20 @@ func TestConsentReadOffTheLock(t *testing.T) {
 // delivered under the new rule instead of raising a sheet.
 func TestRuleReadOffTheLock(t *testing.T) {
 	h, relay := newToolHarness(t, nil)
+	// The hook is set once, before any call: a rule read of an earlier
+	// call may still run on the store serial when the next stage's is
+	// chosen.
+	var stage atomic.Pointer[func()]
+	h.m.afterRuleRead = func() {
+		if f := stage.Load(); f != nil {
+			(*f)()
+		}
+	}
 	a, ctx := h.toolApp(toolEntry("notes"))
 	h.call("notes", kc(ctx, "c0", "notes.append", RiskWrite, ConfirmHost))
 	sheet := h.events.nextApproval(t)
 	var once sync.Once
-	h.m.afterRuleRead = func() {
+	approve := func() {
 		once.Do(func() {
 			// Takes m.mu: a read under it would deadlock here.
 			if err := h.m.Approve(sheet.ApprovalID, policy.Allow, true); err != nil {
@@ -57,6 +67,7 @@ func TestRuleReadOffTheLock(t *testing.T) {
 			}
 		})
 	}
+	stage.Store(&approve)
 	h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmHost))
 	if s := h.events.nextApproval(t); s.ApprovalID != sheet.ApprovalID || s.State != ApprovalAllowed {
 		t.Fatalf("settled %+v", s)
@@ -67,13 +78,14 @@ func TestRuleReadOffTheLock(t *testing.T) {
 	expectRelay(t, relay, "ack notes c0", "ack notes c1")
 	// And a revoke in the same place: the next call asks again.
 	var once2 sync.Once
-	h.m.afterRuleRead = func() {
+	revoke := func() {
 		once2.Do(func() {
 			if _, err := h.m.RevokeRules("notes", "notes.append"); err != nil {
 				t.Errorf("revoke: %v", err)
 			}
 		})
 	}
+	stage.Store(&revoke)
 	h.call("notes", kc(ctx, "c2", "notes.append", RiskWrite, ConfirmHost))
 	if s := h.events.nextApproval(t); s.CallID != "c2" || s.State != ApprovalPending {
 		t.Fatalf("after the revoke: %+v", s)

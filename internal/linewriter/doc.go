@@ -2,9 +2,11 @@
 // sockets: an app's hub (package peer) and a control connection (package
 // daemon) each have one Writer.
 //
-// A Writer keeps the lines waiting for its socket back to back in one
-// buffer, bounded in lines and bytes, and writes them in the order their
-// Put took the queue lock, each burst in one write(2):
+// A Writer is a mutex, a slice of the lines waiting for its socket
+// (bounded in lines and bytes; a line is kept as it was put, not
+// copied), a kick channel and the one goroutine that blocks on the
+// socket (Run). It writes the lines in the order their Put took the
+// queue lock, each burst in one writev(2) (net.Buffers):
 //
 //	w := linewriter.New(conn, linewriter.Config{WriteTimeout: 10 * time.Second,
 //		MaxLines: 1024, MaxBytes: 8 << 20, OnFail: func(f *linewriter.Failure) { conn.Close() }})
@@ -17,7 +19,8 @@
 //
 //   - No lock is held across a write. A line put with Opt.Now while the
 //     socket is idle is written by its caller at once, non-blocking and
-//     off the lock (one wake-up of the loop saved per quiet round trip);
+//     off the lock (one wake-up of the loop saved per quiet round trip;
+//     what a Release finds queued goes the same way);
 //     what the socket does not take goes to the loop, which is the only
 //     one that blocks on the socket, bounded by Config.WriteTimeout.
 //   - Opt.Then runs under the queue lock right after the line is queued:

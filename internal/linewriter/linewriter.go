@@ -101,8 +101,9 @@ func (e *BeforeError) Unwrap() error { return e.Err }
 type Queue struct{ w *Writer }
 
 // Put queues another line behind the one being put, in the same step. It
-// counts toward the bounds but is never refused.
-func (q *Queue) Put(line []byte) { q.w.appendLocked(line) }
+// counts toward the bounds but is never refused. The writer keeps line,
+// as Writer.Put does.
+func (q *Queue) Put(line []byte) { q.w.queueLocked(withNewline(line)) }
 
 // writeBatch caps the bytes of one blocking write: the deadline is
 // checked (and moved) between them.
@@ -113,31 +114,23 @@ type Writer struct {
 	conn net.Conn
 	raw  syscall.RawConn // nil: every line goes through the loop
 	cfg  Config
+	kick chan struct{} // wakes the loop (capacity 1)
+	quit chan struct{} // closed by Close, Abort or a failure
 
 	// mu guards the fields below; it is never held across a write.
-	mu      sync.Mutex
-	pending []byte // queued lines, back to back
-	lines   int    // lines in pending
+	mu     sync.Mutex
+	lines  [][]byte // queued, each ending in its newline
+	queued int      // bytes in lines
 	// out and outLines are what a writer (the loop or a direct writer)
 	// took and has not written yet; writing says one holds the socket.
 	out, outLines int
 	writing       bool
-	spare         []byte // the buffer a direct write gave back
+	spare         [][]byte // the slice the last writer gave back
 	held          int
-	closed        bool // Close: nothing more is taken; the loop writes the rest
-	done          bool // failed or aborted: nothing more is written
-	room          chan struct{}
-	quitClosed    bool
+	closed        bool          // Close: nothing more is taken; the loop writes the rest
+	done          bool          // failed or aborted: nothing more is written
+	room          chan struct{} // closed when room is made; nil while nobody waits
 
-	// afterTake, when a test sets it before Run, runs each time the loop
-	// took the queue, before it writes.
-	afterTake func()
-	// duringDirect, when a test sets it, runs in a direct write between
-	// taking the queue and writing it, off the lock.
-	duringDirect func()
-
-	kick     chan struct{} // wakes the loop (capacity 1)
-	quit     chan struct{} // closed by Close, Abort or a failure
 	failOnce sync.Once
 }
 
@@ -150,12 +143,15 @@ func New(conn net.Conn, cfg Config) *Writer {
 	return w
 }
 
-// Put queues line; a newline is added when it lacks one. It never blocks
-// but for room with Opt.Wait. A nil error means queued (or written).
+// Put queues line; a newline is added when it lacks one (to a copy). It
+// never blocks but for room with Opt.Wait. A nil error means queued (or
+// written). The writer keeps line until it is written, and never changes
+// its bytes: the caller must not change them either (one published line
+// may go to many writers).
 func (w *Writer) Put(line []byte, o Opt) error {
-	size := lineSize(line)
+	line = withNewline(line)
 	w.mu.Lock()
-	if err := w.admitLocked(size, o); err != nil {
+	if err := w.admitLocked(len(line), o); err != nil {
 		return err // admit unlocked
 	}
 	if o.Before != nil {
@@ -164,8 +160,8 @@ func (w *Writer) Put(line []byte, o Opt) error {
 			return &BeforeError{Err: err}
 		}
 	}
-	idle := len(w.pending) == 0 && !w.writing && w.held == 0
-	w.appendLocked(line)
+	idle := len(w.lines) == 0 && !w.writing && w.held == 0
+	w.queueLocked(line)
 	if o.Then != nil {
 		o.Then(&Queue{w})
 	}
@@ -174,12 +170,21 @@ func (w *Writer) Put(line []byte, o Opt) error {
 	}
 	// Under a Hold the loop starts only on a queue grown past a batch
 	// (or a quarter of the line bound).
-	kick := w.held == 0 || (w.cfg.MaxLines > 0 && w.lines >= max(1, w.cfg.MaxLines/4)) || len(w.pending) >= writeBatch
+	kick := w.held == 0 || (w.cfg.MaxLines > 0 && len(w.lines) >= max(1, w.cfg.MaxLines/4)) || w.queued >= writeBatch
 	w.mu.Unlock()
 	if kick {
 		w.wake()
 	}
 	return nil
+}
+
+// withNewline is line ending in a newline; one is added to a copy, so
+// that nothing is written into the caller's spare capacity.
+func withNewline(line []byte) []byte {
+	if len(line) > 0 && line[len(line)-1] == '\n' {
+		return line
+	}
+	return append(line[:len(line):len(line)], '\n')
 }
 
 // admitLocked checks the bounds for a line of size bytes, waiting for
@@ -191,7 +196,7 @@ func (w *Writer) admitLocked(size int, o Opt) error {
 			w.mu.Unlock()
 			return ErrClosed
 		}
-		lines, bytes := w.lines+w.outLines, len(w.pending)+w.out
+		lines, bytes := len(w.lines)+w.outLines, w.queued+w.out
 		if sl, sb := w.soft(); o.Soft && over(lines, bytes+size, sl, sb) {
 			w.mu.Unlock()
 			return &Full{Lines: lines, Bytes: bytes, Next: size}
@@ -212,7 +217,7 @@ func (w *Writer) admitLocked(size int, o Opt) error {
 		room := w.room
 		w.mu.Unlock()
 		select {
-		case <-room: // the loop took the queue, or the writer ended
+		case <-room: // a write made room, or the writer ended
 		case <-o.Wait:
 			return ErrClosed
 		}
@@ -238,62 +243,78 @@ func over(lines, bytes, maxLines, maxBytes int) bool {
 	return (maxLines > 0 && lines >= maxLines) || (maxBytes > 0 && bytes > maxBytes)
 }
 
-func lineSize(line []byte) int {
-	if len(line) > 0 && line[len(line)-1] == '\n' {
-		return len(line)
-	}
-	return len(line) + 1
+func (w *Writer) queueLocked(line []byte) {
+	w.lines = append(w.lines, line)
+	w.queued += len(line)
 }
 
-func (w *Writer) appendLocked(line []byte) {
-	w.pending = append(w.pending, line...)
-	if len(line) == 0 || line[len(line)-1] != '\n' {
-		w.pending = append(w.pending, '\n')
+// takeLocked hands a writer the queue: it holds the socket until
+// giveBackLocked.
+func (w *Writer) takeLocked() [][]byte {
+	batch := w.lines
+	w.lines, w.spare = w.spare[:0], nil
+	w.out, w.outLines, w.queued, w.writing = w.queued, len(batch), 0, true
+	return batch
+}
+
+// giveBackLocked ends a writer's hold of the socket. rest is what it did
+// not write, in order: it goes back in front of what queued meanwhile.
+func (w *Writer) giveBackLocked(batch, rest [][]byte) {
+	w.writing = false
+	w.out, w.outLines = 0, 0
+	if len(rest) > 0 {
+		for _, l := range rest {
+			w.queued += len(l)
+		}
+		w.lines = append(rest[:len(rest):len(rest)], w.lines...)
 	}
-	w.lines++
+	clear(batch) // not keep written lines alive
+	if w.spare == nil {
+		w.spare = batch[:0]
+	}
 }
 
 // flushLocked writes what is queued without blocking, off the lock, and
 // hands the loop what the socket did not take. mu is held and no writer
 // holds the socket; flushLocked releases mu.
 func (w *Writer) flushLocked() error {
-	buf := w.pending
-	w.pending, w.spare = w.spare[:0], nil
-	w.out, w.outLines, w.lines, w.writing = len(buf), w.lines, 0, true
+	batch := w.takeLocked()
 	w.mu.Unlock()
-	if w.duringDirect != nil {
-		w.duringDirect()
-	}
 
-	n, err := trywrite.Write(w.raw, buf)
+	n, err := trywrite.Write(w.raw, batch)
 
 	w.mu.Lock()
-	w.writing = false
 	if err != nil {
+		w.writing = false
 		w.failLocked()
 		w.mu.Unlock()
 		w.report(&Failure{Err: err})
 		return ErrClosed
 	}
 	if w.done {
+		w.writing = false
 		w.mu.Unlock()
 		return nil
 	}
-	kick := len(w.pending) > 0 || w.closed
-	if n < len(buf) {
-		// The rest goes back in front of what queued meanwhile.
-		rest := buf[:copy(buf, buf[n:])]
-		w.pending, w.spare = append(rest, w.pending...), w.pending[:0]
-		w.lines += w.outLines
-		kick = true
-	} else {
-		w.spare = buf[:0]
-	}
-	w.out, w.outLines = 0, 0
+	rest := unwritten(batch, n)
+	w.giveBackLocked(batch, rest)
+	kick := len(w.lines) > 0 || w.closed
 	w.wakeRoomLocked()
 	w.mu.Unlock()
 	if kick {
 		w.wake()
+	}
+	return nil
+}
+
+// unwritten is what of batch is left after its first n bytes went: a
+// new slice, the first line cut where the write stopped.
+func unwritten(batch [][]byte, n int) [][]byte {
+	for i, l := range batch {
+		if n < len(l) {
+			return append([][]byte{l[n:]}, batch[i+1:]...)
+		}
+		n -= len(l)
 	}
 	return nil
 }
@@ -312,7 +333,7 @@ func (w *Writer) Hold() {
 func (w *Writer) Release() {
 	w.mu.Lock()
 	w.held--
-	if w.held > 0 || len(w.pending) == 0 || w.done {
+	if w.held > 0 || len(w.lines) == 0 || w.done {
 		w.mu.Unlock()
 		return
 	}
@@ -328,16 +349,15 @@ func (w *Writer) Release() {
 func (w *Writer) Queued() (lines, bytes int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.lines + w.outLines, len(w.pending) + w.out
+	return len(w.lines) + w.outLines, w.queued + w.out
 }
 
 // Close has the loop write what is queued and return; later Puts are
 // ErrClosed.
 func (w *Writer) Close() {
 	w.mu.Lock()
+	w.endLocked()
 	w.closed = true
-	w.wakeRoomLocked()
-	w.closeQuitLocked()
 	w.mu.Unlock()
 }
 
@@ -363,20 +383,21 @@ func (w *Writer) wakeRoomLocked() {
 	}
 }
 
-func (w *Writer) closeQuitLocked() {
-	if !w.quitClosed {
-		w.quitClosed = true
+// endLocked tells the loop and whoever waits for room that the writer
+// takes nothing more, the first time Close, Abort or a failure says so.
+func (w *Writer) endLocked() {
+	if !w.closed && !w.done {
 		close(w.quit)
 	}
+	w.wakeRoomLocked()
 }
 
 // failLocked ends the writer: what is queued is dropped, nobody waits
 // for room. mu is held.
 func (w *Writer) failLocked() {
+	w.endLocked()
 	w.done = true
-	w.pending, w.spare, w.lines, w.out, w.outLines = nil, nil, 0, 0, 0
-	w.wakeRoomLocked()
-	w.closeQuitLocked()
+	w.lines, w.spare, w.queued, w.out, w.outLines = nil, nil, 0, 0, 0
 }
 
 func (w *Writer) report(f *Failure) {
@@ -388,10 +409,9 @@ func (w *Writer) report(f *Failure) {
 }
 
 // Run is the write loop: at each wake-up it writes all that is queued,
-// one write per burst under load. It returns after Close once the queue
+// one writev per batch under load. It returns after Close once the queue
 // is written, after Abort, or when a write fails.
 func (w *Writer) Run() {
-	var buf []byte
 	// The deadline moves at most every tenth of WriteTimeout, not at
 	// every write (moving it is a timer update of its own): every write
 	// still has at least nine tenths of it.
@@ -409,7 +429,7 @@ func (w *Writer) Run() {
 				w.mu.Unlock()
 				return
 			}
-			if w.writing || len(w.pending) == 0 {
+			if w.writing || len(w.lines) == 0 {
 				// Nothing to take: idle, or a direct writer holds the
 				// socket and wakes the loop when it is done.
 				end := w.closed && !w.writing
@@ -419,56 +439,58 @@ func (w *Writer) Run() {
 				}
 				break
 			}
-			// The written batch's buffer takes the next lines.
-			buf, w.pending = w.pending, buf[:0]
-			w.out, w.outLines, w.lines, w.writing = len(buf), w.lines, 0, true
-			w.wakeRoomLocked()
+			batch := w.takeLocked()
 			w.mu.Unlock()
-			if w.afterTake != nil {
-				w.afterTake()
-			}
-			if !w.writeAll(buf, &armedAt) {
+			if !w.writeAll(batch, &armedAt) {
 				return
-			}
-			if cap(buf) > 2*writeBatch {
-				buf = nil // a burst's buffer is not kept
 			}
 		}
 	}
 }
 
-// writeAll writes buf in batches, blocking, off the lock. It reports
-// false when the writer failed.
-func (w *Writer) writeAll(buf []byte, armedAt *time.Time) bool {
-	for off := 0; off < len(buf); {
-		end := min(off+writeBatch, len(buf))
+// writeAll writes batch, blocking, off the lock, at most writeBatch
+// bytes a write (a longer line goes in pieces), and gives the socket
+// back. It reports false when the writer failed.
+func (w *Writer) writeAll(batch [][]byte, armedAt *time.Time) bool {
+	var chunk net.Buffers
+	for i := 0; i < len(batch); {
+		chunk = chunk[:0]
+		size, whole := 0, 0
+		for ; i < len(batch) && size < writeBatch; i++ {
+			l := batch[i]
+			if room := writeBatch - size; len(l) > room && size > 0 {
+				break // the next write takes it
+			} else if len(l) > room {
+				chunk, size = append(chunk, l[:room]), writeBatch
+				batch[i] = l[room:] // and the rest in the next write
+				break
+			}
+			chunk, size, whole = append(chunk, l), size+len(l), whole+1
+		}
 		if t := w.cfg.WriteTimeout; t > 0 {
 			if now := time.Now(); now.Sub(*armedAt) >= t/10 {
 				w.conn.SetWriteDeadline(now.Add(t))
 				*armedAt = now
 			}
 		}
-		_, err := w.conn.Write(buf[off:end])
+		_, err := chunk.WriteTo(w.conn)
 		w.mu.Lock()
 		if err != nil || w.done {
-			w.failLocked()
 			w.writing = false
+			w.failLocked()
 			w.mu.Unlock()
 			if err != nil {
 				w.report(&Failure{Err: err, Timeout: errors.Is(err, os.ErrDeadlineExceeded)})
 			}
 			return false
 		}
-		w.out -= end - off
-		if w.out == 0 {
-			w.outLines = 0
-		}
+		w.out -= size
+		w.outLines -= whole
 		w.wakeRoomLocked() // a Put waiting for room counts what is being written
 		w.mu.Unlock()
-		off = end
 	}
 	w.mu.Lock()
-	w.writing = false
+	w.giveBackLocked(batch, nil)
 	w.mu.Unlock()
 	return true
 }

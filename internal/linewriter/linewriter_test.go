@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,14 +66,51 @@ func TestOrderUnderConcurrentPuts(t *testing.T) {
 	}
 }
 
+// hookConn is a socket whose writes run a hook first: once for the next
+// direct write (through its RawConn), every time for a write of the loop
+// (through Write: the embedded net.Conn, unlike a *net.UnixConn, does
+// not let net.Buffers bypass it with a writev of its own).
+type hookConn struct {
+	net.Conn
+	beforeDirect func() // run once, then cleared
+	beforeWrite  func()
+}
+
+func hook(c net.Conn) *hookConn { return &hookConn{Conn: c} }
+
+func (c *hookConn) Write(b []byte) (int, error) {
+	if c.beforeWrite != nil {
+		c.beforeWrite()
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *hookConn) SyscallConn() (syscall.RawConn, error) {
+	rc, err := c.Conn.(syscall.Conn).SyscallConn()
+	return hookRaw{rc, c}, err
+}
+
+type hookRaw struct {
+	syscall.RawConn
+	c *hookConn
+}
+
+func (r hookRaw) Write(f func(uintptr) bool) error {
+	if h := r.c.beforeDirect; h != nil {
+		r.c.beforeDirect = nil
+		h()
+	}
+	return r.RawConn.Write(f)
+}
+
 // TestShortDirectWriteKeepsItsPlace: what the socket did not take of a
 // direct write goes out before what was put while it wrote.
 func TestShortDirectWriteKeepsItsPlace(t *testing.T) {
 	send, recv := roundtrip.TightPair(t, 4096)
-	w := New(send, Config{})
+	conn := hook(send)
+	w := New(conn, Config{})
 	big := strings.Repeat("b", 1<<20) // the socket takes a part of it
-	w.duringDirect = func() {
-		w.duringDirect = nil
+	conn.beforeDirect = func() {
 		if err := w.Put([]byte("after"), Opt{Now: true}); err != nil {
 			t.Error(err)
 		}
@@ -97,9 +135,15 @@ func TestShortDirectWriteKeepsItsPlace(t *testing.T) {
 // does not read, every other method still returns.
 func TestNoLockAcrossAWrite(t *testing.T) {
 	send, _ := roundtrip.TightPair(t, 4096)
-	w := New(send, Config{})
 	taken := make(chan struct{}, 1)
-	w.afterTake = func() { taken <- struct{}{} }
+	conn := hook(send)
+	conn.beforeWrite = func() {
+		select {
+		case taken <- struct{}{}:
+		default:
+		}
+	}
+	w := New(conn, Config{})
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run() }()
 	t.Cleanup(func() { w.Abort(); send.Close(); <-done })

@@ -8,20 +8,22 @@ import (
 	"errors"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// Write writes b to the descriptor behind rc with one write(2), never
-// waiting for room, and returns how much of it went. A socket that is
-// full, or whose write deadline has passed (the writer's, armed for its
-// last write), takes nothing and is no error: the caller's writer then
-// writes it, with a fresh deadline. Any other failure is returned.
-func Write(rc syscall.RawConn, b []byte) (int, error) {
+// Write writes bufs to the descriptor behind rc with one writev(2),
+// never waiting for room, and returns how many bytes went. A socket that
+// is full, or whose write deadline has passed (the writer's, armed for
+// its last write), takes nothing and is no error: the caller's writer
+// then writes it, with a fresh deadline. Any other failure is returned.
+func Write(rc syscall.RawConn, bufs [][]byte) (int, error) {
 	var n int
 	var werr error
 	err := rc.Write(func(fd uintptr) bool {
 		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
+			n, werr = unix.Writev(int(fd), bufs)
+			if werr != unix.EINTR {
 				break
 			}
 		}
@@ -32,7 +34,7 @@ func Write(rc syscall.RawConn, b []byte) (int, error) {
 		return 0, nil
 	case err != nil:
 		return 0, err
-	case werr == syscall.EAGAIN:
+	case werr == unix.EAGAIN:
 		return 0, nil
 	case werr != nil:
 		return 0, werr

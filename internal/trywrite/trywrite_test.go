@@ -25,7 +25,7 @@ func raw(t *testing.T, c net.Conn) syscall.RawConn {
 func TestWrite(t *testing.T) {
 	send, recv := roundtrip.TightPair(t, 4096)
 	rc := raw(t, send)
-	if n, err := Write(rc, []byte("hello\n")); n != 6 || err != nil {
+	if n, err := Write(rc, [][]byte{[]byte("hel"), []byte("lo\n")}); n != 6 || err != nil {
 		t.Fatalf("Write to an empty socket: %d, %v", n, err)
 	}
 	got := make([]byte, 6)
@@ -36,7 +36,7 @@ func TestWrite(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 1<<20)
 	total := 0
 	for {
-		n, err := Write(rc, big)
+		n, err := Write(rc, [][]byte{big})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,13 +53,13 @@ func TestWrite(t *testing.T) {
 	}
 
 	send.SetWriteDeadline(time.Now().Add(-time.Second))
-	if n, err := Write(rc, []byte("late\n")); n != 0 || err != nil {
+	if n, err := Write(rc, [][]byte{[]byte("late\n")}); n != 0 || err != nil {
 		t.Fatalf("Write past the deadline: %d, %v; want 0, nil", n, err)
 	}
 
 	recv.Close()
 	send.SetWriteDeadline(time.Time{})
-	if _, err := Write(rc, []byte("gone\n")); err == nil {
+	if _, err := Write(rc, [][]byte{[]byte("gone\n")}); err == nil {
 		t.Fatal("Write to a closed peer: no error")
 	}
 }
