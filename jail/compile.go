@@ -298,35 +298,79 @@ func validateCompiled(s Spec) error {
 	return s.Validate()
 }
 
+// fsRules are a jail app's path rules, in this order: the system
+// directories and where their links lead, the program and its
+// interpreters, the devices every program expects, its own /proc entry,
+// its resources, its jail and secrets directories, its externals.
 func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir string, processes bool) ([]PathRule, error) {
-	var rules []PathRule
-	add := func(path string, access Access, why string, optional bool) {
-		rules = append(rules, PathRule{Path: filepath.Clean(path), Access: access, Why: why, Optional: optional})
-	}
+	var rules pathRules
 	sys := AccessRO
 	if processes {
 		sys = AccessRX
 	}
+	rules.addSystem(opt, sys)
+	rules.addSystemLinks(opt)
+	if err := rules.addProgram(app, opt); err != nil {
+		return nil, err
+	}
+	for _, d := range devices {
+		rules.add(d.path, d.access, "device", true)
+	}
+	// The app's own /proc/<pid> (the sequence's pid is the app's: exec keeps
+	// it); every other process's /proc entry stays closed.
+	rules.add("/proc/self", AccessRO, "proc", false)
+	if err := rules.addResources(app, opt, sys); err != nil {
+		return nil, err
+	}
+	if jailDir != "" {
+		rules.add(jailDir, AccessRW, "jail", false)
+	}
+	if secretsDir != "" {
+		rules.add(secretsDir, AccessRW, "secrets", false)
+	}
+	if err := rules.addExternals(sb, opt); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}
+
+// pathRules is fsRules' list, built step by step in the order the rules
+// are granted.
+type pathRules []PathRule
+
+// add grants access beneath path, cleaned.
+func (r *pathRules) add(path string, access Access, why string, optional bool) {
+	*r = append(*r, PathRule{Path: filepath.Clean(path), Access: access, Why: why, Optional: optional})
+}
+
+// addSystem grants the system directories sys, but /etc read-only:
+// whole, or its names and its public part (Options.etc).
+func (r *pathRules) addSystem(opt Options, sys Access) {
 	for _, d := range systemDirs {
 		if d == "/etc" {
 			if opt.etc == nil {
-				add(d, AccessRO, "system", true)
+				r.add(d, AccessRO, "system", true)
 			} else {
 				// Names only, as ls shows them: Landlock's list right
 				// holds beneath, and a name is not a file's content.
-				add(d, AccessList, "system", true)
+				r.add(d, AccessList, "system", true)
 			}
 			for _, g := range opt.etc {
 				access := AccessRead
 				if g.dir {
 					access = AccessRO
 				}
-				add(g.path, access, "system", true)
+				r.add(g.path, access, "system", true)
 			}
 			continue
 		}
-		add(d, sys, "system", true)
+		r.add(d, sys, "system", true)
 	}
+}
+
+// addSystemLinks grants, read-only and in path order, the system links
+// that lead outside the system directories and the kernel's views.
+func (r *pathRules) addSystemLinks(opt Options) {
 	links := make([]string, 0, len(opt.SystemLinks))
 	for l := range opt.SystemLinks {
 		links = append(links, l)
@@ -338,65 +382,71 @@ func fsRules(app policy.App, sb policy.Sandbox, opt Options, jailDir, secretsDir
 		if t := opt.SystemLinks[l]; underAny(t, systemDirs[:]) || underAny(t, kernelViews[:]) || policy.SelfPath(t) {
 			continue
 		}
-		add(l, AccessRead, "system", true)
+		r.add(l, AccessRead, "system", true)
 	}
+}
+
+// addProgram grants the program and its interpreters read and execute,
+// or says why one may not be granted.
+func (r *pathRules) addProgram(app policy.App, opt Options) error {
 	program := app.Exec[0]
 	if opt.Program != "" {
 		program = opt.Program
 	}
 	if _, err := grantable(filepath.Clean(program), opt); err != nil {
-		return nil, fmt.Errorf("exec[0] %q %w", app.Exec[0], err)
+		return fmt.Errorf("exec[0] %q %w", app.Exec[0], err)
 	}
-	add(program, AccessRead|AccessExec, "program", false)
+	r.add(program, AccessRead|AccessExec, "program", false)
 	for _, in := range opt.Interpreters {
 		if !filepath.IsAbs(in) {
-			return nil, fmt.Errorf("interpreter %q is not absolute", in)
+			return fmt.Errorf("interpreter %q is not absolute", in)
 		}
 		if _, err := grantable(filepath.Clean(in), opt); err != nil {
-			return nil, fmt.Errorf("interpreter %q %w", in, err)
+			return fmt.Errorf("interpreter %q %w", in, err)
 		}
-		add(in, AccessRead|AccessExec, "interp", false)
+		r.add(in, AccessRead|AccessExec, "interp", false)
 	}
-	for _, d := range devices {
-		add(d.path, d.access, "device", true)
-	}
-	// The app's own /proc/<pid> (the sequence's pid is the app's: exec keeps
-	// it); every other process's /proc entry stays closed.
-	add("/proc/self", AccessRO, "proc", false)
-	for _, r := range app.Resources {
-		if !filepath.IsAbs(r) {
-			return nil, fmt.Errorf("resources: %q is not absolute", r)
+	return nil
+}
+
+// addResources grants the entry's resources with sys, where their links
+// lead, or says why one may not be granted.
+func (r *pathRules) addResources(app policy.App, opt Options, sys Access) error {
+	for _, res := range app.Resources {
+		if !filepath.IsAbs(res) {
+			return fmt.Errorf("resources: %q is not absolute", res)
 		}
-		p, err := grantable(filepath.Clean(r), opt)
+		p, err := grantable(filepath.Clean(res), opt)
 		if err != nil {
-			return nil, fmt.Errorf("resources: %q %w", r, err)
+			return fmt.Errorf("resources: %q %w", res, err)
 		}
-		add(p, sys, "resource", false)
+		r.add(p, sys, "resource", false)
 	}
-	if jailDir != "" {
-		add(jailDir, AccessRW, "jail", false)
-	}
-	if secretsDir != "" {
-		add(secretsDir, AccessRW, "secrets", false)
-	}
+	return nil
+}
+
+// addExternals grants the entry's externals (~ expanded, where their
+// links lead) with the access each asks for, or says why one may not be
+// granted.
+func (r *pathRules) addExternals(sb policy.Sandbox, opt Options) error {
 	for _, e := range sb.External {
 		p, err := expandHome(e.Path, opt.Dirs.Home)
 		if err != nil {
-			return nil, fmt.Errorf("external %q: %w", e.Path, err)
+			return fmt.Errorf("external %q: %w", e.Path, err)
 		}
 		if p, err = grantable(p, opt); err != nil {
-			return nil, fmt.Errorf("external %q %w", e.Path, err)
+			return fmt.Errorf("external %q %w", e.Path, err)
 		}
 		switch e.Access {
 		case policy.AccessRO:
-			add(p, AccessRO, "external", true)
+			r.add(p, AccessRO, "external", true)
 		case policy.AccessRW:
-			add(p, AccessRW, "external", true)
+			r.add(p, AccessRW, "external", true)
 		default:
-			return nil, fmt.Errorf("external %q: access %q: want ro or rw", e.Path, e.Access)
+			return fmt.Errorf("external %q: access %q: want ro or rw", e.Path, e.Access)
 		}
 	}
-	return rules, nil
+	return nil
 }
 
 // broadWrite is what a broad app may do beneath its roots: everything

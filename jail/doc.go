@@ -34,10 +34,11 @@
 //     single-threaded process, so its restrictions cover all of it and
 //     none of the daemon. Start returns once it exec'd or failed; a
 //     failure is the step and errno it wrote before exiting 127.
-//   - Through the helper (Config.UseHelper, or where the in-process spawn
-//     cannot run): Config.HelperPath run as [path, HelperArg], with the
-//     prepared input in a memfd (never on argv) and a status pipe, on
-//     which it writes the same step and errno; Confirm reads it.
+//   - Through the helper (launch_helper.go; Config.UseHelper, or where
+//     the in-process spawn cannot run): Config.HelperPath run as [path,
+//     HelperArg], with the prepared input in a memfd (never on argv) and
+//     a status pipe, on which it writes the same step and errno; Confirm
+//     reads it.
 //
 // With Request.CgroupFD either launcher puts the app into that cgroup
 // from its first instruction (CLONE_INTO_CGROUP).

@@ -66,29 +66,42 @@ var ErrBadSpec = helper.ErrBadSpec
 // argv is Go-quoted, which is as unambiguous.
 func Describe(s Spec) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "app %s\n", visible.String(s.App))
-	fmt.Fprintf(&b, "  program  %s\n", visible.String(s.Program))
-	fmt.Fprintf(&b, "  argv     %q\n", s.Argv)
-	fmt.Fprintf(&b, "  dir      %s\n", visible.String(s.Dir))
+	describeProcess(&b, s)
+	describeFiles(&b, s.Landlock)
+	describeReach(&b, s)
+	describeSyscalls(&b, s.Seccomp)
+	return b.String()
+}
+
+// describeProcess renders what the process starts as: its program, argv,
+// directory, strictness, descriptors, environment and execs.
+func describeProcess(b *strings.Builder, s Spec) {
+	fmt.Fprintf(b, "app %s\n", visible.String(s.App))
+	fmt.Fprintf(b, "  program  %s\n", visible.String(s.Program))
+	fmt.Fprintf(b, "  argv     %q\n", s.Argv)
+	fmt.Fprintf(b, "  dir      %s\n", visible.String(s.Dir))
 	mode := "best-effort (runs with whatever layers the kernel has)"
 	if s.Strict {
 		mode = fmt.Sprintf("strict (refused below Landlock ABI %d or without seccomp)", s.Landlock.MinABI)
 	}
-	fmt.Fprintf(&b, "  mode     %s\n", mode)
-	fmt.Fprintf(&b, "  fds      %v (everything else closed)\n", s.FDs)
+	fmt.Fprintf(b, "  mode     %s\n", mode)
+	fmt.Fprintf(b, "  fds      %v (everything else closed)\n", s.FDs)
 	b.WriteString("  env\n")
 	for _, kv := range s.Env {
-		fmt.Fprintf(&b, "    %s\n", visible.String(kv))
+		fmt.Fprintf(b, "    %s\n", visible.String(kv))
 	}
 	if s.ExecOnce {
 		b.WriteString("  exec     the program once; every later execve EPERM (processes: false)\n")
 	}
-	ll := s.Landlock
+}
+
+// describeFiles renders the files the app may reach: ll's path rules.
+func describeFiles(b *strings.Builder, ll LandlockSpec) {
 	switch {
 	case ll.WriteOnly:
 		b.WriteString("  files    read anywhere; write, create and remove only beneath these (policy broad):\n")
 		for _, p := range ll.Paths {
-			fmt.Fprintf(&b, "    %-8s %-40s %s\n", p.Why, p.Path, p.Access)
+			fmt.Fprintf(b, "    %-8s %-40s %s\n", p.Why, p.Path, p.Access)
 		}
 	case !ll.FS:
 		b.WriteString("  files    not narrowed (policy broad)\n")
@@ -99,14 +112,20 @@ func Describe(s Spec) string {
 			if p.Optional {
 				opt = " (if present)"
 			}
-			fmt.Fprintf(&b, "    %-8s %-40s %s%s\n", p.Why, visible.String(p.Path), p.Access, opt)
+			fmt.Fprintf(b, "    %-8s %-40s %s%s\n", p.Why, visible.String(p.Path), p.Access, opt)
 		}
 	}
+}
+
+// describeReach renders what the app may reach besides files: TCP
+// ports, processes outside the jail, unix sockets and devices.
+func describeReach(b *strings.Builder, s Spec) {
+	ll := s.Landlock
 	switch {
 	case !ll.Net:
 		b.WriteString("  tcp      not narrowed by Landlock\n")
 	default:
-		fmt.Fprintf(&b, "  tcp      connect %s, bind %s\n", ports(ll.ConnectTCP), ports(ll.BindTCP))
+		fmt.Fprintf(b, "  tcp      connect %s, bind %s\n", ports(ll.ConnectTCP), ports(ll.BindTCP))
 	}
 	if ll.Scope {
 		b.WriteString("  scope    no signals to, no abstract sockets of, processes outside the jail\n")
@@ -115,7 +134,7 @@ func Describe(s Spec) string {
 		b.WriteString("  unix     pathname sockets: only those in its read-write places from Landlock ABI 9; below it every socket it can name\n")
 	}
 	for _, g := range s.Sockets {
-		fmt.Fprintf(&b, "  socket   %-10s %s (from %s; %s)\n", g.Name, visible.String(g.Path), g.From, socketHow(g))
+		fmt.Fprintf(b, "  socket   %-10s %s (from %s; %s)\n", g.Name, visible.String(g.Path), g.From, socketHow(g))
 	}
 	if slices.ContainsFunc(s.Landlock.Paths, func(p PathRule) bool { return p.Why == "gpu" }) {
 		b.WriteString("  device   dri        the render nodes read-write with their ioctls (rules \"gpu\"); no card* node\n")
@@ -123,13 +142,18 @@ func Describe(s Spec) string {
 	if slices.ContainsFunc(s.Seccomp, func(r Syscall) bool { return r.Notify && r.Name == "connect" }) {
 		b.WriteString("  connect  every connect is the daemon's: unix stream sockets reach only the sockets above, no abstract one\n")
 	}
+}
+
+// describeSyscalls renders the seccomp rules: the calls refused, and
+// those the daemon decides.
+func describeSyscalls(b *strings.Builder, rules []Syscall) {
 	b.WriteString("  syscalls refused (\"daemon\": the daemon decides each call):\n")
 	// Runs of rules with one reason (the socket families, say) make one
 	// line: the patterns are in the JSON form for whoever needs them.
-	for i := 0; i < len(s.Seccomp); {
-		r := s.Seccomp[i]
+	for i := 0; i < len(rules); {
+		r := rules[i]
 		j := i + 1
-		for j < len(s.Seccomp) && s.Seccomp[j].Name == r.Name && s.Seccomp[j].Why == r.Why && s.Seccomp[j].Errno == r.Errno {
+		for j < len(rules) && rules[j].Name == r.Name && rules[j].Why == r.Why && rules[j].Errno == r.Errno {
 			j++
 		}
 		detail := describeArgs(r.Args)
@@ -140,13 +164,12 @@ func Describe(s Spec) string {
 		if r.Notify {
 			answer = "daemon"
 		}
-		fmt.Fprintf(&b, "    %-18s %-6s %s%s\n", r.Name, answer, r.Why, detail)
+		fmt.Fprintf(b, "    %-18s %-6s %s%s\n", r.Name, answer, r.Why, detail)
 		i = j
 	}
-	if len(s.Seccomp) > 0 {
-		fmt.Fprintf(&b, "    %-18s %-6s %s\n", fmt.Sprintf("(numbers > %d)", NewestSyscall), "ENOSYS", "syscalls newer than these rules")
+	if len(rules) > 0 {
+		fmt.Fprintf(b, "    %-18s %-6s %s\n", fmt.Sprintf("(numbers > %d)", NewestSyscall), "ENOSYS", "syscalls newer than these rules")
 	}
-	return b.String()
 }
 
 func ports(p []uint16) string {

@@ -50,77 +50,110 @@ func checkStore(path string) error {
 	return <-done
 }
 
+// checkStoreFaults is checkStore's reading of the file, on a goroutine
+// of its own: a fault in it is a panic there (debug.SetPanicOnFault),
+// and a panic is the answer that the file is damaged.
 func checkStoreFaults(path string, size int64) (err error) {
 	debug.SetPanicOnFault(true)
-	var file *os.File
-	var db *bolt.DB
+	c := &storeCheck{path: path, size: size}
 	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		err = &DamagedError{Path: path, Problem: fmt.Sprint(r)}
-		switch {
-		case db != nil:
-			// A panic in View left no transaction open (View rolls
-			// back on the way out): Close works.
-			db.Close()
-		case file != nil:
-			// A panic inside bolt.Open: the file (and its lock) is
-			// released here; the mapping bbolt made, if it got that
-			// far, stays until the process ends.
-			file.Close()
+		if r := recover(); r != nil {
+			err = c.damaged(r)
 		}
 	}()
-	open := func(freelist bool) error {
-		file, db = nil, nil
-		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			ReadOnly: true, Timeout: lockWait,
-			PreLoadFreelist: freelist,
-			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-				f, err := os.OpenFile(name, flag, perm)
-				file = f
-				return f, err
-			},
-		})
-		switch {
-		case errors.Is(err, berrors.ErrTimeout):
-			return ErrStateInUse
-		case err != nil && openedFile(err):
-			return err
-		case err != nil:
-			return &DamagedError{Path: path, Problem: err.Error()}
-		}
-		return nil
-	}
 	// First the header's size against the file's, and every page of the
 	// tree, without the free list (whose page may lie past the end).
-	if err := open(false); err != nil {
+	if err := c.readTree(); err != nil {
 		return err
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		if want := tx.Size(); want > size {
-			return &DamagedError{Path: path, Problem: fmt.Sprintf("truncated: the file holds %d bytes, its header says %d", size, want)}
+	// Then bbolt's check, with the free list read in Open, on this
+	// goroutine, not in Check's own.
+	return c.runCheck()
+}
+
+// storeCheck is checkStoreFaults' read of the state file at path, size
+// bytes long: file and db are what it has open, for damaged to close
+// after a panic.
+type storeCheck struct {
+	path string
+	size int64
+	file *os.File
+	db   *bolt.DB
+}
+
+// damaged is the answer for the panic r (a fault, or bbolt meeting a page
+// that is not what it expects), and closes what was open.
+func (c *storeCheck) damaged(r any) error {
+	err := &DamagedError{Path: c.path, Problem: fmt.Sprint(r)}
+	switch {
+	case c.db != nil:
+		// A panic in View left no transaction open (View rolls
+		// back on the way out): Close works.
+		c.db.Close()
+	case c.file != nil:
+		// A panic inside bolt.Open: the file (and its lock) is
+		// released here; the mapping bbolt made, if it got that
+		// far, stays until the process ends.
+		c.file.Close()
+	}
+	return err
+}
+
+// open opens the file read-only, reading the free list in Open when
+// freelist is set. It fails with ErrStateInUse, the file's own open or
+// lock failing, or a *DamagedError.
+func (c *storeCheck) open(freelist bool) error {
+	c.file, c.db = nil, nil
+	var err error
+	c.db, err = bolt.Open(c.path, 0o600, &bolt.Options{
+		ReadOnly: true, Timeout: lockWait,
+		PreLoadFreelist: freelist,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			c.file = f
+			return f, err
+		},
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return ErrStateInUse
+	case err != nil && openedFile(err):
+		return err
+	case err != nil:
+		return &DamagedError{Path: c.path, Problem: err.Error()}
+	}
+	return nil
+}
+
+// readTree compares the header's size with the file's and reads every
+// page of the tree (touchBucket), with the free list left unread.
+func (c *storeCheck) readTree() error {
+	if err := c.open(false); err != nil {
+		return err
+	}
+	err := c.db.View(func(tx *bolt.Tx) error {
+		if want := tx.Size(); want > c.size {
+			return &DamagedError{Path: c.path, Problem: fmt.Sprintf("truncated: the file holds %d bytes, its header says %d", c.size, want)}
 		}
 		if err := tx.ForEach(func(_ []byte, b *bolt.Bucket) error { touchBucket(b); return nil }); err != nil {
-			return &DamagedError{Path: path, Problem: err.Error()}
+			return &DamagedError{Path: c.path, Problem: err.Error()}
 		}
 		return nil
 	})
 	// A read-only database writes nothing: its Close says nothing about
 	// the file.
-	db.Close()
-	if err != nil {
+	c.db.Close()
+	return err
+}
+
+// runCheck runs bbolt's consistency check (Tx.Check) and reports the
+// first problem it finds, with how many more there are.
+func (c *storeCheck) runCheck() error {
+	if err := c.open(true); err != nil {
 		return err
 	}
-	// Then bbolt's check, with the free list read in Open, on this
-	// goroutine, not in Check's own.
-	if err := open(true); err != nil {
-		return err
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
+	defer c.db.Close()
+	return c.db.View(func(tx *bolt.Tx) error {
 		var first error
 		n := 0
 		for err := range tx.Check() {
@@ -131,9 +164,9 @@ func checkStoreFaults(path string, size int64) (err error) {
 		}
 		switch {
 		case n == 1:
-			return &DamagedError{Path: path, Problem: first.Error()}
+			return &DamagedError{Path: c.path, Problem: first.Error()}
 		case n > 1:
-			return &DamagedError{Path: path, Problem: fmt.Sprintf("%v (and %d more problems)", first, n-1)}
+			return &DamagedError{Path: c.path, Problem: fmt.Sprintf("%v (and %d more problems)", first, n-1)}
 		}
 		return nil
 	})

@@ -269,69 +269,111 @@ func rules(m *Manifest, earlier []finding) []finding {
 			}
 		}
 
-		if at := p.child("exec").at(0); len(a.Exec) > 0 && !flagged.any(at) {
-			if clean := path.Clean(a.Exec[0]); clean != a.Exec[0] {
-				add(at, fmt.Sprintf("%q has redundant parts (//, /./, /../ or a trailing /)", a.Exec[0]),
-					fmt.Sprintf("write %q", clean))
-			}
-		}
-		for k, r := range a.Resources {
-			at := p.child("resources").at(k)
-			if !flagged.any(at) {
-				out = append(out, userPathFindings(at, r)...)
-			}
-		}
-
+		out = append(out, appPathRules(p, a, flagged)...)
 		out = append(out, sandboxRules(p.child("sandbox"), &a.Sandbox, flagged)...)
 		out = append(out, limitsRules(p.child("limits"), &a.Limits, flagged)...)
-
-		g := p.child("grants")
 		linked := devMode || containsString(a.Grants.Services, ServiceAgent)
-		if !linked && !flagged.any(g.child("services")) {
-			if len(a.Grants.Methods) > 0 && !flagged.any(g.child("methods")) {
-				add(g.child("methods"), fmt.Sprintf("methods need the %q service", ServiceAgent),
-					fmt.Sprintf("add %q to grants.services, or remove methods", ServiceAgent))
-			}
-			if len(a.Grants.Tools) > 0 && !flagged.any(g.child("tools")) {
-				add(g.child("tools"), fmt.Sprintf("tools need the %q service", ServiceAgent),
-					fmt.Sprintf("add %q to grants.services, or remove tools", ServiceAgent))
-			}
-		}
+		out = append(out, grantsRules(p.child("grants"), &a.Grants, linked, flagged)...)
+		out = append(out, envRules(p.child("env"), a.Env, flagged)...)
+		out = append(out, passEnvRules(p.child("pass_env"), a.PassEnv, a.Sandbox.Policy == PolicyBroad, flagged)...)
+	}
+	return out
+}
 
-		keys := make([]string, 0, len(a.Env))
-		for k := range a.Env {
-			keys = append(keys, k)
+// appPathRules checks that the app at p writes its exec[0] and its
+// resources in their simplest form.
+func appPathRules(p jsonPath, a *App, flagged flaggedSet) []finding {
+	var out []finding
+	add := func(at jsonPath, msg, fix string) {
+		out = append(out, finding{at: at, msg: msg, fix: fix})
+	}
+	if at := p.child("exec").at(0); len(a.Exec) > 0 && !flagged.any(at) {
+		if clean := path.Clean(a.Exec[0]); clean != a.Exec[0] {
+			add(at, fmt.Sprintf("%q has redundant parts (//, /./, /../ or a trailing /)", a.Exec[0]),
+				fmt.Sprintf("write %q", clean))
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			at := p.child("env").child(k)
-			if flagged.any(at) {
-				continue
-			}
-			if !envName.MatchString(k) {
-				add(at, "is not a valid variable name: letters, digits and '_', not starting with a digit, at most 128",
-					"rename it, e.g. MY_SETTING")
-			} else if why := reservedEnvWhy(k); why != "" {
-				add(at, "is reserved: "+why, "remove it, or give the variable a name outside these prefixes")
-			}
+	}
+	for k, r := range a.Resources {
+		at := p.child("resources").at(k)
+		if !flagged.any(at) {
+			out = append(out, userPathFindings(at, r)...)
 		}
-		seen := map[string]int{}
-		for k, name := range a.PassEnv {
-			at := p.child("pass_env").at(k)
-			if flagged.any(at) {
-				continue
+	}
+	return out
+}
+
+// grantsRules checks that methods and tools, which only the agent
+// service serves, come with it: linked says the app has that service,
+// granted or through developer mode (which grants every app every
+// service).
+func grantsRules(g jsonPath, gr *Grants, linked bool, flagged flaggedSet) []finding {
+	var out []finding
+	add := func(at jsonPath, msg, fix string) {
+		out = append(out, finding{at: at, msg: msg, fix: fix})
+	}
+	if !linked && !flagged.any(g.child("services")) {
+		if len(gr.Methods) > 0 && !flagged.any(g.child("methods")) {
+			add(g.child("methods"), fmt.Sprintf("methods need the %q service", ServiceAgent),
+				fmt.Sprintf("add %q to grants.services, or remove methods", ServiceAgent))
+		}
+		if len(gr.Tools) > 0 && !flagged.any(g.child("tools")) {
+			add(g.child("tools"), fmt.Sprintf("tools need the %q service", ServiceAgent),
+				fmt.Sprintf("add %q to grants.services, or remove tools", ServiceAgent))
+		}
+	}
+	return out
+}
+
+// envRules checks the names an app's env sets, at p, in name order.
+func envRules(p jsonPath, env map[string]string, flagged flaggedSet) []finding {
+	var out []finding
+	add := func(at jsonPath, msg, fix string) {
+		out = append(out, finding{at: at, msg: msg, fix: fix})
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		at := p.child(k)
+		if flagged.any(at) {
+			continue
+		}
+		if !envName.MatchString(k) {
+			add(at, "is not a valid variable name: letters, digits and '_', not starting with a digit, at most 128",
+				"rename it, e.g. MY_SETTING")
+		} else if why := reservedEnvWhy(k); why != "" {
+			add(at, "is reserved: "+why, "remove it, or give the variable a name outside these prefixes")
+		}
+	}
+	return out
+}
+
+// passEnvRules checks the variables an app's pass_env, at p, names: none
+// twice nor reserved, and none at all for a broad app, which gets the
+// daemon's whole environment anyway.
+func passEnvRules(p jsonPath, passEnv []string, broad bool, flagged flaggedSet) []finding {
+	var out []finding
+	add := func(at jsonPath, msg, fix string) {
+		out = append(out, finding{at: at, msg: msg, fix: fix})
+	}
+	seen := map[string]int{}
+	for k, name := range passEnv {
+		at := p.at(k)
+		if flagged.any(at) {
+			continue
+		}
+		switch first, dup := seen[name]; {
+		case broad:
+			add(at, `has no effect with policy "broad", which gets the daemon's whole environment`, `remove pass_env, or set "policy": "jail"`)
+		case dup:
+			add(at, fmt.Sprintf("%q is already listed at [%d]", name, first), "remove the duplicate")
+		default:
+			if why := reservedEnvWhy(name); why != "" {
+				add(at, "is reserved: "+why, "remove it")
 			}
-			switch first, dup := seen[name]; {
-			case a.Sandbox.Policy == PolicyBroad:
-				add(at, `has no effect with policy "broad", which gets the daemon's whole environment`, `remove pass_env, or set "policy": "jail"`)
-			case dup:
-				add(at, fmt.Sprintf("%q is already listed at [%d]", name, first), "remove the duplicate")
-			default:
-				if why := reservedEnvWhy(name); why != "" {
-					add(at, "is reserved: "+why, "remove it")
-				}
-				seen[name] = k
-			}
+			seen[name] = k
 		}
 	}
 	return out
