@@ -160,6 +160,45 @@ func TestReader(t *testing.T) {
 	}
 }
 
+// TestReaderBufferFollowsTheTraffic: the read buffer is small while
+// reads are, doubles up to readChunk while reads fill it, and is small
+// again after a read that takes little; the lines come out whole across
+// every change of buffer.
+func TestReaderBufferFollowsTheTraffic(t *testing.T) {
+	line := strings.Repeat("z", 999) + "\n"
+	burst := strings.Repeat(line, 200) // 200 KB: reads fill the buffer
+	pr, pw := io.Pipe()
+	r := NewReader(pr, MaxFrame)
+	if len(r.buf) != minChunk {
+		t.Fatalf("a new reader holds %d bytes, want %d", len(r.buf), minChunk)
+	}
+	go func() {
+		pw.Write([]byte(burst))
+		pw.Write([]byte("small\n"))
+		pw.Close()
+	}()
+	grew := 0
+	for i := range 200 {
+		got, err := r.Next()
+		if err != nil || string(got) != line[:999] {
+			t.Fatalf("line %d: %.20q, %v", i, got, err)
+		}
+		grew = max(grew, len(r.buf))
+	}
+	if grew != readChunk {
+		t.Errorf("during the burst the buffer reached %d bytes, want %d", grew, readChunk)
+	}
+	if got, err := r.Next(); err != nil || string(got) != "small" {
+		t.Fatalf("after the burst: %q, %v", got, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("at the end: %v", err)
+	}
+	if len(r.buf) != minChunk {
+		t.Errorf("after a small read the buffer holds %d bytes, want %d", len(r.buf), minChunk)
+	}
+}
+
 // TestReaderEndlessLine feeds a line that never ends: the reader must
 // refuse it as soon as it passes the cap, without buffering it, and the
 // caller must get control back.
