@@ -23,7 +23,8 @@ func scaleMeasurement() Measurement {
 		Title: "a daemon with N idle jailed apps (autostart), against the same daemon with none",
 		About: "For each N, a fresh octosupd with N autostarting hubpings (jail, network none, processes false): " +
 			"exec → READY=1 on NOTIFY_SOCKET, VmRSS and Threads from /proc (per app: the difference with the " +
-			"empty daemon, divided by N), status latency over all apps, and goroutines, counted from the Go " +
+			"empty daemon, divided by N), status latency over all apps (as the shell polls it, and with \"usage\": true, " +
+			"which reads each app's counters), and goroutines, counted from the Go " +
 			"runtime's SIGQUIT dump at the end (the daemon exposes no count while it runs).",
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&sizes, "scale", sizes, "numbers of apps, comma-separated (the empty daemon is always measured)")
@@ -70,6 +71,7 @@ type scalePoint struct {
 	threads    int
 	goroutines int
 	status     Summary
+	usage      Summary // status with "usage": true
 	survivors  int // apps still alive 5 s after the daemon died
 }
 
@@ -121,7 +123,8 @@ func runScale(ctx context.Context, env *Env, sizes []int, calls int) ([]Row, err
 		if r := ratioRow("", "", "÷ 0 apps p50", st, rows[4], nil); r.Ratio != nil {
 			st.Ratio = r.Ratio
 		}
-		rows = append(rows, ready, rss, threads, gor, st)
+		withUsage := p.usage.row(key+"status_usage", pre+"status with usage (all apps)")
+		rows = append(rows, ready, rss, threads, gor, st, withUsage)
 	}
 	return rows, nil
 }
@@ -155,16 +158,21 @@ func scaleOnce(ctx context.Context, env *Env, n, calls int) (scalePoint, error) 
 		return p, err
 	}
 	defer conn.Close()
-	lat := make([]time.Duration, 0, calls)
 	var last control.StatusData
-	for range calls {
-		t0 := time.Now()
-		if err := conn.Do(ctx, control.OpStatus, control.StatusArgs{}, &last); err != nil {
-			return p, fmt.Errorf("status: %w", err)
+	for _, x := range []struct {
+		args control.StatusArgs
+		to   *Summary
+	}{{control.StatusArgs{}, &p.status}, {control.StatusArgs{Usage: true}, &p.usage}} {
+		lat := make([]time.Duration, 0, calls)
+		for range calls {
+			t0 := time.Now()
+			if err := conn.Do(ctx, control.OpStatus, x.args, &last); err != nil {
+				return p, fmt.Errorf("status: %w", err)
+			}
+			lat = append(lat, time.Since(t0))
 		}
-		lat = append(lat, time.Since(t0))
+		*x.to = summarize(lat)
 	}
-	p.status = summarize(lat)
 	var pidfds []int
 	defer func() {
 		for _, fd := range pidfds {

@@ -119,9 +119,13 @@ const (
 
 // Args of the ops this package knows. Unknown members are refused.
 
-// StatusArgs are status's args; App "" means every app.
+// StatusArgs are status's args; App "" means every app. Usage asks for
+// each running app's usage, read from its leaf's counters at the time:
+// a few files an app, which a status of many apps otherwise does not
+// read.
 type StatusArgs struct {
-	App string `json:"app,omitempty"`
+	App   string `json:"app,omitempty"`
+	Usage bool   `json:"usage,omitempty"`
 }
 
 // AppArgs are the args of start, stop and restart.

@@ -15,6 +15,8 @@ type Apps interface {
 	Stop(ctx context.Context, id string) (supervisor.AppStatus, error)
 	Restart(ctx context.Context, id string) (supervisor.AppStatus, error)
 	Status(id string) ([]supervisor.AppStatus, error)
+	// Usage reads the counters of the app's leaf (nil: it runs in none).
+	Usage(id string) (*supervisor.Usage, error)
 	Logs(id string, n int) ([]supervisor.LogLine, error)
 	// Subscribe delivers the events of the given kinds (all when none).
 	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
@@ -25,9 +27,9 @@ type Apps interface {
 	// Entry is the app's manifest entry and the manifest's developer
 	// mode, from which its next start's jail is compiled.
 	Entry(id string) (app policy.App, developerMode, ok bool)
-	// Entries are the manifest's entries but except's: the neighbours
-	// its jail is compiled against.
-	Entries(except string) []policy.App
+	// Entries are the manifest's entries, the neighbours an app's jail
+	// is compiled against; the caller only reads them.
+	Entries() []policy.App
 	// Ping returns nil once every part of the supervisor (its spawner
 	// thread, each app's runner) answered within ctx: the watchdog's
 	// proof that it is not wedged.

@@ -205,7 +205,7 @@ func (d *instance) jailSpec(id string) (jail.Spec, error) {
 	if !ok {
 		return jail.Spec{}, fmt.Errorf("jail %s: %w", id, supervisor.ErrUnknownApp)
 	}
-	return d.launcher.Spec(jail.Request{App: entry, Neighbours: d.apps.Entries(id), DeveloperMode: dev, Dirs: d.dirs, BaseEnv: d.environ})
+	return d.launcher.Spec(jail.Request{App: entry, Neighbours: d.apps.Entries(), DeveloperMode: dev, Dirs: d.dirs, BaseEnv: d.environ})
 }
 
 // reload re-reads the manifest and applies it.

@@ -29,6 +29,8 @@ type fakeApps struct {
 	// (off f.mu): a test's way into the moment between a snapshot and
 	// what the daemon does with it.
 	logsHook func()
+	// usageReads counts Usage calls.
+	usageReads int
 }
 
 func newFakeApps(ids ...string) *fakeApps {
@@ -173,14 +175,12 @@ func (f *fakeApps) Entry(id string) (policy.App, bool, bool) {
 	return policy.App{ID: id, Exec: []string{"/bin/true"}}, false, true
 }
 
-func (f *fakeApps) Entries(except string) []policy.App {
+func (f *fakeApps) Entries() []policy.App {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []policy.App
 	for id := range f.apps {
-		if id != except {
-			out = append(out, policy.App{ID: id, Exec: []string{"/bin/true"}})
-		}
+		out = append(out, policy.App{ID: id, Exec: []string{"/bin/true"}})
 	}
 	return out
 }
@@ -239,3 +239,18 @@ func (s *fakeSub) Err() error {
 
 // Ping answers at once.
 func (f *fakeApps) Ping(context.Context) error { return nil }
+
+// Usage is a fixed reading for a running app.
+func (f *fakeApps) Usage(id string) (*supervisor.Usage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.apps[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
+	}
+	f.usageReads++
+	if st.Pid == 0 {
+		return nil, nil
+	}
+	return &supervisor.Usage{CPUUsec: 1000, MemoryRSS: 4096, Tasks: 1, At: st.Since}, nil
+}

@@ -87,7 +87,15 @@ func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any,
 	}
 	data := control.StatusData{Apps: make([]control.AppStatus, 0, len(all))}
 	for _, st := range all {
-		data.Apps = append(data.Apps, s.appStatus(st))
+		app := s.appStatus(st)
+		if args.Usage && st.Pid != 0 {
+			// An app removed meanwhile has no usage: not an error.
+			if u, _ := s.cfg.Apps.Usage(st.ID); u != nil {
+				app.Usage = &control.Usage{CPUUsec: u.CPUUsec, MemoryCurrent: u.MemoryCurrent, MemoryPeak: u.MemoryPeak,
+					MemoryRSS: u.MemoryRSS, Tasks: u.Tasks, At: u.At}
+			}
+		}
+		data.Apps = append(data.Apps, app)
 	}
 	if s.cfg.Store != nil {
 		data.Store = s.cfg.Store()
@@ -110,10 +118,6 @@ func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
 	}
 	if st.Limits != nil {
 		out.Limits = &control.LimitsReport{Limiter: st.Limits.Limiter, Applied: nonNil(st.Limits.Applied), Missing: nonNil(st.Limits.Missing)}
-	}
-	if u := st.Usage; u != nil {
-		out.Usage = &control.Usage{CPUUsec: u.CPUUsec, MemoryCurrent: u.MemoryCurrent, MemoryPeak: u.MemoryPeak,
-			MemoryRSS: u.MemoryRSS, Tasks: u.Tasks, At: u.At}
 	}
 	if st.Jail != nil {
 		out.Jail = &control.JailReport{

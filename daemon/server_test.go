@@ -732,6 +732,46 @@ func BenchmarkStatus(b *testing.B) {
 
 var _ = supervisor.Running
 
+// TestStatusReadsUsageOnlyWhenAsked: a status reads no app's counters
+// unless it has "usage": true; then each running app's.
+func TestStatusReadsUsageOnlyWhenAsked(t *testing.T) {
+	ts := startServer(t, newFakeApps("a", "b", "idle"), nil)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if err := ts.client.Do(ctx, control.OpStart, control.AppArgs{App: id}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := func() int {
+		ts.apps.mu.Lock()
+		defer ts.apps.mu.Unlock()
+		return ts.apps.usageReads
+	}
+	var d control.StatusData
+	if err := ts.client.Do(ctx, control.OpStatus, control.StatusArgs{}, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range d.Apps {
+		if a.Usage != nil {
+			t.Errorf("%s: usage %+v in a status that did not ask", a.ID, a.Usage)
+		}
+	}
+	if n := reads(); n != 0 {
+		t.Fatalf("a status without usage read the counters %d times", n)
+	}
+	if err := ts.client.Do(ctx, control.OpStatus, control.StatusArgs{Usage: true}, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range d.Apps {
+		if (a.Usage != nil) != (a.ID != "idle") {
+			t.Errorf("%s (%s): usage %+v", a.ID, a.State, a.Usage)
+		}
+	}
+	if n := reads(); n != 2 {
+		t.Fatalf("a status with usage read the counters %d times, want 2 (the running apps)", n)
+	}
+}
+
 func TestLogsFitInALine(t *testing.T) {
 	ts := startServer(t, newFakeApps("big"), nil)
 	big := strings.Repeat("b", 4000)

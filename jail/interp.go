@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
 	"sync"
@@ -156,7 +157,7 @@ func elfInterpreter(f *os.File, name string) ([]string, error) {
 // jail app of apps may write, and lie in no such directory itself: an
 // app that can write a program or an interpreter chooses what the next
 // start runs and grants (its #! line, its PT_INTERP).
-func resolveExec(paths []string, apps []policy.App, d policy.Dirs) ([]string, error) {
+func resolveExec(paths []string, apps iter.Seq[policy.App], d policy.Dirs) ([]string, error) {
 	writable := sync.OnceValue(func() []string { return writablePlaces(apps, d) })
 	inodes := sync.OnceValue(func() map[fileID]string { return writableInodes(apps, d) })
 	out := make([]string, 0, len(paths))
@@ -194,9 +195,9 @@ type fileID struct{ dev, ino uint64 }
 // may write through their rw externals, by identity, each with the path
 // that grants it: a path is inside one when it or one of its parents is
 // one of them, however either is spelled.
-func writableInodes(apps []policy.App, d policy.Dirs) map[fileID]string {
+func writableInodes(apps iter.Seq[policy.App], d policy.Dirs) map[fileID]string {
 	out := map[fileID]string{}
-	for _, a := range apps {
+	for a := range apps {
 		if a.Sandbox.Policy != policy.PolicyJail {
 			continue
 		}

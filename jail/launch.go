@@ -3,6 +3,7 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,9 +22,11 @@ import (
 // Request is everything one launch of an app needs.
 type Request struct {
 	App policy.App
-	// Neighbours are the manifest's other apps: a link planted below any
-	// jail app's rw external may redirect this app's grants, so none of
-	// this app's grants follows one (resolveGrants).
+	// Neighbours are the manifest's other apps (its entries: App's own
+	// may be among them, which changes nothing): a link planted below
+	// any jail app's rw external may redirect this app's grants, so none
+	// of this app's grants follows one (resolveGrants). The slice is
+	// only read.
 	Neighbours    []policy.App
 	DeveloperMode bool
 	Dirs          policy.Dirs
@@ -244,7 +247,7 @@ func (l *Launcher) Spec(req Request) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("%w: %v", ErrNoProgram, err)
 	}
-	execs, err := resolveExec(append([]string{app.Exec[0]}, interps...), append([]policy.App{app}, req.Neighbours...), req.Dirs)
+	execs, err := resolveExec(append([]string{app.Exec[0]}, interps...), withApp(app, req.Neighbours), req.Dirs)
 	if err != nil {
 		return Spec{}, err
 	}
@@ -357,7 +360,7 @@ func resolveGrants(app policy.App, neighbours []policy.App, d policy.Dirs) (reso
 	// at each start would make starting N apps cost N² lookups.
 	writable := func() []string { return nil }
 	if app.Sandbox.Policy == policy.PolicyJail {
-		writable = sync.OnceValue(func() []string { return writablePlaces(append([]policy.App{app}, neighbours...), d) })
+		writable = sync.OnceValue(func() []string { return writablePlaces(withApp(app, neighbours), d) })
 	}
 	paths := slices.Clone(app.Resources)
 	for _, e := range app.Sandbox.External {
@@ -378,11 +381,27 @@ func resolveGrants(app policy.App, neighbours []policy.App, d policy.Dirs) (reso
 	return resolved, planted
 }
 
+// withApp yields app, then its neighbours: the apps whose rw externals
+// count, without a copy of the manifest's entries at every start (n
+// starts made n² copies). The app's own entry may be among neighbours.
+func withApp(app policy.App, neighbours []policy.App) iter.Seq[policy.App] {
+	return func(yield func(policy.App) bool) {
+		if !yield(app) {
+			return
+		}
+		for _, a := range neighbours {
+			if !yield(a) {
+				return
+			}
+		}
+	}
+}
+
 // writablePlaces are the rw externals of the jail apps among apps, as
 // written and where they lead.
-func writablePlaces(apps []policy.App, d policy.Dirs) []string {
+func writablePlaces(apps iter.Seq[policy.App], d policy.Dirs) []string {
 	var out []string
-	for _, a := range apps {
+	for a := range apps {
 		if a.Sandbox.Policy != policy.PolicyJail {
 			continue
 		}

@@ -91,19 +91,21 @@ type runner struct {
 	prev    <-chan struct{}    // a previous runner of the same id still stopping
 
 	// Guarded by s.mu: Apply edits entry, Status reads status. procGen
-	// counts the starts; procEntry, procDev and procNeighbours are what
-	// the latest one read, so what the jail of the process that is
-	// starting, running or stopping was compiled from. They change only on the run goroutine, with the move to
-	// starting, so that Apply sees either the old entry and the old
-	// state or the new process starting with the new entry.
-	entry          policy.App
-	status         AppStatus
-	procGen        int
-	procEntry      policy.App
-	procDev        bool
-	procNeighbours []policy.App
-	// leafPath is the running process's leaf, where Status reads its
-	// usage ("" without one).
+	// counts the starts; procEntry, procDev and procEntries (the
+	// manifest's entries, its neighbours' among them) are what the
+	// latest one read, so what the jail of the process that is
+	// starting, running or stopping was compiled from. They change only
+	// on the run goroutine, with the move to starting, so that Apply
+	// sees either the old entry and the old state or the new process
+	// starting with the new entry.
+	entry       policy.App
+	status      AppStatus
+	procGen     int
+	procEntry   policy.App
+	procDev     bool
+	procEntries []policy.App // Supervisor.entries, shared
+	// leafPath is the running process's leaf, where Usage reads its
+	// counters ("" without one).
 	leafPath string
 
 	// Owned by the run goroutine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -87,9 +88,10 @@ func checkIDs(m *policy.Manifest) (map[string]bool, error) {
 // settled), the apps with a process whose entry it must compare, and the
 // limits to write in place.
 type applyPlan struct {
-	wait   []<-chan struct{}
-	live   []liveEntry
-	limits []liveLimits
+	entries []policy.App // Supervisor.entries, the new manifest's
+	wait    []<-chan struct{}
+	live    []liveEntry
+	limits  []liveLimits
 }
 
 // swap makes m the set of apps, under s.mu: removed apps are told to
@@ -107,6 +109,8 @@ func (s *Supervisor) swap(m *policy.Manifest, seen map[string]bool, done *Applie
 			plan.wait = append(plan.wait, s.removeLocked(s.apps[id]))
 		}
 	}
+	s.entries = slices.Clone(m.Apps)
+	plan.entries = s.entries // the new entries, to compare with what runs
 	order := make([]string, 0, len(m.Apps))
 	for _, a := range m.Apps {
 		order = append(order, a.ID)
@@ -173,8 +177,8 @@ func (plan *applyPlan) keepLocked(r *runner, a policy.App, m *policy.Manifest) {
 	case Starting, Running, Stopping:
 		plan.live = append(plan.live, liveEntry{
 			r: r, gen: r.procGen,
-			old: r.procEntry, oldDev: r.procDev, oldNeighbours: r.procNeighbours,
-			new: a, newDev: m.DeveloperMode, newNeighbours: others(m.Apps, a.ID),
+			old: r.procEntry, oldDev: r.procDev, oldNeighbours: r.procEntries,
+			new: a, newDev: m.DeveloperMode, newNeighbours: plan.entries,
 		})
 	}
 	r.entry = a
@@ -246,18 +250,6 @@ type liveEntry struct {
 	old, new                     policy.App
 	oldDev, newDev               bool
 	oldNeighbours, newNeighbours []policy.App
-}
-
-// others are the entries of apps but id's: an app's neighbours
-// (jail.Request.Neighbours).
-func others(apps []policy.App, id string) []policy.App {
-	out := make([]policy.App, 0, len(apps))
-	for _, a := range apps {
-		if a.ID != id {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 type restartWait struct {

@@ -364,8 +364,8 @@ func TestTasksMaxHoldsForkBomb(t *testing.T) {
 		t.Fatalf("the bomb's forks failed otherwise: %q", line)
 	}
 	st := status(t, sup, "bomb")
-	if st.Usage == nil || st.Usage.Tasks != 64 {
-		t.Fatalf("usage %+v; want 64 tasks, the limit", st.Usage)
+	if u := usage(t, sup, "bomb"); u == nil || u.Tasks != 64 {
+		t.Fatalf("usage %+v; want 64 tasks, the limit", u)
 	}
 	if st.Limits == nil || st.Limits.Limiter != LimiterCgroup {
 		t.Fatalf("limits %+v; want the cgroup's", st.Limits)
@@ -417,9 +417,9 @@ func TestCPUMax(t *testing.T) {
 	app.Limits.CPUMax = "10%"
 	apply(t, sup, app)
 	waitLog(t, sub, "spin", "ready")
-	a := status(t, sup, "spin").Usage
+	a := usage(t, sup, "spin")
 	time.Sleep(3 * time.Second) // the measurement's window itself
-	b := status(t, sup, "spin").Usage
+	b := usage(t, sup, "spin")
 	share := float64(b.CPUUsec-a.CPUUsec) / float64(b.At.Sub(a.At).Microseconds())
 	// cpu.max is enforced per 100 ms period: over 30 periods the share
 	// stays within a period's rounding of 10%.
@@ -429,7 +429,17 @@ func TestCPUMax(t *testing.T) {
 	t.Logf("cpu_max 10%%: the spinning app got %.1f%% of a CPU over %s", share*100, b.At.Sub(a.At).Round(time.Millisecond))
 }
 
-// TestUsageFromTheLeaf: status reads a running app's usage from its leaf
+// usage is Supervisor.Usage of the app id.
+func usage(t testing.TB, sup *Supervisor, id string) *Usage {
+	t.Helper()
+	u, err := sup.Usage(id)
+	if err != nil {
+		t.Fatalf("Usage(%s): %v", id, err)
+	}
+	return u
+}
+
+// TestUsageFromTheLeaf: Usage reads a running app's usage from its leaf
 // (without the memory controller, the resident sets of its processes).
 func TestUsageFromTheLeaf(t *testing.T) {
 	cgroupOrSkip(t)
@@ -439,7 +449,7 @@ func TestUsageFromTheLeaf(t *testing.T) {
 	defer sub.Close()
 	apply(t, sup, testApp(exe, "tree", "grandchild", true))
 	waitLog(t, sub, "tree", "grandchild ")
-	u := status(t, sup, "tree").Usage
+	u := usage(t, sup, "tree")
 	if u == nil {
 		t.Fatal("no usage for a running app in a leaf")
 	}
@@ -451,7 +461,7 @@ func TestUsageFromTheLeaf(t *testing.T) {
 	if _, err := sup.Stop(ctx, "tree"); err != nil {
 		t.Fatal(err)
 	}
-	if u := status(t, sup, "tree").Usage; u != nil {
+	if u := usage(t, sup, "tree"); u != nil {
 		t.Fatalf("a stopped app has usage %+v", u)
 	}
 }

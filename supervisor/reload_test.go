@@ -355,3 +355,32 @@ func TestReloadNeighbourRefusesAGrant(t *testing.T) {
 		t.Fatalf("the next start of a: %+v, %v", st, err)
 	}
 }
+
+// TestStartsShareTheEntries: what each start keeps of its neighbours (to
+// compare at the next Apply) is the manifest's one slice of entries, not
+// a copy of the others' per app: at 500 apps the copies were n² entries,
+// most of the daemon's memory.
+func TestStartsShareTheEntries(t *testing.T) {
+	exe := testExe(t)
+	sup := startSup(t, nil)
+	ids := []string{"a", "b", "c"}
+	var apps []policy.App
+	for _, id := range ids {
+		apps = append(apps, testApp(exe, id, "sleep", true))
+	}
+	apply(t, sup, apps...) // waits for the starts
+	for _, id := range ids {
+		if st := status(t, sup, id); st.State != Running {
+			t.Fatalf("%s is %s", id, st.State)
+		}
+	}
+	sup.mu.Lock()
+	defer sup.mu.Unlock()
+	first := sup.apps["a"].procEntries
+	for _, id := range ids {
+		got := sup.apps[id].procEntries
+		if len(got) != len(ids) || &got[0] != &first[0] {
+			t.Fatalf("%s started with entries of its own (%d), not the manifest's", id, len(got))
+		}
+	}
+}

@@ -223,9 +223,9 @@ func (r *runner) beginStart() *attempt {
 	r.starts++
 	s.mu.Lock()
 	a.entry, a.dev = r.entry, s.devMode
-	a.neighbours = s.entriesLocked(r.id)
+	a.neighbours = s.entries // shared, only read
 	r.procGen++
-	r.procEntry, r.procDev, r.procNeighbours = a.entry, a.dev, a.neighbours
+	r.procEntry, r.procDev, r.procEntries = a.entry, a.dev, s.entries
 	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
 		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale, st.Limits = 0, a.restarts, "", nil, s.stopper(), nil, nil
 	})

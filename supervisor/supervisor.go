@@ -126,9 +126,6 @@ type AppStatus struct {
 	Stale []string `json:"stale,omitempty"`
 	// Limits says which of the entry's limits hold the running process.
 	Limits *LimitsReport `json:"limits,omitempty"`
-	// Usage is what the app's leaf counts now; only Status reads it, and
-	// only for a process in a leaf.
-	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Supervisor runs the apps of a manifest. Create it with New, run it with
@@ -156,10 +153,15 @@ type Supervisor struct {
 	guards     context.Context
 	stopGuards context.CancelFunc
 
-	mu       sync.Mutex
-	started  bool // Run was called
-	closed   bool // Run's context is done: no new runners
-	devMode  bool
+	mu      sync.Mutex
+	started bool // Run was called
+	closed  bool // Run's context is done: no new runners
+	devMode bool
+	// entries are the manifest's entries, a slice of their own that no
+	// one changes: a start reads its neighbours from it, and keeps it
+	// (runner.procEntries) to compare at the next Apply, shared by every
+	// app instead of a copy of the others' entries each (n² of them).
+	entries  []policy.App
 	apps     map[string]*runner // the manifest's apps
 	order    []string           // their ids, in manifest order
 	removing map[*runner]struct{}
@@ -450,35 +452,45 @@ func (s *Supervisor) goneErr() error {
 }
 
 // Status returns the state of the app id, or of every app in manifest
-// order when id is "". It copies what the runners keep up to date, then,
-// with no lock held, reads each running process's usage from its leaf:
-// the counters are read only when someone asks.
+// order when id is "": a copy of what the runners keep up to date, with
+// no file read (Usage reads the counters).
 func (s *Supervisor) Status(id string) ([]AppStatus, error) {
 	s.mu.Lock()
-	var out []AppStatus
-	var leaves []string
+	defer s.mu.Unlock()
 	if id != "" {
 		r, ok := s.apps[id]
 		if !ok {
-			s.mu.Unlock()
 			return nil, fmt.Errorf("status %s: %w", id, ErrUnknownApp)
 		}
-		out, leaves = []AppStatus{r.shownLocked()}, []string{r.leafPath}
-	} else {
-		out = make([]AppStatus, 0, len(s.order))
-		leaves = make([]string, 0, len(s.order))
-		for _, id := range s.order {
-			out = append(out, s.apps[id].shownLocked())
-			leaves = append(leaves, s.apps[id].leafPath)
-		}
+		return []AppStatus{r.shownLocked()}, nil
 	}
-	s.mu.Unlock()
-	for i, leaf := range leaves {
-		if leaf != "" {
-			out[i].Usage = readUsage(leaf, s.cfg.Now())
-		}
+	out := make([]AppStatus, 0, len(s.order))
+	for _, id := range s.order {
+		out = append(out, s.apps[id].shownLocked())
 	}
 	return out, nil
+}
+
+// Usage reads what the leaf of the app id counts now, with no lock held:
+// nil when its process runs in no leaf (stopped, or not in a cgroup) or
+// the leaf went meanwhile. The counters are read only when someone asks,
+// a few files an app (docs/limits.md), so that a status of many apps
+// costs none of them.
+func (s *Supervisor) Usage(id string) (*Usage, error) {
+	s.mu.Lock()
+	r, ok := s.apps[id]
+	var leaf string
+	if ok {
+		leaf = r.leafPath
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("usage %s: %w", id, ErrUnknownApp)
+	}
+	if leaf == "" {
+		return nil, nil
+	}
+	return readUsage(leaf, s.cfg.Now()), nil
 }
 
 // Entry returns the manifest entry of the app id and the manifest's
@@ -494,22 +506,13 @@ func (s *Supervisor) Entry(id string) (app policy.App, developerMode, ok bool) {
 	return r.entry, s.devMode, true
 }
 
-// Entries returns the manifest's entries but except's, in no order: the
-// neighbours a jail spec is compiled against (jail.Request.Neighbours).
-func (s *Supervisor) Entries(except string) []policy.App {
+// Entries returns the manifest's entries, in its order: the neighbours
+// a jail spec is compiled against (jail.Request.Neighbours). The slice
+// is shared: the caller only reads it.
+func (s *Supervisor) Entries() []policy.App {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.entriesLocked(except)
-}
-
-func (s *Supervisor) entriesLocked(except string) []policy.App {
-	out := make([]policy.App, 0, len(s.apps))
-	for id, r := range s.apps {
-		if id != except {
-			out = append(out, r.entry)
-		}
-	}
-	return out
+	return s.entries
 }
 
 // Logs returns up to n of the app's last output lines, oldest first (all

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Usage is what an app's leaf counts: read when Status is asked, never
-// on a timer, so that an idle daemon does no work while nobody looks.
+// Usage is what an app's leaf counts: read when Supervisor.Usage is
+// asked, never on a timer, so that an idle daemon does no work while
+// nobody looks.
 type Usage struct {
 	// CPUUsec is the CPU time the app's processes used, from cpu.stat
 	// (kept by every cgroup v2, with or without the cpu controller).

@@ -24,7 +24,9 @@ set, is the width); status APP shows it whole, as does --json.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: c.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var sa control.StatusArgs
+			// The table shows no usage: only --json asks the daemon
+			// to read the counters (a few files an app).
+			sa := control.StatusArgs{Usage: c.json}
 			what := "status"
 			if len(args) == 1 {
 				sa.App = args[0]

@@ -87,7 +87,7 @@ func (c *cli) topSample(ctx context.Context) (topSample, error) {
 	}
 	defer conn.Close()
 	var st control.StatusData
-	if err := conn.Do(ctx, control.OpStatus, control.StatusArgs{}, &st); err != nil {
+	if err := conn.Do(ctx, control.OpStatus, control.StatusArgs{Usage: true}, &st); err != nil {
 		return topSample{}, err
 	}
 	var ap control.ApprovalsData
