@@ -72,7 +72,7 @@ type scalePoint struct {
 	goroutines int
 	status     Summary
 	usage      Summary // status with "usage": true
-	survivors  int // apps still alive 5 s after the daemon died
+	survivors  int     // apps still alive 5 s after the daemon died
 }
 
 func runScale(ctx context.Context, env *Env, sizes []int, calls int) ([]Row, error) {
