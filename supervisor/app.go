@@ -74,6 +74,12 @@ type proc struct {
 	// app's session (setsid): without a leaf, the daemon's strays are
 	// counted as its (procs.go).
 	broad bool
+	// contained: the leaf holds every process of the app, for good: a
+	// jail app under Landlock cannot write a cgroup.procs (/sys is never
+	// granted) nor mount one elsewhere, so none leaves the leaf, and its
+	// signals and kills need no scan of /proc for its session. Set once
+	// it runs, with the jail's report; false (scan) until then.
+	contained bool
 }
 
 // runner is one app's lifecycle. Its goroutine (run) is the only place

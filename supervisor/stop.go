@@ -26,13 +26,17 @@ func (r *runner) beginStop() {
 // signal sends sig to every process of the app: its main process
 // through its pidfd (wherever it went), its process group, its session
 // and their descendants (procs.go; a broad app's strays too without a
-// leaf), and its cgroup leaf: cgroup.kill for SIGKILL, each process in
-// cgroup.procs for any other. Only the run goroutine calls it, and only
+// leaf; none of these for a contained app, whose leaf is all of it), and
+// its cgroup leaf: cgroup.kill for SIGKILL, each process in cgroup.procs
+// for any other. Only the run goroutine calls it, and only
 // while the leader is unreaped: its pid is the group's and the session's
 // id, which no other process can have meanwhile.
 func (r *runner) signal(sig unix.Signal) {
 	p := r.proc
 	r.signalKnown(sig)
+	if p.contained {
+		return
+	}
 	_, fds, err := r.s.signalFamily(p.pid, p.broad && p.leaf == nil, sig)
 	closeFds(fds)
 	if err != nil {
@@ -92,6 +96,9 @@ func (r *runner) killRest() {
 	p := r.proc
 	// killFamily's first round scans and kills the rest: no scan here.
 	r.signalKnown(unix.SIGKILL)
+	if p.contained {
+		return // the leaf is killed: emptied waits for it
+	}
 	left, err := r.s.killFamily(p.pid, p.broad && p.leaf == nil)
 	switch {
 	case err != nil:
