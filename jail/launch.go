@@ -123,7 +123,19 @@ func (p *Process) takeGuard(sock int, guard func(fd int) *Guard) {
 func (l *Launcher) guardFor(spec Spec) func(fd int) *Guard {
 	unprivPort := l.kernel().unprivPort
 	slots := l.connectSlots(spec.App)
-	return func(fd int) *Guard { return newGuard(spec, fd, unprivPort, slots, l.log) }
+	kept := guardSpec(spec)
+	return func(fd int) *Guard { return newGuard(kept, fd, unprivPort, slots, l.log) }
+}
+
+// guardSpec is what a Guard reads of spec for its process's life: the
+// app, its sockets, its Landlock rules and its notified calls. The rest
+// (the filter's other rules, the environment, argv) would stay in the
+// daemon's memory as long as the app runs, for every app.
+func guardSpec(spec Spec) Spec {
+	return Spec{
+		App: spec.App, Sockets: spec.Sockets, Landlock: spec.Landlock,
+		Seccomp: slices.DeleteFunc(slices.Clone(spec.Seccomp), func(r Syscall) bool { return !r.Notify }),
+	}
 }
 
 // connectSlots are app's connect slots, made at its first start.
