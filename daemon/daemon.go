@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -283,6 +284,13 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 
 // ready tells systemd the daemon is ready, with where the apps are.
 func (d *instance) ready() {
+	// The autostart apps' starts (compiling each jail, reading the
+	// manifest, the apps' first output) leave garbage several times the
+	// live heap, which the runtime would hand back to the kernel only
+	// over minutes: returned at once, an idle daemon's memory is what it
+	// holds (500 idle apps: 103 KiB of RSS an app at READY without it,
+	// measured by make bench). One collection, before READY=1.
+	debug.FreeOSMemory()
 	all, _ := d.apps.Status("")
 	line := statusLine(all, d.links.storeNotes())
 	notify(d.log, "READY=1\nSTATUS="+line)
