@@ -115,7 +115,6 @@ type Writer struct {
 	raw  syscall.RawConn // nil: every line goes through the loop
 	cfg  Config
 	kick chan struct{} // wakes the loop (capacity 1)
-	quit chan struct{} // closed by Close, Abort or a failure
 
 	// mu guards the fields below; it is never held across a write.
 	mu     sync.Mutex
@@ -136,7 +135,7 @@ type Writer struct {
 
 // New returns a Writer for conn. Its owner runs Run.
 func New(conn net.Conn, cfg Config) *Writer {
-	w := &Writer{conn: conn, cfg: cfg, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	w := &Writer{conn: conn, cfg: cfg, kick: make(chan struct{}, 1)}
 	if sc, ok := conn.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
@@ -292,7 +291,7 @@ func (w *Writer) flushLocked() error {
 		return ErrClosed
 	}
 	if w.done {
-		w.writing = false
+		w.writing = false // the loop has returned, or will
 		w.mu.Unlock()
 		return nil
 	}
@@ -384,12 +383,12 @@ func (w *Writer) wakeRoomLocked() {
 }
 
 // endLocked tells the loop and whoever waits for room that the writer
-// takes nothing more, the first time Close, Abort or a failure says so.
+// takes nothing more (Close, Abort or a failure). The loop is woken
+// every time: after a Close it may be waiting for a direct writer, whose
+// failure must end it too.
 func (w *Writer) endLocked() {
-	if !w.closed && !w.done {
-		close(w.quit)
-	}
 	w.wakeRoomLocked()
+	w.wake()
 }
 
 // failLocked ends the writer: what is queued is dropped, nobody waits
@@ -416,13 +415,7 @@ func (w *Writer) Run() {
 	// every write (moving it is a timer update of its own): every write
 	// still has at least nine tenths of it.
 	var armedAt time.Time
-	quit := w.quit
-	for {
-		select {
-		case <-w.kick:
-		case <-quit:
-			quit = nil // from now on a direct writer's kick says when it is done
-		}
+	for range w.kick {
 		for {
 			w.mu.Lock()
 			if w.done {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,6 +129,38 @@ func TestShortDirectWriteKeepsItsPlace(t *testing.T) {
 	}
 	if !sc.Scan() || sc.Text() != "after" {
 		t.Fatalf("read %q, want after", sc.Text())
+	}
+}
+
+// TestCloseThenAFailedDirectWriteEndsTheLoop: a Close while a direct
+// write holds the socket, then that write failing (the peer gone), ends
+// Run: nothing is left to write. A daemon's connection teardown waits
+// for Run; the loop used to wait for a wake-up that never came (a
+// benchmark hung on it, once in a few runs).
+func TestCloseThenAFailedDirectWriteEndsTheLoop(t *testing.T) {
+	send, recv := roundtrip.TightPair(t, 4096)
+	conn := hook(send)
+	w := New(conn, Config{})
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run() }()
+	// The loop runs once with nothing to do, and waits.
+	w.Hold()
+	w.Release()
+	conn.beforeDirect = func() {
+		w.Close()
+		// Let the loop see the Close while the socket is held.
+		for range 100 {
+			runtime.Gosched()
+		}
+		recv.Close()
+	}
+	if err := w.Put([]byte("gone"), Opt{Now: true}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a direct write to a closed peer: %v, want ErrClosed", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Close and a failed direct write")
 	}
 }
 
