@@ -164,7 +164,7 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s.cpu.real.4: %+v", sec, r)
 		}
 	}
-	for _, key := range []string{"tools.ratio.p50", "tools.ratio.rate.4"} {
+	for _, key := range []string{"tools.ratio.p50.relay", "tools.ratio.rate.relay.4", "requests.ratio.p50.relay"} {
 		if rows[key].Goal == nil {
 			t.Errorf("%s has no goal: %+v", key, rows[key])
 		}
