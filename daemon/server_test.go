@@ -35,11 +35,21 @@ type testServer struct {
 // the test ends.
 func startServer(t testing.TB, apps *fakeApps, edit func(*ServerConfig)) *testServer {
 	t.Helper()
+	return startServerOn(t, apps, edit, nil)
+}
+
+// startServerOn is startServer with its listener wrapped by wrap (nil:
+// as it is).
+func startServerOn(t testing.TB, apps *fakeApps, edit func(*ServerConfig), wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "octosup", "control.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := listenUnix(ctx, path, true)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		ln = wrap(ln)
 	}
 	cfg := ServerConfig{Apps: apps, Log: testLogger(t)}
 	if edit != nil {

@@ -168,7 +168,7 @@ func TestFullDiskDropsAuditNotCalls(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 	// No batch is written on a timer (a loaded machine's calls outlast
 	// the default's 50 ms): the audit op's flush writes all of them.
-	rig := newToolRigIn(t, dir, func(c *peer.Config) { c.AuditInterval = time.Hour })
+	rig := newToolRigIn(t, dir, func(c *peer.Config) { c.AuditInterval = time.Hour }, nil)
 	k := rig.kernel()
 	f, err := os.Create(filepath.Join(dir, "filler"))
 	if err != nil {

@@ -28,6 +28,7 @@ type toolRig struct {
 	hub     net.Conn
 	r       *bufio.Reader // the app's end of hub, buffered
 	ctx     string        // the app's context (account personal)
+	pl      *peerLink     // the kernels attached, by connection
 }
 
 type toolRigEvents struct{ approvals chan peer.Approval }
@@ -44,11 +45,12 @@ func newToolRig(t testing.TB) *toolRig { return newToolRigWith(t, nil) }
 // newToolRigWith is newToolRig with the Manager's Config changed by tweak.
 func newToolRigWith(t testing.TB, tweak func(*peer.Config)) *toolRig {
 	t.Helper()
-	return newToolRigIn(t, t.TempDir(), tweak)
+	return newToolRigIn(t, t.TempDir(), tweak, nil)
 }
 
-// newToolRigIn is newToolRigWith with the state file in dir.
-func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
+// newToolRigIn is newToolRigWith with the state file in dir and the
+// control socket's listener wrapped by wrap (nil: as it is).
+func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config), wrap func(net.Listener) net.Listener) *toolRig {
 	t.Helper()
 	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(dir, policy.StoreFile)})
 	if err != nil {
@@ -60,14 +62,15 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config)) *toolRig {
 		tweak(&cfg)
 	}
 	rig.m = peer.New(cfg)
-	rig.ts = startServer(t, newFakeApps("notes"), func(c *ServerConfig) {
+	rig.ts = startServerOn(t, newFakeApps("notes"), func(c *ServerConfig) {
 		c.Store = func() *control.StoreStatus { return wireStoreStatus(store.Health()) }
-	})
+	}, wrap)
 	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
 	// The real kernel.attach (no event before its answer, detach when
 	// the connection ends), under the rig's own op name.
 	pl := &peerLink{store: store, m: rig.m, log: testLogger(t), kernels: map[*Conn]*peer.KernelSession{}}
+	rig.pl = pl
 	rig.ts.srv.handleOrdered(opTestAttach, pl.opKernelAttach)
 	registerToolOps(rig.ts.srv, rig.m, pl.kernelOf)
 

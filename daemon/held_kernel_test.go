@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"octosup/control"
+	"octosup/policy"
+)
+
+// stallListener hands out the next connection accepted after arm as a
+// client that never reads: the daemon's writes to it never complete (a
+// blocking write waits until the test ends; a non-blocking one takes
+// nothing), with nothing of the kernel's socket buffer in between, so
+// the number of answers that fill its queue is exact.
+type stallListener struct {
+	net.Listener
+	mu    sync.Mutex
+	armed bool
+	gone  chan struct{} // closed at the test's end: the stalled writes return
+}
+
+func (l *stallListener) arm() {
+	l.mu.Lock()
+	l.armed = true
+	l.mu.Unlock()
+}
+
+func (l *stallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil || !l.armed {
+		return c, err
+	}
+	l.armed = false
+	return &stalledConn{Conn: c, gone: l.gone}, nil
+}
+
+type stalledConn struct {
+	net.Conn
+	gone chan struct{}
+}
+
+func (c *stalledConn) Write(b []byte) (int, error) {
+	<-c.gone
+	return 0, net.ErrClosed
+}
+
+// SyscallConn keeps the peer checks (SO_PEERCRED, SO_PEERPIDFD) working;
+// its Write, the writer's direct write, takes nothing.
+func (c *stalledConn) SyscallConn() (syscall.RawConn, error) {
+	rc, err := c.Conn.(syscall.Conn).SyscallConn()
+	return stalledRaw{rc}, err
+}
+
+type stalledRaw struct{ syscall.RawConn }
+
+func (stalledRaw) Write(func(uintptr) bool) error { return nil }
+
+// TestHeldKernelHoldsUpNothingOverTheSocket is issue 25's defect 3 on the
+// daemon: a same-user client pipelines requests without reading, then
+// attaches as the kernel. Its kernel.attach's answer waits for room in
+// its write queue (up to the 10 s write timeout), and with it the
+// kernel's start. Meanwhile status, the watchdog's ping of the peer
+// links and the app's own hub traffic answer at once: the held kernel
+// holds up nothing but its own calls.
+func TestHeldKernelHoldsUpNothingOverTheSocket(t *testing.T) {
+	sl := &stallListener{gone: make(chan struct{})}
+	rig := newToolRigIn(t, t.TempDir(), nil, func(ln net.Listener) net.Listener { sl.Listener = ln; return sl })
+	t.Cleanup(func() { close(sl.gone) })
+
+	sl.arm()
+	k := dialRaw(t, rig.ts.path)
+	// Every line below is answered on the connection's reader, in
+	// order (a request without an op is refused there, and kernel.attach
+	// is an ordered op): connQueue refusals fill the queue (the first
+	// taken by the writer's loop, blocked in its write), and
+	// kernel.attach's answer is next.
+	var b strings.Builder
+	for i := range connQueue {
+		fmt.Fprintf(&b, `{"id":%d}`+"\n", i+10)
+	}
+	b.WriteString(`{"id":1,"op":"` + opTestAttach + `"}` + "\n")
+	if _, err := k.nc.Write([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	// The attach was handled once the connection has a kernel session;
+	// its answer waits: the queue holds connQueue lines.
+	deadline := time.Now().Add(10 * time.Second)
+	var kc *Conn
+	for kc == nil {
+		rig.pl.kmu.Lock()
+		for c := range rig.pl.kernels {
+			kc = c
+		}
+		rig.pl.kmu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the pipelined kernel.attach was never handled")
+		}
+		runtime.Gosched()
+	}
+	if lines, _ := kc.w.Queued(); lines != connQueue {
+		t.Fatalf("the kernel's connection has %d lines queued, want %d (the queue full, its attach's answer waiting)", lines, connQueue)
+	}
+
+	// Each of these answers within a bound far below the 10 s for
+	// which the held attach's answer may wait.
+	const bound = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var st control.StatusData
+	if err := rig.ts.client.Do(ctx, control.OpStatus, nil, &st); err != nil || len(st.Apps) != 1 {
+		t.Fatalf("status while a kernel is held: %v %+v", err, st)
+	}
+	if err := rig.m.Ping(ctx); err != nil {
+		t.Fatalf("the peer links' ping while a kernel is held: %v", err)
+	}
+	rig.appWrite(&hubRequest{ReqID: "o2", Method: policy.MethodSessionOpen})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if rp := rig.appNext(); rp.Type != "reply" || rp.ReqID != "o2" || !rp.OK {
+			t.Errorf("session.open while a kernel is held: the app got %+v", rp)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the app's session.open was not answered while a kernel is held")
+	}
+}
