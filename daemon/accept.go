@@ -158,7 +158,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Durat
 	c.readLoop(cctx, &inflight)
 	inflight.Wait() // every request read gets its answer queued
 	stop()
-	s.hub.removeConn(c)
+	s.fanout.removeConn(c)
 	cancel()
 	c.runCloseHooks()
 	c.w.Close() // what is queued is written, then the loop returns

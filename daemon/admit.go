@@ -10,8 +10,8 @@ import (
 	"octosup/supervisor"
 )
 
-// Peer is who is at the other end of a connection (SO_PEERCRED).
-type Peer struct {
+// Client is who is at the other end of a connection (SO_PEERCRED).
+type Client struct {
 	Pid      int
 	UID, GID uint32
 }
@@ -19,7 +19,7 @@ type Peer struct {
 // admit checks a new connection's peer (doc.go, "Who may use the control
 // socket"): a refused one gets a not_permitted line saying why and is
 // closed. It returns the connection's logger, naming the peer.
-func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, Peer, bool) {
+func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, Client, bool) {
 	log := s.log
 	p, proc, err := peerCred(nc, s.peerPidfd)
 	if err != nil {
@@ -44,7 +44,7 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, Peer, 
 // process of the daemon's uid that the supervisor places outside every
 // app, by the pidfd proc holds, may. accepted is when the connection was
 // accepted (CLOCK_BOOTTIME), by which the peer had started.
-func (s *Server) refuse(p Peer, proc peerProc, accepted time.Duration) string {
+func (s *Server) refuse(p Client, proc peerProc, accepted time.Duration) string {
 	if int(p.UID) != s.uid {
 		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.UID, s.uid)
 	}
@@ -57,7 +57,7 @@ func (s *Server) refuse(p Peer, proc peerProc, accepted time.Duration) string {
 			s.log.Warn("this kernel has no SO_PEERPIDFD (Linux 6.5): control socket peers are found by pid; a pid reused between a peer's connect and its accept could be taken for the peer")
 		})
 	}
-	if err := s.cfg.Apps.CheckPeer(supervisor.Peer{Pid: p.Pid, Pidfd: proc.pidfd, StartedBy: accepted}); err != nil {
+	if err := s.cfg.Apps.CheckCaller(supervisor.Caller{Pid: p.Pid, Pidfd: proc.pidfd, StartedBy: accepted}); err != nil {
 		return fmt.Sprintf("%v: %s", err, apps)
 	}
 	return ""

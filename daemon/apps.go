@@ -20,10 +20,10 @@ type Apps interface {
 	Logs(id string, n int) ([]supervisor.LogLine, error)
 	// Subscribe delivers the events of the given kinds (all when none).
 	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
-	// CheckPeer returns nil only when the process is positively outside
-	// every app (a *supervisor.PeerError otherwise): the control socket
+	// CheckCaller returns nil only when the process is positively outside
+	// every app (a *supervisor.CallerError otherwise): the control socket
 	// serves no other.
-	CheckPeer(p supervisor.Peer) error
+	CheckCaller(p supervisor.Caller) error
 	// Entry is the app's manifest entry and the manifest's developer
 	// mode, from which its next start's jail is compiled.
 	Entry(id string) (app policy.App, developerMode, ok bool)

@@ -17,7 +17,7 @@ import (
 type Conn struct {
 	srv    *Server
 	nc     net.Conn
-	peer   Peer
+	client Client
 	log    *zap.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -34,8 +34,8 @@ type Conn struct {
 	hooks  []func()
 }
 
-func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, p Peer, log *zap.Logger) *Conn {
-	c := &Conn{srv: s, nc: nc, peer: p, log: log, ctx: ctx, cancel: cancel}
+func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, p Client, log *zap.Logger) *Conn {
+	c := &Conn{srv: s, nc: nc, client: p, log: log, ctx: ctx, cancel: cancel}
 	c.w = linewriter.New(nc, linewriter.Config{
 		WriteTimeout: writeTimeout,
 		MaxLines:     connQueue,

@@ -9,7 +9,7 @@
 // and how its pidfd was had) unless both hold:
 //   - the peer's uid (SO_PEERCRED) is the daemon's;
 //   - the supervisor places the peer positively outside every app
-//     (supervisor.Supervisor.CheckPeer, through Apps.CheckPeer).
+//     (supervisor.Supervisor.CheckCaller, through Apps.CheckCaller).
 //
 // The peer is held by a pidfd of the very process that called connect():
 // SO_PEERPIDFD (Linux 6.5). A peer that has exited (reaped or a zombie)
@@ -54,7 +54,7 @@
 //     and its link found before, on the app's hub write queue, whose lock
 //     takes no other.
 //   - Server.mu: the op registry and the topics.
-//   - hub.mu: the set of streams (subscriptions).
+//   - fanout.mu: the set of streams (subscriptions).
 //   - stream.mu: a follow stream's covered (the number of the last log
 //     line its answer held).
 //   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
@@ -65,11 +65,11 @@
 //   - instance.reloadMu: one reload at a time.
 //
 // Lock order: Then runs under a connection's queue lock, and takes (in
-// this order) stream.mu, hub.mu or the supervisor's log ring
+// this order) stream.mu, fanout.mu or the supervisor's log ring
 // (followThen); a kernel's Then only starts its peer session (a channel
 // close, peer.KernelSession.Start). So nothing puts a line while
-// holding one of those: the hub's publisher takes the streams of a topic
-// under hub.mu, lets go, then applies each stream's covered under stream.mu,
+// holding one of those: the fanout's publisher takes the streams of a topic
+// under fanout.mu, lets go, then applies each stream's covered under stream.mu,
 // lets go, then puts. No Then calls into the peer Manager beyond that
 // Start: AttachKernel decides kernel.attach's answer, so it runs before
 // it. No lock is held across a write to a socket (linewriter writes off
@@ -78,7 +78,7 @@
 // One way keeps events behind the answer that announces them: the answer
 // is queued in the step that makes what sends them visible. For what the
 // connection owns, that step is the answer's Then (a subscription or a
-// follow stream joins the hub; an attached kernel's session, attached
+// follow stream joins the fanout; an attached kernel's session, attached
 // held, is started, and the peer's feed makes the calls to the kernel it
 // held for it). A tool call's state is its app's peer's, so its step
 // is the peer's: tool.call answers with answerAt, and the peer queues

@@ -155,13 +155,13 @@ func (f *fakeApps) warn(id, text string) {
 	f.publishLocked(supervisor.Event{Kind: supervisor.KindWarning, State: &st, Warning: text})
 }
 
-// CheckPeer places the processes of owners in their apps, and every
+// CheckCaller places the processes of owners in their apps, and every
 // other outside.
-func (f *fakeApps) CheckPeer(p supervisor.Peer) error {
+func (f *fakeApps) CheckCaller(p supervisor.Caller) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if id, ok := f.owners[p.Pid]; ok {
-		return &supervisor.PeerError{Pid: p.Pid, Inside: true, App: id, Reason: fmt.Sprintf("belongs to app %q", id)}
+		return &supervisor.CallerError{Pid: p.Pid, Inside: true, App: id, Reason: fmt.Sprintf("belongs to app %q", id)}
 	}
 	return nil
 }

@@ -231,7 +231,7 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 		all, _ := s.cfg.Apps.Logs(args.App, wholeRing)
 		return all
 	}
-	return answerThen{data: data, then: s.hub.followThen(st, lines, ring)}, nil
+	return answerThen{data: data, then: s.fanout.followThen(st, lines, ring)}, nil
 }
 
 // wholeRing asks Logs for every line an app's ring holds.
@@ -267,7 +267,7 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 	}
 	st := newStream(c, "", topics)
 	c.sub = st
-	return answerThen{data: control.SubscribeData{Topics: st.topicList()}, then: s.hub.joinThen(st)}, nil
+	return answerThen{data: control.SubscribeData{Topics: st.topicList()}, then: s.fanout.joinThen(st)}, nil
 }
 
 func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {

@@ -38,15 +38,15 @@ func getPeerPidfd(sock int) (int, error) {
 // at connect time (SO_PEERCRED): what the peer says never matters. It
 // also gets a pidfd of the peer: from peerPidfd (SO_PEERPIDFD), or, where
 // that is unknown to the kernel (ENOPROTOOPT), by pidfd_open of the pid.
-func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Peer, peerProc, error) {
+func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Client, peerProc, error) {
 	proc := peerProc{pidfd: -1}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return Peer{}, proc, fmt.Errorf("%T is not a socket", nc)
+		return Client{}, proc, fmt.Errorf("%T is not a socket", nc)
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return Peer{}, proc, err
+		return Client{}, proc, err
 	}
 	var cred *unix.Ucred
 	var serr, perr error
@@ -57,12 +57,12 @@ func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Peer, peerPro
 			pidfd, perr = peerPidfd(int(fd))
 		}
 	}); err != nil {
-		return Peer{}, proc, err
+		return Client{}, proc, err
 	}
 	if serr != nil {
-		return Peer{}, proc, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return Client{}, proc, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
-	peer := Peer{Pid: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
+	peer := Client{Pid: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
 	proc.how = "SO_PEERPIDFD"
 	if errors.Is(perr, unix.ENOPROTOOPT) {
 		proc.how = "pidfd_open"

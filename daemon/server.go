@@ -24,8 +24,8 @@ import (
 // The control server is split by concern: this file has the Server, its
 // op registry and the dispatch of a request to its handler and of the
 // result to its answer; accept.go the accept loop and the forwarding of
-// the supervisor's events; admit.go the peer check; conn.go a
-// connection and its write queue; read.go the read loop; hub.go the
+// the supervisor's events; admit.go the client check; conn.go a
+// connection and its write queue; read.go the read loop; fanout.go the
 // subscriptions. doc.go states the concurrency model.
 
 // handler serves one op. args are the request's args (nil when absent);
@@ -86,10 +86,10 @@ type ServerConfig struct {
 // process (tests, benchmarks), and so that NewServer and Serve can run
 // it with any Apps.
 type Server struct {
-	cfg ServerConfig
-	log *zap.Logger
-	hub hub
-	uid int // the only uid served: the daemon's own
+	cfg    ServerConfig
+	log    *zap.Logger
+	fanout fanout
+	uid    int // the only uid served: the daemon's own
 	// debug: the logger takes Debug entries (fixed when it is built), so
 	// each op's are worth building.
 	debug bool
@@ -176,7 +176,7 @@ func (s *Server) publishSeq(topic string, event any, seq uint64) {
 		s.log.Error("drop event", zap.String("topic", topic), zap.Error(err))
 		return
 	}
-	s.hub.publish(topic, line, seq)
+	s.fanout.publish(topic, line, seq)
 }
 
 func (s *Server) lookup(op string) (requestHandler, bool) {

@@ -607,8 +607,8 @@ func TestExtension(t *testing.T) {
 		if err := control.DecodeArgs(args, &a); err != nil {
 			return nil, err
 		}
-		if c.peer.Pid != os.Getpid() {
-			return nil, fmt.Errorf("peer pid %d, want %d", c.peer.Pid, os.Getpid())
+		if c.client.Pid != os.Getpid() {
+			return nil, fmt.Errorf("peer pid %d, want %d", c.client.Pid, os.Getpid())
 		}
 		// Sent before the answer is queued: it arrives first.
 		hello, err := control.EncodeEvent("test.hello", map[string]string{"said": a.Say})

@@ -113,7 +113,7 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 			if st.Stopper != want {
 				t.Fatalf("stopper %q, want %q", st.Stopper, want)
 			}
-			wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "")
+			wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", "")
 			var leaf string
 			if !c.noCgroup {
 				leaf, err = ownCgroup("/proc/self/mountinfo", fmt.Sprintf("/proc/%d/cgroup", gpid))
@@ -121,7 +121,7 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 					t.Fatalf("grandchild's cgroup %q, %v; want a leaf tree.* of %s", leaf, err, sup.cgroups.dir)
 				}
 				// Found by its leaf, whatever the process tree says.
-				wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "its cgroup "+strings.TrimPrefix(leaf, sup.cgroups.mnt))
+				wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", "its cgroup "+strings.TrimPrefix(leaf, sup.cgroups.mnt))
 			}
 
 			switch c.end {

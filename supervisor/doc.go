@@ -26,9 +26,9 @@
 // returns an error wrapping ErrStartFailed and its cause (jail.ErrNoProgram,
 // a *jail.LayerError, ErrStartTimeout, …) along with the failed status,
 // whose Reason is the same text.
-// Status and Logs only copy what is kept in memory. CheckPeer says
+// Status and Logs only copy what is kept in memory. CheckCaller says
 // whether a process, held by a pidfd (a control-socket peer), is
-// positively outside every app (peer.go): it refuses one in the apps'
+// positively outside every app (caller.go): it refuses one in the apps'
 // cgroup subtree, one that is or descends from an app's process, and one
 // it cannot place (gone, a zombie, a reused pid, unreadable).
 //
@@ -68,7 +68,7 @@
 //
 // Run makes the daemon a child subreaper (PR_SET_CHILD_SUBREAPER, as
 // systemd --user is): a process of an app whose parent dies is
-// re-parented to the daemon, not to init, so it stays findable (CheckPeer
+// re-parented to the daemon, not to init, so it stays findable (CheckCaller
 // refuses it, a stop kills it) and is reaped here. A goroutine Run owns,
 // woken by SIGCHLD, reaps those strays: zombie children of the daemon
 // that are no app's main process (each runner reaps its own) and not in
@@ -123,14 +123,14 @@
 // jail app cannot leave its session (its filter refuses setsid); a broad
 // app's process that does and whose parent then exits is a stray, which
 // cannot be told apart from another broad app's: it is killed at the stop
-// or exit of any broad app of the daemon, and CheckPeer refuses it (an
+// or exit of any broad app of the daemon, and CheckCaller refuses it (an
 // orphan of an app) whatever it is.
 // When the daemon itself dies (SIGKILL, a crash), each app's leader dies
 // with it (its parent-death signal), but the leader's descendants get no
 // such signal and can outlive the daemon (TestDaemonKilled checks the
 // leaders only). With the cgroup stopper those descendants die at the next
 // daemon start, and under systemd at once, since systemd kills the
-// service's cgroup. CheckPeer finds
+// service's cgroup. CheckCaller finds
 // a process by its leaf, so a setsid descendant is found too, and by its
 // ancestors' leaves once it is moved out of its own. A descendant moved
 // out of its leaf whose app processes above it have all exited was

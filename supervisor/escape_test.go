@@ -80,7 +80,7 @@ func TestOrphanStaysTheApps(t *testing.T) {
 					t.Errorf("the orphan %d was re-parented to %s, not to the daemon %d", gpid, f[2], os.Getpid())
 				}
 				gfd := pidfd(t, gpid)
-				wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "", "")
+				wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "", "")
 
 				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 				defer cancel()

@@ -301,7 +301,7 @@ func killGroup(pgid int, sig unix.Signal) error {
 	return nil
 }
 
-// procStat is what CheckPeer needs of /proc/PID/stat.
+// procStat is what CheckCaller needs of /proc/PID/stat.
 type procStat struct {
 	state           byte   // R, S, D, Z, X, ...
 	ppid, pgid, sid int    // parent, process group, session

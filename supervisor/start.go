@@ -246,7 +246,7 @@ func (r *runner) spawn(a *attempt, c *captures, leafDir *os.File) (spawned, erro
 		cgroupFD = int(leafDir.Fd())
 	}
 	reply := make(chan spawnResult, 1)
-	// Until the process is in s.pids or gone, CheckPeer does not place a
+	// Until the process is in s.pids or gone, CheckCaller does not place a
 	// child of the daemon: it may be this one.
 	s.mu.Lock()
 	s.spawning++

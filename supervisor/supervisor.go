@@ -168,7 +168,7 @@ type Supervisor struct {
 	pending  []*runner       // created before Run started
 	pids     map[int]*runner // live (unreaped) process group leaders
 	// spawning counts the processes being started that are not in pids
-	// yet: CheckPeer does not place the daemon's children meanwhile, nor
+	// yet: CheckCaller does not place the daemon's children meanwhile, nor
 	// does reapStrays reap them.
 	spawning int
 

@@ -175,9 +175,9 @@ func TestSpawnCrashRestart(t *testing.T) {
 		t.Fatalf("after autostart: %+v", st)
 	}
 	appFD := pidfd(t, st.Pid)
-	wantInside(t, sup.CheckPeer(Peer{Pid: st.Pid, Pidfd: appFD}), "crashy", "")
+	wantInside(t, sup.CheckCaller(Caller{Pid: st.Pid, Pidfd: appFD}), "crashy", "")
 	if err := checkPid(t, sup, os.Getpid()); err != nil {
-		t.Errorf("CheckPeer(test process) = %v, want nil", err)
+		t.Errorf("CheckCaller(test process) = %v, want nil", err)
 	}
 
 	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
@@ -192,7 +192,7 @@ func TestSpawnCrashRestart(t *testing.T) {
 		t.Fatalf("on-request app did not stay stopped: %+v", st)
 	}
 	// Reaped, it is refused by its pidfd, whatever has its pid now.
-	wantUnplaced(t, sup.CheckPeer(Peer{Pid: st.Pid, Pidfd: appFD}), "exited")
+	wantUnplaced(t, sup.CheckCaller(Caller{Pid: st.Pid, Pidfd: appFD}), "exited")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -267,7 +267,7 @@ func TestStopKillsGrandchild(t *testing.T) {
 		t.Fatalf("bad line %q", line)
 	}
 	gfd := pidfd(t, gpid)
-	wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", "")
+	wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", "")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

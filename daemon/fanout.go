@@ -11,15 +11,15 @@ import (
 	"octosup/supervisor"
 )
 
-// hub fans events out to streams. Publishing never blocks: a connection
+// fanout fans events out to streams. Publishing never blocks: a connection
 // whose queue is full is dropped (closed), the daemon goes on.
 //
-// A stream becomes visible (joins the hub) in the step that queues the
+// A stream becomes visible (joins the fanout) in the step that queues the
 // answer that starts it (answerThen): every event it gets queues after
 // that answer. The publisher takes the streams of a topic under mu, lets
 // go, and only then puts the line on each connection: mu is never held
 // while putting (a Then takes it under a connection's queue lock).
-type hub struct {
+type fanout struct {
 	mu      sync.RWMutex
 	streams map[*stream]struct{}
 }
@@ -34,7 +34,7 @@ type stream struct {
 	topics atomic.Pointer[map[string]bool]
 	// mu guards covered: the Seq of the last log line the answer (its
 	// snapshot and the catch-up queued with it) already holds; a line
-	// numbered up to it is dropped. The supervisor's events reach the hub
+	// numbered up to it is dropped. The supervisor's events reach the fanout
 	// through a forwarder, so a line that was in the snapshot may still be
 	// published after the stream joined.
 	mu      sync.Mutex
@@ -47,7 +47,7 @@ func newStream(c *Conn, app string, topics []string) *stream {
 	return st
 }
 
-func (h *hub) add(st *stream) {
+func (h *fanout) add(st *stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.streams == nil {
@@ -57,7 +57,7 @@ func (h *hub) add(st *stream) {
 }
 
 // removeConn removes every stream of a connection.
-func (h *hub) removeConn(c *Conn) {
+func (h *fanout) removeConn(c *Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for st := range h.streams {
@@ -69,7 +69,7 @@ func (h *hub) removeConn(c *Conn) {
 
 // publish delivers one encoded event line to every stream of its topic;
 // seq is a log line's Seq (0 for any other event).
-func (h *hub) publish(topic string, line []byte, seq uint64) {
+func (h *fanout) publish(topic string, line []byte, seq uint64) {
 	h.mu.RLock()
 	var to []*stream
 	var app string
@@ -129,19 +129,19 @@ func (st *stream) topicList() []string {
 	return out
 }
 
-// joinThen is the Then of an answer that starts st: st joins the hub in
+// joinThen is the Then of an answer that starts st: st joins the fanout in
 // the step that queued the answer.
-func (h *hub) joinThen(st *stream) func(*linewriter.Queue) {
+func (h *fanout) joinThen(st *stream) func(*linewriter.Queue) {
 	return func(*linewriter.Queue) { h.add(st) }
 }
 
-// followThen is the Then of logs' answer with follow: st joins the hub,
+// followThen is the Then of logs' answer with follow: st joins the fanout,
 // and the lines of its app numbered after snapshot (the answer's lines)
 // that the ring holds are queued after the answer, from the app's log
 // ring (read by logs, which must not block: a ring is read under its own
 // lock, which no one holds for long). Lines published after st joined
 // and already queued here are dropped by their Seq.
-func (h *hub) followThen(st *stream, snapshot []supervisor.LogLine, logs func() []supervisor.LogLine) func(*linewriter.Queue) {
+func (h *fanout) followThen(st *stream, snapshot []supervisor.LogLine, logs func() []supervisor.LogLine) func(*linewriter.Queue) {
 	var answered uint64
 	if len(snapshot) > 0 {
 		answered = snapshot[len(snapshot)-1].Seq

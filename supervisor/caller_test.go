@@ -16,30 +16,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// wantInside fails unless err is a *PeerError placing the process in app
+// wantInside fails unless err is a *CallerError placing the process in app
 // (any app when app is ""), with a reason containing why.
 func wantInside(t *testing.T, err error, app, why string) {
 	t.Helper()
-	var pe *PeerError
+	var pe *CallerError
 	if !errors.As(err, &pe) || !pe.Inside || (app != "" && pe.App != app) || !strings.Contains(pe.Reason, why) {
-		t.Errorf("CheckPeer = %v; want inside app %q, saying %q", err, app, why)
+		t.Errorf("CheckCaller = %v; want inside app %q, saying %q", err, app, why)
 	}
 }
 
-// wantUnplaced fails unless err is a *PeerError that could not place the
+// wantUnplaced fails unless err is a *CallerError that could not place the
 // process, with a reason containing why.
 func wantUnplaced(t *testing.T, err error, why string) {
 	t.Helper()
-	var pe *PeerError
+	var pe *CallerError
 	if !errors.As(err, &pe) || pe.Inside || !strings.Contains(pe.Reason, why) {
-		t.Errorf("CheckPeer = %v; want unplaced, saying %q", err, why)
+		t.Errorf("CheckCaller = %v; want unplaced, saying %q", err, why)
 	}
 }
 
-// checkPid is CheckPeer of the running process pid.
+// checkPid is CheckCaller of the running process pid.
 func checkPid(t *testing.T, sup *Supervisor, pid int) error {
 	t.Helper()
-	return sup.CheckPeer(Peer{Pid: pid, Pidfd: pidfd(t, pid)})
+	return sup.CheckCaller(Caller{Pid: pid, Pidfd: pidfd(t, pid)})
 }
 
 // fakeProcs is a process table for placer: byPid is what /proc shows,
@@ -269,7 +269,7 @@ func TestPlace(t *testing.T) {
 			switch {
 			case c.inside == "-":
 				wantInside(t, err, "", "")
-				if pe := (*PeerError)(nil); errors.As(err, &pe) && pe.App != "" {
+				if pe := (*CallerError)(nil); errors.As(err, &pe) && pe.App != "" {
 					t.Errorf("placed in app %q, want in no known app", pe.App)
 				}
 			case c.inside != "":
@@ -277,7 +277,7 @@ func TestPlace(t *testing.T) {
 			case c.unplaced != "":
 				wantUnplaced(t, err, c.unplaced)
 			case err != nil:
-				t.Errorf("CheckPeer = %v, want outside every app", err)
+				t.Errorf("CheckCaller = %v, want outside every app", err)
 			}
 			delete(f.fds, fd)
 			if len(f.fds) != 0 {
@@ -289,10 +289,10 @@ func TestPlace(t *testing.T) {
 
 func TestPlaceDepth(t *testing.T) {
 	f := &fakeProcs{byPid: baseTable(), fds: map[int]*fakeProc{}}
-	for pid := 1000; pid < 1000+maxPeerDepth+1; pid++ {
+	for pid := 1000; pid < 1000+maxCallerDepth+1; pid++ {
 		f.byPid[pid] = fproc(pid+1, pid, 300, "/user")
 	}
-	f.byPid[1000+maxPeerDepth+1] = fproc(1, 0, 300, "/user")
+	f.byPid[1000+maxCallerDepth+1] = fproc(1, 0, 300, "/user")
 	f.fds[1] = f.byPid[1000]
 	f.nextFD = 1
 	pl := placer{src: f, self: 10, own: fakeOwn, subtree: fakeSubtree,
@@ -304,7 +304,7 @@ func TestPlaceDepth(t *testing.T) {
 	}
 }
 
-// TestCheckPeerRealProcesses: CheckPeer on real processes, each held by a
+// TestCheckPeerRealProcesses: CheckCaller on real processes, each held by a
 // pidfd as the control socket holds its peers.
 func TestCheckPeerRealProcesses(t *testing.T) {
 	exe := testExe(t)
@@ -326,13 +326,13 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 
 	t.Run("the test process", func(t *testing.T) {
 		if err := checkPid(t, sup, os.Getpid()); err != nil {
-			t.Fatalf("CheckPeer(the test) = %v, want nil", err)
+			t.Fatalf("CheckCaller(the test) = %v, want nil", err)
 		}
 	})
 	t.Run("a child outside every app", func(t *testing.T) {
 		cmd, fd := started(t, "sleep", nil)
-		if err := sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd}); err != nil {
-			t.Fatalf("CheckPeer = %v, want nil", err)
+		if err := sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd}); err != nil {
+			t.Fatalf("CheckCaller = %v, want nil", err)
 		}
 	})
 	t.Run("a zombie, then reaped", func(t *testing.T) {
@@ -342,9 +342,9 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 		if err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
 			t.Fatal(err)
 		}
-		wantUnplaced(t, sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd}), "zombie")
+		wantUnplaced(t, sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd}), "zombie")
 		cmd.Wait()
-		wantUnplaced(t, sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd}), "exited before")
+		wantUnplaced(t, sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd}), "exited before")
 	})
 	t.Run("started after the bound", func(t *testing.T) {
 		cmd, fd := started(t, "sleep", nil)
@@ -355,8 +355,8 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 		// A connection accepted a tick before the process started cannot
 		// be that process's.
 		before := (time.Duration(st.start) - 1) * tick
-		wantUnplaced(t, sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd, StartedBy: before}), "reused")
-		if err := sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd, StartedBy: time.Duration(st.start) * tick}); err != nil {
+		wantUnplaced(t, sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd, StartedBy: before}), "reused")
+		if err := sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd, StartedBy: time.Duration(st.start) * tick}); err != nil {
 			t.Fatalf("accepted in the tick it started: %v, want nil", err)
 		}
 	})
@@ -373,7 +373,7 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 		defer dir.Close()
 		cmd, fd := started(t, "sleep", &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())})
 		t.Cleanup(func() { _ = removeLeaf(leaf) })
-		wantInside(t, sup.CheckPeer(Peer{Pid: cmd.Process.Pid, Pidfd: fd}), "", "in no known app's leaf")
+		wantInside(t, sup.CheckCaller(Caller{Pid: cmd.Process.Pid, Pidfd: fd}), "", "in no known app's leaf")
 	})
 	t.Run("moved out of its app's leaf", func(t *testing.T) {
 		cgroupOrSkip(t)
@@ -402,7 +402,7 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 			t.Fatalf("the grandchild's cgroup is %q (%v) after the move, want %s", dir, err, own)
 		}
 		app := status(t, sup, "tree")
-		wantInside(t, sup.CheckPeer(Peer{Pid: gpid, Pidfd: gfd}), "tree", fmt.Sprintf("descends from process %d, which belongs to app", app.Pid))
+		wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", fmt.Sprintf("descends from process %d, which belongs to app", app.Pid))
 		// Its app stops; only the group kill could reach it, and its
 		// group is its own: it is killed here.
 		if err := unix.PidfdSendSignal(gfd, unix.SIGKILL, nil, 0); err != nil {

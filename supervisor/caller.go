@@ -11,28 +11,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Placing a process outside every app (CheckPeer), for the control
-// socket: a peer is served only when the supervisor can show that it is
+// Placing a process outside every app (CheckCaller), for the control
+// socket: a caller is served only when the supervisor can show that it is
 // no app's, and refused when it is, or when it cannot be shown either way.
 //
 // Every read is of /proc/<pid>, which names a process only as long as the
 // pid is not reused. So each process is held by a pidfd, its /proc
 // entries are read, and only then is the pidfd asked whether its process
 // still runs: if it does, the pid was its all along and the reads were of
-// it. The peer's own pidfd comes with the connection (SO_PEERPIDFD), or is
-// opened on its pid by the caller; each ancestor's is opened on the parent
+// it. The caller's own pidfd comes with the connection (SO_PEERPIDFD), or is
+// opened on its pid by the daemon; each ancestor's is opened on the parent
 // pid its child named, and is that parent's only if the child, still
 // running, names it again afterwards.
 
-// maxPeerDepth bounds the walk up the process tree.
-const maxPeerDepth = 64
+// maxCallerDepth bounds the walk up the process tree.
+const maxCallerDepth = 64
 
 // tick is the unit of start times in /proc/PID/stat: USER_HZ, which is
 // 100 on every architecture Linux runs octosup on.
 const tick = 10 * time.Millisecond
 
-// Peer is a process to place: a control-socket client.
-type Peer struct {
+// Caller is a process to place: a control-socket client.
+type Caller struct {
 	// Pid is its pid, as the kernel gave it with the connection
 	// (SO_PEERCRED).
 	Pid int
@@ -47,8 +47,8 @@ type Peer struct {
 	StartedBy time.Duration
 }
 
-// PeerError is why CheckPeer refused a process.
-type PeerError struct {
+// CallerError is why CheckCaller refused a process.
+type CallerError struct {
 	Pid int
 	// Inside: the process is an app's or descends from one. Otherwise it
 	// could not be placed: it is gone, a zombie, its pid was reused, or
@@ -59,21 +59,21 @@ type PeerError struct {
 	Reason string
 }
 
-func (e *PeerError) Error() string {
+func (e *CallerError) Error() string {
 	if e.Inside {
 		return fmt.Sprintf("process %d %s", e.Pid, e.Reason)
 	}
 	return fmt.Sprintf("process %d cannot be placed outside every app: %s", e.Pid, e.Reason)
 }
 
-// CheckPeer returns nil only when the process p is positively outside
+// CheckCaller returns nil only when the process p is positively outside
 // every app: neither it nor any of its ancestors is in the apps' cgroup
 // subtree (any leaf, a known app's or not, or a cgroup below one), is an
 // app's main process, or is in an app's process group; and everything
 // that says so was read while the process ran. Otherwise it returns a
-// *PeerError. The walk up the tree ends at the daemon itself or at a
+// *CallerError. The walk up the tree ends at the daemon itself or at a
 // child of pid 1. Without the cgroup stopper the walk is the whole check.
-func (s *Supervisor) CheckPeer(p Peer) error {
+func (s *Supervisor) CheckCaller(p Caller) error {
 	pl := placer{src: procfs{}, self: s.self, selfSid: s.sid, lookup: s.lookup, appNamed: s.appNamed}
 	if s.cgroups != nil {
 		pl.own, pl.subtree = s.cgroups.own, s.cgroups.name
@@ -182,8 +182,8 @@ func (pl placer) place(pid, pidfd int, bound uint64) error {
 	}
 	defer w.close()
 	for depth := 0; ; depth++ {
-		if depth > maxPeerDepth {
-			return w.unplaced("it has more than %d ancestors", maxPeerDepth)
+		if depth > maxCallerDepth {
+			return w.unplaced("it has more than %d ancestors", maxCallerDepth)
 		}
 		cg, err := w.read(depth, bound)
 		if err != nil {
@@ -208,7 +208,7 @@ type walk struct {
 }
 
 func (w *walk) unplaced(format string, a ...any) error {
-	return &PeerError{Pid: w.pid, Reason: fmt.Sprintf(format, a...)}
+	return &CallerError{Pid: w.pid, Reason: fmt.Sprintf(format, a...)}
 }
 
 func (w *walk) close() {
@@ -283,7 +283,7 @@ func (w *walk) checkChild() error {
 	return nil
 }
 
-// judge decides on cur, in cgroup cg: done with an *PeerError when it is
+// judge decides on cur, in cgroup cg: done with an *CallerError when it is
 // an app's (or the walk cannot go on), done with nil when it is the
 // daemon or has no parent to go to.
 func (w *walk) judge(depth int, cg string) (done bool, err error) {
@@ -293,7 +293,7 @@ func (w *walk) judge(depth int, cg string) (done bool, err error) {
 		via = fmt.Sprintf("descends from process %d, which ", cur.pid)
 	}
 	inside := func(app, format string, a ...any) error {
-		return &PeerError{Pid: w.pid, Inside: true, App: app, Reason: via + fmt.Sprintf(format, a...)}
+		return &CallerError{Pid: w.pid, Inside: true, App: app, Reason: via + fmt.Sprintf(format, a...)}
 	}
 	if in, ours, leaf := w.pl.inApps(cg); in {
 		switch id, _, _ := strings.Cut(leaf, "."); {
