@@ -25,7 +25,7 @@ func scaleMeasurement() Measurement {
 			"exec → READY=1 on NOTIFY_SOCKET, VmRSS and Threads from /proc (per app: the difference with the " +
 			"empty daemon, divided by N), status latency over all apps (as the shell polls it, and with \"usage\": true, " +
 			"which reads each app's counters), and goroutines, counted from the Go " +
-			"runtime's SIGQUIT dump at the end (the daemon exposes no count while it runs).",
+			"runtime's SIGQUIT dump at the end.",
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&sizes, "scale", sizes, "numbers of apps, comma-separated (the empty daemon is always measured)")
 			fs.IntVar(&calls, "status-calls", 200, "status calls at each size")

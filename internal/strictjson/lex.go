@@ -12,7 +12,7 @@ import (
 // checks a name twice in one object by a hash of every name, and every
 // value twice when the caller wants an object's members; for the short
 // lines the hub and the control socket carry that was most of their
-// reading (docs/performance.md).
+// reading (measured when it was written: git log -p docs/performance.md).
 //
 // The reader is sound, not complete: what it takes (ok true), jsontext
 // takes as the same value with the same end; anything else (an escape, a
@@ -44,7 +44,7 @@ func PlainString(data []byte, i int) (s []byte, end int, ok bool) {
 	}
 	// Eight bytes a step while they are plain ASCII: most strings on the
 	// wire are names and words of that, and this was a third of reading
-	// a tool call (docs/performance.md). The byte loop below takes over
+	// a tool call (git log -p docs/performance.md). The byte loop below takes over
 	// at the first byte that is not, or for the last few.
 	j := i + 1
 	for ; len(data)-j >= 8; j += 8 {
