@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 
 	"octosup/control"
 	"octosup/internal/linewriter"
-	"octosup/internal/strictjson"
 	"octosup/jail"
 	"octosup/supervisor"
 )
@@ -270,9 +268,7 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		}
 		resp.Data = b
 	}
-	// Data is json.Marshal's own output, which it would write again as
-	// it is: the line is not checked for that a second time.
-	line := c.encodeAnswer(resp, encodeMarshalled)
+	line := c.encodeAnswer(resp)
 	if at != nil {
 		c.answerAt(resp.ID, line, at)
 	} else if err := c.putAnswer(line, linewriter.Opt{Then: then, Before: before}); err != nil {
@@ -299,7 +295,7 @@ func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
 // answer's own). An answer that cannot be queued went with its
 // connection: nothing of o is owed to it.
 func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
-	return c.putAnswer(c.encodeAnswer(resp, encodeResponse), o)
+	return c.putAnswer(c.encodeAnswer(resp), o)
 }
 
 // putAnswer is answerWith of an encoded answer.
@@ -308,15 +304,14 @@ func (c *Conn) putAnswer(line []byte, o linewriter.Opt) error {
 	return c.w.Put(line, o)
 }
 
-// encodeAnswer is resp's line, by encode (encodeResponse, or
-// encodeMarshalled for Data json.Marshal wrote); one too large for a
+// encodeAnswer is resp's line (json.Marshal's); one too large for a
 // line, or that cannot be encoded, is an internal error instead.
-func (c *Conn) encodeAnswer(resp control.Response, encode func(control.Response) ([]byte, error)) []byte {
-	line, err := encode(resp)
+func (c *Conn) encodeAnswer(resp control.Response) []byte {
+	line, err := json.Marshal(resp)
 	if err == nil && len(line) > control.MaxLine {
 		resp.OK, resp.Data = false, nil
 		resp.Error = control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
-		line, err = encodeResponse(resp)
+		line, err = json.Marshal(resp)
 	}
 	if err != nil {
 		c.log.Error("encode answer", zap.Error(err))
@@ -389,32 +384,4 @@ func readRequestLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err e
 			return buf, tooLong, rerr
 		}
 	}
-}
-
-// encodeResponse is json.Marshal of a Response, with the usual Data
-// checked, not compacted a second time.
-func encodeResponse(resp control.Response) ([]byte, error) {
-	// Data that json.Marshal would write again as it is (strictjson's
-	// Verbatim says so, strictly) is appended, not compacted a second
-	// time. Any other answer is json.Marshal's.
-	if !strictjson.Verbatim(resp.Data) {
-		return json.Marshal(resp)
-	}
-	return encodeMarshalled(resp)
-}
-
-// encodeMarshalled is encodeResponse of an answer whose Data, if any, is
-// json.Marshal's output (dispatch's), which json.Marshal writes again as
-// it is (compact, its HTML escapes made): the usual one is appended, any
-// other answer is json.Marshal's.
-func encodeMarshalled(resp control.Response) ([]byte, error) {
-	if !resp.OK || resp.ID <= 0 || resp.Error != nil || len(resp.Data) == 0 {
-		return json.Marshal(resp)
-	}
-	line := make([]byte, 0, len(resp.Data)+40)
-	line = append(line, `{"id":`...)
-	line = strconv.AppendInt(line, resp.ID, 10)
-	line = append(line, `,"ok":true,"data":`...)
-	line = append(line, resp.Data...)
-	return append(line, '}'), nil
 }

@@ -1,8 +1,6 @@
 package strictjson
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"unicode/utf8"
 )
 
@@ -42,19 +40,8 @@ func PlainString(data []byte, i int) (s []byte, end int, ok bool) {
 	if i >= len(data) || data[i] != '"' {
 		return nil, 0, false
 	}
-	// Eight bytes a step while they are plain ASCII: most strings on the
-	// wire are names and words of that, and this was a third of reading
-	// a tool call (git log -p docs/performance.md). The byte loop below takes over
-	// at the first byte that is not, or for the last few.
-	j := i + 1
-	for ; len(data)-j >= 8; j += 8 {
-		if m := unplain(binary.LittleEndian.Uint64(data[j:])); m != 0 {
-			j += bits.TrailingZeros64(m) / 8
-			break
-		}
-	}
 	ascii := true
-	for ; j < len(data); j++ {
+	for j := i + 1; j < len(data); j++ {
 		switch c := data[j]; {
 		case c == '"':
 			s = data[i+1 : j : j]
@@ -69,22 +56,6 @@ func PlainString(data []byte, i int) (s []byte, end int, ok bool) {
 		}
 	}
 	return nil, 0, false
-}
-
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// unplain has the high bit set in the byte of w (eight bytes of text, the
-// first in the lowest) that is the first to end a plain ASCII run: a
-// quote, a backslash, a control byte or one of 0x80 and above. Bytes
-// after it may be set too, falsely (a borrow carries up), which is why
-// only the lowest is used; none before it is. Zero: all eight are plain.
-func unplain(w uint64) uint64 {
-	q := w ^ (ones * '"')
-	b := w ^ (ones * '\\')
-	return ((q-ones)&^q | (b-ones)&^b | (w - ones*0x20) | w) & highs
 }
 
 // Int reads the integer at data[i]: an optional minus and at most 18

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -273,61 +272,4 @@ func sameMembers(a, b []Member) bool {
 		}
 	}
 	return true
-}
-
-// unplainRef is unplain a byte at a time: the index of the first byte of
-// w that ends a plain ASCII run, 8 for none.
-func unplainRef(w uint64) int {
-	for k := range 8 {
-		c := byte(w >> (8 * k))
-		if c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
-			return k
-		}
-	}
-	return 8
-}
-
-func unplainAt(w uint64) int {
-	m := unplain(w)
-	if m == 0 {
-		return 8
-	}
-	return bits.TrailingZeros64(m) / 8
-}
-
-// Every byte value at every place of a word of plain bytes, and after
-// another hit: the word reader stops where the byte loop would.
-func TestUnplainEveryByte(t *testing.T) {
-	for _, fill := range []byte{'a', ' ', '~', 0x7f, 0x21, 0x5d} {
-		for c := range 256 {
-			for p := range 8 {
-				w := ones * uint64(fill)
-				w = w&^(0xff<<(8*p)) | uint64(c)<<(8*p)
-				if got, want := unplainAt(w), unplainRef(w); got != want {
-					t.Fatalf("fill %q, byte %#x at %d: unplain says %d, want %d", fill, c, p, got, want)
-				}
-				// A hit below p borrows into the bytes above it.
-				for _, low := range []byte{0, '"', '\\', 0x1f, 0x80} {
-					if p == 0 {
-						break
-					}
-					w2 := w&^0xff | uint64(low)
-					if got, want := unplainAt(w2), unplainRef(w2); got != want {
-						t.Fatalf("%#016x: unplain says %d, want %d", w2, got, want)
-					}
-				}
-			}
-		}
-	}
-}
-
-func FuzzUnplain(f *testing.F) {
-	f.Add(uint64(0x6161616161616161))
-	f.Add(uint64(0x2261616161616161))
-	f.Add(uint64(0x0021222324255c80))
-	f.Fuzz(func(t *testing.T, w uint64) {
-		if got, want := unplainAt(w), unplainRef(w); got != want {
-			t.Fatalf("%#016x: unplain says %d, want %d", w, got, want)
-		}
-	})
 }
