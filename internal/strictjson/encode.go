@@ -1,14 +1,10 @@
 package strictjson
 
-import (
-	"bytes"
-	"encoding/json"
-)
-
 // The writing half. octosup's wire bytes are encoding/json's (the golden
-// files pin them), so these append what encoding/json writes; the usual
-// value, which it writes as it is, is appended without it.
-// FuzzAppendString and FuzzAppendRaw hold them to encoding/json.
+// files pin them): these say when encoding/json writes a string or a raw
+// value as its bytes, so that a hand-written encoder that has earned its
+// place (control.AppendToolEvent) may append it as it is.
+// FuzzPlainJSON and FuzzVerbatim hold them to encoding/json.
 
 // plainLow and plainHigh hold one bit per ASCII byte json.Marshal writes
 // as itself in a string: ' ' to DEL but '"' and '\\' (JSON's escapes) and
@@ -34,17 +30,6 @@ func Plain[S ~string | ~[]byte](s S) bool {
 	return true
 }
 
-// AppendString appends s as json.Marshal writes it.
-func AppendString(dst []byte, s string) []byte {
-	if Plain(s) {
-		dst = append(dst, '"')
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	b, _ := json.Marshal(s) // a string always marshals
-	return append(dst, b...)
-}
-
 // Verbatim reports whether json.Marshal writes the raw value v as its
 // bytes: one strictly valid value (Check), with no space to compact away
 // and nothing it escapes in a raw value (<, >, & and U+2028 and U+2029,
@@ -57,17 +42,6 @@ func Verbatim(v []byte) bool {
 		}
 	}
 	return Check(v) == nil
-}
-
-// AppendRaw appends the raw value v as json.Compact writes it: compact,
-// otherwise as it is (no HTML escapes), refusing what is not JSON.
-func AppendRaw(dst, v []byte) ([]byte, error) {
-	if !bytes.ContainsAny(v, " \t\r\n") && Check(v) == nil {
-		return append(dst, v...), nil
-	}
-	buf := bytes.NewBuffer(dst)
-	err := json.Compact(buf, v)
-	return buf.Bytes(), err
 }
 
 // KindOf names the kind of the JSON value v (checked text, not empty) for

@@ -167,32 +167,12 @@ func FuzzCheck(f *testing.F) {
 	})
 }
 
-// FuzzAppendString holds AppendString to json.Marshal.
-func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "notes.search", "a b", `a"b`, `a\b`, "<x>", "a&b", "é", "\x7f", "\n", "\u2028", "\xff"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, _ := json.Marshal(s)
-		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Fatalf("AppendString(%q) = %s, json.Marshal %s", s, got[1:], want)
-		}
-	})
-}
-
-// FuzzAppendRaw holds AppendRaw to json.Compact, and Verbatim to
-// json.Marshal of a json.RawMessage.
-func FuzzAppendRaw(f *testing.F) {
+// FuzzVerbatim holds Verbatim to json.Marshal of a json.RawMessage.
+func FuzzVerbatim(f *testing.F) {
 	for _, s := range []string{`{"a":[1,2]}`, ` { "a" : 1 } `, `{"a":1,"a":2}`, `"<&>"`, "\"\u2028\"", `{"a":}`, `1 2`, "\"\xff\""} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		var want bytes.Buffer
-		werr := json.Compact(&want, v)
-		got, gerr := AppendRaw([]byte("x"), v)
-		if (werr != nil) != (gerr != nil) || (werr == nil && string(got) != "x"+want.String()) {
-			t.Fatalf("AppendRaw(%q) = %q, %v; json.Compact %q, %v", v, got, gerr, want.Bytes(), werr)
-		}
 		if Verbatim(v) {
 			if m, err := json.Marshal(json.RawMessage(v)); err != nil || !bytes.Equal(m, v) {
 				t.Fatalf("Verbatim(%q) but json.Marshal writes %q, %v", v, m, err)
