@@ -52,8 +52,8 @@
 // read or written under them: Manager.mu
 // the registry of peers, the index of pending approvals, the manifest,
 // closed and the kernel's attach; each serial's mu its queue; auditLog.mu
-// the audit entries waiting for their batch (written on a serial of their
-// own); a peer's statusMu the link status it published last. Lock
+// the audit entries waiting for their batch (written by the audit log's
+// one goroutine); a peer's statusMu the link status it published last. Lock
 // order: Manager.mu before a serial's mu, and nothing else nests; posting
 // to a serial never blocks. A caller that finds a serial idle
 // may run the function itself (serial.call: a tool call, a hub's line),

@@ -28,34 +28,35 @@ const auditBatch = 1024
 // DefaultAuditInterval is Config.AuditInterval's default.
 const DefaultAuditInterval = 50 * time.Millisecond
 
-// auditLog writes finished calls to the store in batches. Its writer
-// goroutine starts with the first entry and ends in close.
+// auditLog writes finished calls to the store in batches. One goroutine
+// (loop, started by newAuditLog, ended by close) does every write, so
+// that batches are written one at a time and in order, with no lock
+// held across the store's write; Audit's flush asks it for one.
 type auditLog struct {
 	store    *policy.Store
 	keep     int
 	interval time.Duration
 	log      *zap.Logger
 
+	// mu guards the entries waiting for their batch.
 	mu      sync.Mutex
 	pending []policy.AuditEntry
+	spare   []policy.AuditEntry // the last batch's array, emptied, for the next pending
 	dropped int
-	running bool
 	closed  bool
-	wake    chan struct{} // an entry is waiting
-	full    chan struct{} // auditBatch entries are waiting
-	stop    chan struct{}
-	done    chan struct{}
 
-	// writes runs one batch at a time, in order, with no lock held
-	// across the store's write.
-	writes serial
-	spare  []policy.AuditEntry // owned by writes: the last batch's array, emptied, for the next pending
+	kick    chan struct{}   // a batch began or filled (capacity 1)
+	flushes chan chan error // Audit's: write what is pending, answer
+	stop    chan struct{}
+	done    chan struct{} // closed when loop returns
 }
 
 func newAuditLog(store *policy.Store, keep int, interval time.Duration, log *zap.Logger) *auditLog {
-	return &auditLog{store: store, keep: keep, interval: interval, log: log,
-		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
+	a := &auditLog{store: store, keep: keep, interval: interval, log: log,
+		kick: make(chan struct{}, 1), flushes: make(chan chan error),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	go a.loop()
+	return a
 }
 
 // add queues an entry. It never blocks.
@@ -68,87 +69,90 @@ func (a *auditLog) add(e policy.AuditEntry) {
 	}
 	a.pending = append(a.pending, e)
 	if a.closed {
-		return // close's last flush, or the next Audit, writes it
+		return // close's last write, or the next Audit, writes it
 	}
-	if !a.running {
-		a.running = true
-		go a.loop()
-	}
-	signal := a.wake
-	if len(a.pending) >= auditBatch {
-		signal = a.full
-	}
-	select {
-	case signal <- struct{}{}:
-	default:
+	if n := len(a.pending); n == 1 || n >= auditBatch {
+		select {
+		case a.kick <- struct{}{}:
+		default: // the loop will look
+		}
 	}
 }
 
+// loop writes a batch an interval after its first entry, or as soon as
+// it is full, or when Audit asks; and what is left when close stops it.
+// The timer runs only while a batch waits: an idle daemon does not wake.
 func (a *auditLog) loop() {
 	defer close(a.done)
-	t := time.NewTimer(a.interval)
-	t.Stop()
+	timer := time.NewTimer(a.interval)
+	timer.Stop()
+	armed := false
 	for {
-		// Wait for a batch's first entry, then for the interval or a
-		// full batch.
 		select {
-		case <-a.wake:
-			t.Reset(a.interval)
-			select {
-			case <-t.C:
-			case <-a.full:
-				t.Stop()
-			case <-a.stop:
-				t.Stop()
-				a.flush()
-				return
+		case <-a.kick:
+			// A kick left from entries written since is no batch.
+			switch n := a.waiting(); {
+			case n >= auditBatch:
+				a.write()
+			case n > 0 && !armed:
+				timer.Reset(a.interval)
+				armed = true
 			}
-		case <-a.full:
+			continue
+		case <-timer.C:
+			armed = false
+		case reply := <-a.flushes:
+			reply <- a.write()
+			continue
 		case <-a.stop:
-			a.flush()
+			a.write()
 			return
 		}
-		a.flush()
-		// flush took the signals of the entries it wrote: the next
-		// round waits for an entry added after it.
+		a.write()
 	}
 }
 
-// flush writes what is pending; a failure is logged and returned (the
-// entries are lost: the trail must not hold the daemon back).
-func (a *auditLog) flush() error {
-	var err error
-	a.writes.call(func() { err = a.write() })
-	return err
+func (a *auditLog) waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.pending)
 }
 
-// write is flush on the writes serial.
+// flush writes what is pending: by the loop while it runs, else here
+// (after close). A failure is logged and returned (the entries are
+// lost: the trail must not hold the daemon back).
+func (a *auditLog) flush() error {
+	reply := make(chan error, 1)
+	select {
+	case a.flushes <- reply:
+		return <-reply
+	case <-a.done:
+		return a.write()
+	}
+}
+
+// write writes the pending entries as one transaction.
 func (a *auditLog) write() error {
 	a.mu.Lock()
 	batch, dropped := a.pending, a.dropped
 	// The entries are copied into the store's transaction: the batch's
 	// array takes the next entries, not a new one grown by appends.
 	a.pending, a.dropped, a.spare = a.spare, 0, nil
-	// The signals sent so far are for the entries taken now (add sends
-	// them under a.mu); the next entry sends its own. Left in their
-	// channels, a full sent while the loop was on its way here made
-	// the next round write at once the few entries added during this
-	// write: at a high rate every other transaction was ~150 entries,
-	// not auditBatch, and cost nearly as much.
-	for _, c := range []chan struct{}{a.wake, a.full} {
-		select {
-		case <-c:
-		default:
-		}
-	}
 	a.mu.Unlock()
 	if dropped > 0 {
 		a.log.Error("audit entries dropped: the store did not keep up", zap.Int("dropped", dropped))
 	}
+	if len(batch) == 0 {
+		return nil
+	}
 	err := a.store.AppendAudit(batch, a.keep)
 	if cap(batch) <= 4*auditBatch { // a backlog's array is not kept
 		clear(batch)
-		a.spare = batch[:0]
+		a.mu.Lock()
+		if a.spare == nil {
+			a.spare = batch[:0]
+		}
+		a.mu.Unlock()
 	}
 	if err != nil {
 		a.log.Error("write the audit trail", zap.Int("entries", len(batch)), zap.Error(err))
@@ -157,16 +161,16 @@ func (a *auditLog) write() error {
 	return nil
 }
 
-// close stops the writer after a last flush: every entry added before
+// close stops the writer after a last write: every entry added before
 // close is on disk when it returns.
 func (a *auditLog) close() {
 	a.mu.Lock()
-	running := a.running && !a.closed
+	closed := a.closed
 	a.closed = true
 	a.mu.Unlock()
-	if running {
+	if !closed {
 		close(a.stop)
-		<-a.done
 	}
-	a.flush()
+	<-a.done
+	a.write() // what was added while the loop wrote its last
 }

@@ -4,50 +4,83 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
 	"octosup/policy"
 )
 
-// A flush takes the signals of the entries it writes with them: left in
-// their channels, a full batch's signal made the writer's next round
-// write at once the few entries added meanwhile (every other transaction
-// a small one at a high rate). Entries stay in order across flushes, and
-// close writes the last ones.
-func TestAuditFlushTakesItsSignals(t *testing.T) {
+func auditStore(t *testing.T) *policy.Store {
+	t.Helper()
 	store, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(t.TempDir(), policy.StoreFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	a := newAuditLog(store, 0, DefaultAuditInterval, zap.NewNop())
-	// As add leaves them for a full batch, without the writer running.
-	a.mu.Lock()
-	for i := range auditBatch {
-		a.pending = append(a.pending, policy.AuditEntry{App: "notes", Tool: "t", CallID: fmt.Sprint(i), Outcome: "ok"})
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+func auditEntry(i int) policy.AuditEntry {
+	return policy.AuditEntry{App: "notes", Tool: "t", CallID: fmt.Sprint(i), Outcome: "ok"}
+}
+
+// TestAuditBatches: with an interval no test waits for, full batches are
+// written as they fill, Audit's flush writes the rest at once, close
+// writes what came after; every entry once, in order.
+func TestAuditBatches(t *testing.T) {
+	store := auditStore(t)
+	a := newAuditLog(store, 0, time.Hour, zap.NewNop())
+	n := 2*auditBatch + 5
+	for i := range n {
+		a.add(auditEntry(i))
 	}
-	a.wake <- struct{}{}
-	a.full <- struct{}{}
-	a.mu.Unlock()
 	if err := a.flush(); err != nil {
 		t.Fatal(err)
 	}
-	if len(a.wake) != 0 || len(a.full) != 0 {
-		t.Fatalf("after the flush: %d wake and %d full signals left for entries written already", len(a.wake), len(a.full))
-	}
-	a.add(policy.AuditEntry{App: "notes", Tool: "t", CallID: fmt.Sprint(auditBatch), Outcome: "ok"})
-	a.close()
 	got, err := store.Audit("", 0)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(got) != n {
+		t.Fatalf("after the flush %d entries are on disk (%v), want %d", len(got), err, n)
 	}
-	if len(got) != auditBatch+1 {
-		t.Fatalf("%d entries written, want %d", len(got), auditBatch+1)
+	a.add(auditEntry(n))
+	a.close()
+	if got, err = store.Audit("", 0); err != nil || len(got) != n+1 {
+		t.Fatalf("after close %d entries are on disk (%v), want %d", len(got), err, n+1)
 	}
 	for i, e := range got {
 		if e.Seq != uint64(i+1) || e.CallID != fmt.Sprint(i) {
 			t.Fatalf("entry %d is seq %d, call %s: want seq %d, call %d", i, e.Seq, e.CallID, i+1, i)
 		}
+	}
+	// After close, an entry waits for the next flush (Audit's).
+	a.add(auditEntry(n + 1))
+	if err := a.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = store.Audit("", 0); len(got) != n+2 {
+		t.Fatalf("a flush after close left %d entries on disk, want %d", len(got), n+2)
+	}
+}
+
+// TestAuditIntervalWritesABatch: a batch that never fills is written an
+// interval after its first entry, by the loop alone.
+func TestAuditIntervalWritesABatch(t *testing.T) {
+	store := auditStore(t)
+	a := newAuditLog(store, 0, time.Millisecond, zap.NewNop())
+	defer a.close()
+	a.add(auditEntry(0))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := store.Audit("", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry was not written an interval after it came")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
