@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"octosup/policy"
+
+	"golang.org/x/sys/unix"
 )
 
 // What an adversarial review's probes did to their parentage, sessions
@@ -214,4 +217,34 @@ func TestTermReachesEveryProcess(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestContainedAppDiesWithItsLeader: a jail app in a cgroup leaf under
+// Landlock is contained (its exit kills through the leaf, without the
+// scan of /proc for its session): when its main process is killed, its
+// orphaned grandchild, the daemon's child now, dies with it at once (the
+// grace is longer than the test waits: only the kill can end it).
+func TestContainedAppDiesWithItsLeader(t *testing.T) {
+	exe := testExe(t)
+	cgroupOrSkip(t)
+	sup := startSup(t, func(c *Config) { c.StopGrace = 10 * time.Minute })
+	sub := sup.Subscribe(1024)
+	defer sub.Close()
+	apply(t, sup, jailTestApp(exe, "orph", "orphan"))
+	f := strings.Fields(waitLogs(t, sub, "orph", "orphan ", "ready", "setsid: operation not permitted")[0])
+	if len(f) != 4 {
+		t.Fatalf("bad line %q", f)
+	}
+	gpid, _ := strconv.Atoi(f[1])
+	gfd := pidfd(t, gpid)
+	st := status(t, sup, "orph")
+	if st.Stopper != StopperCgroup || st.Jail == nil || !slices.Contains(st.Jail.Layers, "landlock") {
+		t.Fatalf("the app is not in a leaf under Landlock: stopper %q, jail %+v", st.Stopper, st.Jail)
+	}
+	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, sub, "orph", inState(Stopped))
+	awaitGone(t, gfd, "the orphan of a contained app")
+	awaitReaped(t, gpid)
 }
