@@ -76,9 +76,12 @@ type proc struct {
 	broad bool
 	// contained: the leaf holds every process of the app, for good: a
 	// jail app under Landlock cannot write a cgroup.procs (/sys is never
-	// granted) nor mount one elsewhere, so none leaves the leaf, and its
+	// granted) nor mount one elsewhere, and its seccomp filter refuses
+	// clone3 (CLONE_INTO_CGROUP would take an O_PATH fd of any cgroup,
+	// which Landlock lets it open), so none leaves the leaf, and its
 	// signals and kills need no scan of /proc for its session. Set once
-	// it runs, with the jail's report; false (scan) until then.
+	// it runs, with the jail's report (both layers took); false (scan)
+	// until then.
 	contained bool
 }
 

@@ -117,6 +117,8 @@ func child(mode string) int {
 		return spin()
 	case "hog":
 		return memoryHog()
+	case "zombie-leader":
+		return zombieLeader()
 	}
 	fmt.Fprintln(os.Stderr, "unknown mode", mode)
 	return 2

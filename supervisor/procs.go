@@ -106,6 +106,16 @@ func (s *Supervisor) mainPids() map[int]bool {
 	return out
 }
 
+// liveThreads says whether a process whose stat says zombie (its
+// thread-group leader exited) still has other threads: such a process
+// runs on, and only a signal to its thread group ends it. A hostile
+// review's probe did that (a child starts a thread, then its leader
+// calls exit) and outlived its app.
+func liveThreads(pid int) bool {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err == nil && len(tasks) > 1
+}
+
 // signalProc sends sig to p through a pidfd, only if the process at p's
 // pid is still p (the same start time, read after the pidfd was
 // opened). It returns the pidfd (the caller closes it), or -1 when the
@@ -133,7 +143,7 @@ func (s *Supervisor) signalFamily(sid int, strays bool, sig unix.Signal) (live i
 		return 0, nil, err
 	}
 	for _, p := range s.family(all, sid, strays, s.mainPids()) {
-		if p.state == 'Z' || p.state == 'X' {
+		if (p.state == 'Z' || p.state == 'X') && !liveThreads(p.pid) {
 			continue
 		}
 		live++

@@ -437,7 +437,7 @@ func (r *runner) awaitReport(a *attempt) (res confirmResult, stop chan cmdResult
 // hands its hub to Links.
 func (r *runner) running(a *attempt, report jail.Report) (AppStatus, error) {
 	s, p := r.s, r.proc
-	p.contained = p.leaf != nil && !p.broad && slices.Contains(report.Layers, "landlock")
+	p.contained = p.leaf != nil && !p.broad && slices.Contains(report.Layers, "landlock") && slices.Contains(report.Layers, "seccomp")
 	st := r.move(Running, func(st *AppStatus) { st.Pid, st.Jail = p.pid, &report })
 	s.log.Info("app started", zap.String("app", r.id), zap.Int("pid", p.pid),
 		zap.Strings("jail_layers", report.Layers), zap.Strings("jail_missing", report.Missing),

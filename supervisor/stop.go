@@ -60,6 +60,10 @@ func (r *runner) signalKnown(sig unix.Signal) {
 	var err error
 	if sig == unix.SIGKILL {
 		err = p.leaf.killAll()
+		// cgroup.kill signals each process's leader thread, and passes by
+		// one whose leader has exited while its other threads run on:
+		// those get the kill through a pidfd, as every other signal.
+		err = errors.Join(err, signalLeaf(p.leaf.path, sig))
 	} else {
 		err = signalLeaf(p.leaf.path, sig)
 	}
