@@ -485,6 +485,12 @@ func grantable(p string, opt Options) (string, error) {
 	case underAny(p, kernelViews[:]):
 		return "", fmt.Errorf("leads into %s, which no app is granted", p)
 	}
+	// A grant that holds a kernel view grants it too ("/" holds all).
+	for _, v := range kernelViews {
+		if underAny(v, []string{p}) {
+			return "", fmt.Errorf("holds %s, which no app is granted: name the directories the app needs instead", v)
+		}
+	}
 	for _, d := range []struct{ what, dir string }{
 		{"configuration", opt.Dirs.Config}, {"state", opt.Dirs.State}, {"data (jails, secrets)", opt.Dirs.Data}, {"runtime (the control socket)", opt.Dirs.Runtime},
 	} {
@@ -495,9 +501,11 @@ func grantable(p string, opt Options) (string, error) {
 	return p, nil
 }
 
+// underAny says whether p is one of dirs or beneath one. Every path is
+// beneath "/" (whose children's prefix is not "//").
 func underAny(p string, dirs []string) bool {
 	for _, d := range dirs {
-		if p == d || strings.HasPrefix(p, d+"/") {
+		if p == d || d == "/" || strings.HasPrefix(p, d+"/") {
 			return true
 		}
 	}

@@ -484,6 +484,10 @@ func userPathFindings(at jsonPath, p string) []finding {
 		return []finding{{at: at, msg: fmt.Sprintf("%q names whichever process opens it: the daemon builds the jail, so it would grant the daemon's own files", p),
 			fix: "name the real path (the app's own /proc entry is always readable)"}}
 	}
+	if clean == "/" {
+		return []finding{{at: at, msg: `"/" holds /proc and /sys, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised`,
+			fix: "name the directories the app needs"}}
+	}
 	if v := KernelView(clean); v != "" {
 		return []finding{{at: at, msg: fmt.Sprintf("%q is in %s, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised", p, v),
 			fix: "remove it (the app's own /proc entry is always readable)"}}

@@ -200,6 +200,12 @@ var badCases = []badCase{
 			`app "notes": sandbox.external[0].path: "/sys/fs/cgroup" is in /sys, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
 			`app "notes": sandbox.external[1].path: "/proc" is in /proc, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: remove it (the app's own /proc entry is always readable))`,
 		}},
+	// "/" holds them both, read-only as well.
+	{name: "the root", input: app(`"resources": ["/"], "sandbox": {"policy": "jail", "network": "none", "external": [{"path": "/", "access": "ro"}]}`),
+		want: []string{
+			`app "notes": resources[0]: "/" holds /proc and /sys, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: name the directories the app needs)`,
+			`app "notes": sandbox.external[0].path: "/" holds /proc and /sys, which no app is granted: /proc names the daemon and every process of the user, /sys holds the cgroup tree that keeps apps supervised (fix: name the directories the app needs)`,
+		}},
 	{name: "reserved environment variables", input: app(`"env": {"OCTOS_AUTH_TOKEN": "x", "OCTOSENSE_VAULT": "x", "OCTOSUP_HUB_FD": "4", "NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "1", "LISTEN_FDS": "1", "OCTOSX": "fine", "LISTENER": "fine"}`),
 		want: []string{
 			`app "notes": env.OCTOS_AUTH_TOKEN: is reserved: the daemon keeps octos' own variables (OCTOS_*, OCTOSENSE_*) away from every app (fix: remove it, or give the variable a name outside these prefixes)`,
