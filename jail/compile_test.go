@@ -186,8 +186,12 @@ func TestCompileErrors(t *testing.T) {
 		{func(a *policy.App, o *Options) { a.Sandbox.External[0].Path = "/dev/fd" }, "daemon's own process"},
 		// A grant that holds a kernel view, or octosup's own directories,
 		// grants them too: "/" most of all, read-only as well as rw.
-		{func(a *policy.App, o *Options) { a.Sandbox.External[0] = policy.External{Path: "/", Access: policy.AccessRO} }, "/proc"},
-		{func(a *policy.App, o *Options) { a.Sandbox.External[0] = policy.External{Path: "/", Access: policy.AccessRW} }, "/proc"},
+		{func(a *policy.App, o *Options) {
+			a.Sandbox.External[0] = policy.External{Path: "/", Access: policy.AccessRO}
+		}, "/proc"},
+		{func(a *policy.App, o *Options) {
+			a.Sandbox.External[0] = policy.External{Path: "/", Access: policy.AccessRW}
+		}, "/proc"},
 		{func(a *policy.App, o *Options) { a.Resources = []string{"/"} }, "/proc"},
 	} {
 		a, o := notesApp(), testOptions()
