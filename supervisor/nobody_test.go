@@ -14,7 +14,7 @@ import (
 // only limiter RLIMIT_NPROC.
 func TestAsNobody(t *testing.T) {
 	tests := []string{"TestOrphanStaysTheApps", "TestStopEndsEveryProcess", "TestTermReachesEveryProcess", "TestCgroupStopsSetsidDescendant", "TestStopKillsGrandchild",
-		"TestUnheldLimitsRefused", "TestReloadLimitsInPlace"}
+		"TestZombieLeaderDiesWithTheApp", "TestUnheldLimitsRefused", "TestReloadLimitsInPlace"}
 	out := asnobody.Run(t, "^("+strings.Join(tests, "|")+")$")
 	// The run must have been real: the process-group cases ran and passed.
 	asnobody.WantPassed(t, out,
@@ -22,6 +22,7 @@ func TestAsNobody(t *testing.T) {
 		"TestStopEndsEveryProcess/process-group",
 		"TestTermReachesEveryProcess/process-group/own-group", "TestTermReachesEveryProcess/process-group/broad-setsid",
 		"TestCgroupStopsSetsidDescendant/process-group_fallback", "TestStopKillsGrandchild",
+		"TestZombieLeaderDiesWithTheApp/process-group/broad/stop", "TestZombieLeaderDiesWithTheApp/process-group/jail/leader_killed",
 		// A user's daemon: memory_max refused, tasks_max held by
 		// RLIMIT_NPROC, and a reload lowers it in place.
 		"TestUnheldLimitsRefused", "TestReloadLimitsInPlace/rlimit")
