@@ -304,9 +304,9 @@ func TestPlaceDepth(t *testing.T) {
 	}
 }
 
-// TestCheckPeerRealProcesses: CheckCaller on real processes, each held by a
+// TestCheckCallerRealProcesses: CheckCaller on real processes, each held by a
 // pidfd as the control socket holds its peers.
-func TestCheckPeerRealProcesses(t *testing.T) {
+func TestCheckCallerRealProcesses(t *testing.T) {
 	exe := testExe(t)
 	sup := startSup(t, nil)
 
@@ -386,11 +386,7 @@ func TestCheckPeerRealProcesses(t *testing.T) {
 		sub := sup.Subscribe(1024)
 		defer sub.Close()
 		apply(t, sup, testApp(exe, "tree", "setsid-grandchild", true))
-		line := waitLog(t, sub, "tree", "grandchild ")
-		gpid, err := strconv.Atoi(strings.TrimPrefix(line, "grandchild "))
-		if err != nil {
-			t.Fatalf("bad line %q", line)
-		}
+		gpid := waitPid(t, sub, "tree", "grandchild")
 		gfd := pidfd(t, gpid)
 		// Out of the leaf, into the daemon's own cgroup, as one who may
 		// write cgroup.procs could move it; in a session of its own, it

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,11 +95,7 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			apply(t, sup, testApp(exe, "tree", "setsid-grandchild", true))
-			line := waitLog(t, sub, "tree", "grandchild ")
-			gpid, err := strconv.Atoi(strings.TrimPrefix(line, "grandchild "))
-			if err != nil {
-				t.Fatalf("bad line %q", line)
-			}
+			gpid := waitPid(t, sub, "tree", "grandchild")
 			gfd := pidfd(t, gpid)
 			st := status(t, sup, "tree")
 			if sid, err := unix.Getsid(gpid); err != nil || sid == st.Pid || sid != gpid {
@@ -116,6 +111,7 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 			wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", "")
 			var leaf string
 			if !c.noCgroup {
+				var err error
 				leaf, err = ownCgroup("/proc/self/mountinfo", fmt.Sprintf("/proc/%d/cgroup", gpid))
 				if err != nil || filepath.Dir(leaf) != sup.cgroups.dir || !strings.HasPrefix(filepath.Base(leaf), "tree.") {
 					t.Fatalf("grandchild's cgroup %q, %v; want a leaf tree.* of %s", leaf, err, sup.cgroups.dir)

@@ -65,24 +65,12 @@ func child(mode string) int {
 		if mode == "setsid-grandchild" {
 			gcMode = "setsid-fd3"
 		}
-		r, w, err := os.Pipe()
+		pid, err := startReady(gcMode)
 		if err != nil {
-			fmt.Println("error", err)
+			fmt.Println("error:", err)
 			return 1
 		}
-		gc := exec.Command(os.Args[0])
-		gc.Env = append(os.Environ(), modeEnv+"="+gcMode)
-		gc.ExtraFiles = []*os.File{w}
-		if err := gc.Start(); err != nil {
-			fmt.Println("error", err)
-			return 1
-		}
-		w.Close()
-		if msg, err := io.ReadAll(r); err != nil || string(msg) != "ready" {
-			fmt.Println("error: grandchild said", string(msg), err)
-			return 1
-		}
-		fmt.Println("grandchild", gc.Process.Pid)
+		fmt.Println("grandchild", pid)
 		sleepForever()
 	case "ignoreterm-fd3", "setsid-fd3":
 		if mode == "setsid-fd3" {
@@ -122,6 +110,28 @@ func child(mode string) int {
 	}
 	fmt.Fprintln(os.Stderr, "unknown mode", mode)
 	return 2
+}
+
+// startReady starts this binary in mode, with a pipe as its fd 3, and
+// returns its pid once it wrote "ready" there and closed it.
+func startReady(mode string) (int, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	c := exec.Command(os.Args[0])
+	c.Env = append(os.Environ(), modeEnv+"="+mode)
+	c.ExtraFiles = []*os.File{w}
+	err = c.Start()
+	w.Close()
+	if err != nil {
+		return 0, err
+	}
+	if msg, err := io.ReadAll(r); err != nil || string(msg) != "ready" {
+		return 0, fmt.Errorf("the %s child said %q (%v)", mode, msg, err)
+	}
+	return c.Process.Pid, nil
 }
 
 // daemon runs a supervisor with two sleeping apps, prints their pids and

@@ -113,6 +113,18 @@ func waitState(t testing.TB, sub *Subscription, id string, ok func(AppStatus) bo
 func inState(s State) func(AppStatus) bool { return func(st AppStatus) bool { return st.State == s } }
 
 // waitLog reads sub until app id prints a line starting with prefix.
+// waitPid reads sub until app id prints "word <pid>", and returns the
+// pid.
+func waitPid(t testing.TB, sub *Subscription, id, word string) int {
+	t.Helper()
+	line := waitLog(t, sub, id, word+" ")
+	pid, err := strconv.Atoi(strings.TrimPrefix(line, word+" "))
+	if err != nil {
+		t.Fatalf("bad line %q", line)
+	}
+	return pid
+}
+
 func waitLog(t testing.TB, sub *Subscription, id, prefix string) string {
 	t.Helper()
 	timeout := time.NewTimer(waitFor)
@@ -261,11 +273,7 @@ func TestStopKillsGrandchild(t *testing.T) {
 	defer sub.Close()
 	apply(t, sup, testApp(exe, "tree", "grandchild", true))
 	// The app prints this only once the grandchild ignores SIGTERM.
-	line := waitLog(t, sub, "tree", "grandchild ")
-	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "grandchild "))
-	if err != nil {
-		t.Fatalf("bad line %q", line)
-	}
+	gpid := waitPid(t, sub, "tree", "grandchild")
 	gfd := pidfd(t, gpid)
 	wantInside(t, sup.CheckCaller(Caller{Pid: gpid, Pidfd: gfd}), "tree", "")
 

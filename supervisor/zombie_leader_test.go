@@ -3,11 +3,8 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,24 +44,12 @@ func init() {
 // zombieLeader is the app of the zombie-leader mode: it starts a
 // zombie-leader-child and prints its pid.
 func zombieLeader() int {
-	r, w, err := os.Pipe()
+	pid, err := startReady("zombie-leader-child")
 	if err != nil {
-		fmt.Println("error", err)
+		fmt.Println("error:", err)
 		return 1
 	}
-	c := exec.Command(os.Args[0])
-	c.Env = append(os.Environ(), modeEnv+"=zombie-leader-child")
-	c.ExtraFiles = []*os.File{w}
-	if err := c.Start(); err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	w.Close()
-	if msg, err := io.ReadAll(r); err != nil || string(msg) != "ready" {
-		fmt.Println("error: the child said", string(msg), err)
-		return 1
-	}
-	fmt.Println("zombie-leader", c.Process.Pid)
+	fmt.Println("zombie-leader", pid)
 	sleepForever()
 	return 0
 }
@@ -97,11 +82,7 @@ func TestZombieLeaderDiesWithTheApp(t *testing.T) {
 						delete(a.Env, "SUPTEST_SETSID")
 					}
 					apply(t, sup, a)
-					line := waitLog(t, sub, "zl", "zombie-leader ")
-					cpid, err := strconv.Atoi(strings.TrimPrefix(line, "zombie-leader "))
-					if err != nil {
-						t.Fatalf("bad line %q", line)
-					}
+					cpid := waitPid(t, sub, "zl", "zombie-leader")
 					cfd := pidfd(t, cpid)
 					// Positive control: the child's leader becomes a zombie
 					// (it said ready just before its exit) and the process

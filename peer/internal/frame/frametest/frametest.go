@@ -1,10 +1,11 @@
 // Package frametest plays the app's side of the peer link for tests: it
 // encodes up frames and decodes down frames, which the daemon never does.
 // It is a second implementation, written with encoding/json/v2
-// (go-json-experiment) and struct tags, so that a test reading the
-// daemon's frames with it holds package frame's hand-written encoder to
-// the documented shape (docs/protocol.md) instead of to itself. No binary
-// imports it.
+// (go-json-experiment) and struct tags of its own, so that a test
+// reading the daemon's frames with it holds package frame's encoder
+// (encoding/json v1 and its own structs) to the documented shape
+// (docs/protocol.md) instead of to itself: the two sets of structs are
+// kept apart on purpose. No binary imports it.
 package frametest
 
 import (
