@@ -448,13 +448,7 @@ func TestLogsFollowCatchesUp(t *testing.T) {
 		}
 	}
 	ts.apps.mu.Unlock()
-	c := dialRaw(t, ts.path)
-	c.send(`{"id":1,"op":"logs","args":{"app":"a","lines":5,"follow":true}}`)
-	resp := c.response()
-	var d control.LogsData
-	if err := json.Unmarshal(resp.Data, &d); !resp.OK || err != nil || len(d.Lines) != 1 || d.Lines[0].Text != "old" {
-		t.Fatalf("logs follow: %+v %s", resp.Error, resp.Data)
-	}
+	c := followOld(t, ts)
 	ts.apps.write("a", "after")
 	for _, want := range []string{"gap", "after"} {
 		var l control.LogLine
@@ -462,6 +456,20 @@ func TestLogsFollowCatchesUp(t *testing.T) {
 			t.Fatalf("got %s, want the log event %q (lost or repeated)", b, want)
 		}
 	}
+}
+
+// followOld follows app a's log, whose one line so far is "old", and
+// returns the connection once the answer holds that line.
+func followOld(t *testing.T, ts *testServer) *rawConn {
+	t.Helper()
+	c := dialRaw(t, ts.path)
+	c.send(`{"id":1,"op":"logs","args":{"app":"a","lines":5,"follow":true}}`)
+	resp := c.response()
+	var d control.LogsData
+	if err := json.Unmarshal(resp.Data, &d); !resp.OK || err != nil || len(d.Lines) != 1 || d.Lines[0].Text != "old" {
+		t.Fatalf("logs follow: %+v %s", resp.Error, resp.Data)
+	}
+	return c
 }
 
 // TestLogsFollowOutlivesAClockStep: lines stamped earlier than the
@@ -475,13 +483,7 @@ func TestLogsFollowOutlivesAClockStep(t *testing.T) {
 	ts.apps.mu.Lock()
 	ts.apps.logsHook = func() { ts.apps.writeAt("a", "gap", now.Add(-time.Hour)) }
 	ts.apps.mu.Unlock()
-	c := dialRaw(t, ts.path)
-	c.send(`{"id":1,"op":"logs","args":{"app":"a","lines":5,"follow":true}}`)
-	resp := c.response()
-	var d control.LogsData
-	if err := json.Unmarshal(resp.Data, &d); !resp.OK || err != nil || len(d.Lines) != 1 || d.Lines[0].Text != "old" {
-		t.Fatalf("logs follow: %+v %s", resp.Error, resp.Data)
-	}
+	c := followOld(t, ts)
 	ts.apps.writeAt("a", "after", now.Add(-time.Minute))
 	ts.apps.writeAt("a", "same instant", now)
 	for _, want := range []string{"gap", "after", "same instant"} {
