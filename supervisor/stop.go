@@ -27,10 +27,10 @@ func (r *runner) beginStop() {
 // through its pidfd (wherever it went), its process group, its session
 // and their descendants (procs.go; a broad app's strays too without a
 // leaf; none of these for a contained app, whose leaf is all of it), and
-// its cgroup leaf: cgroup.kill for SIGKILL, each process in cgroup.procs
-// for any other. Only the run goroutine calls it, and only
-// while the leader is unreaped: its pid is the group's and the session's
-// id, which no other process can have meanwhile.
+// its cgroup leaf: each process in cgroup.procs through a pidfd, and
+// for SIGKILL cgroup.kill first. Only the run goroutine calls it, and
+// only while the leader is unreaped: its pid is the group's and the
+// session's id, which no other process can have meanwhile.
 func (r *runner) signal(sig unix.Signal) {
 	p := r.proc
 	r.signalKnown(sig)
