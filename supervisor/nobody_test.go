@@ -22,7 +22,7 @@ func TestAsNobody(t *testing.T) {
 		"TestStopEndsEveryProcess/process-group",
 		"TestTermReachesEveryProcess/process-group/own-group", "TestTermReachesEveryProcess/process-group/broad-setsid",
 		"TestCgroupStopsSetsidDescendant/process-group_fallback", "TestStopKillsGrandchild",
-		"TestZombieLeaderDiesWithTheApp/process-group/broad/stop", "TestZombieLeaderDiesWithTheApp/process-group/jail/leader_killed",
+		"TestZombieLeaderDiesWithTheApp/process-group/broad/stop/in-process", "TestZombieLeaderDiesWithTheApp/process-group/jail/leader_killed/helper",
 		// A user's daemon: memory_max refused, tasks_max held by
 		// RLIMIT_NPROC, and a reload lowers it in place.
 		"TestUnheldLimitsRefused", "TestReloadLimitsInPlace/rlimit")

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"octosup/jail"
 	"os"
 	"os/signal"
 	"strings"
@@ -58,7 +59,8 @@ func zombieLeader() int {
 // exited while another thread runs on (a hostile review's probe: a
 // child starts a thread, then its leader calls exit) is ended with its
 // app, whether the app is stopped or its main process is killed, with a
-// leaf (contained jail app or broad) and without one. cgroup.kill alone
+// leaf (contained jail app or broad) and without one, started by either
+// launcher. cgroup.kill alone
 // did not end it, nor did the scan of /proc, which took it for a
 // zombie: the app was reported stopped while the process ran on.
 func TestZombieLeaderDiesWithTheApp(t *testing.T) {
@@ -69,59 +71,68 @@ func TestZombieLeaderDiesWithTheApp(t *testing.T) {
 			jail bool
 		}{{"broad", false}, {"jail", true}} {
 			for _, end := range []string{"stop", "leader killed"} {
-				t.Run(st.name+"/"+app.name+"/"+end, func(t *testing.T) {
-					// The grace is longer than the test waits: only the
-					// kill step can end the child.
-					withSt := withStopper(t, st.noCgroup)
-					sup := startSup(t, func(c *Config) { withSt(c); c.StopGrace = 200 * time.Millisecond })
-					sub := sup.Subscribe(1024)
-					defer sub.Close()
-					a := testApp(exe, "zl", "zombie-leader", true)
-					if app.jail {
-						a = jailTestApp(exe, "zl", "zombie-leader")
-						delete(a.Env, "SUPTEST_SETSID")
-					}
-					apply(t, sup, a)
-					cpid := waitPid(t, sub, "zl", "zombie-leader")
-					cfd := pidfd(t, cpid)
-					// Positive control: the child's leader becomes a zombie
-					// (it said ready just before its exit) and the process
-					// is alive.
-					for deadline := time.Now().Add(waitFor); ; {
-						stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cpid))
-						if err == nil && strings.Contains(string(stat), ") Z ") {
-							break
+				for _, launch := range []struct {
+					name   string
+					helper bool
+				}{{"in-process", false}, {"helper", true}} {
+					t.Run(st.name+"/"+app.name+"/"+end+"/"+launch.name, func(t *testing.T) {
+						// The child ignores SIGTERM: after the short grace,
+						// only the kill step can end it.
+						withSt := withStopper(t, st.noCgroup)
+						sup := startSup(t, func(c *Config) {
+							withSt(c)
+							c.StopGrace = 200 * time.Millisecond
+							c.Launcher = jail.NewLauncher(jail.Config{UseHelper: launch.helper})
+						})
+						sub := sup.Subscribe(1024)
+						defer sub.Close()
+						a := testApp(exe, "zl", "zombie-leader", true)
+						if app.jail {
+							a = jailTestApp(exe, "zl", "zombie-leader")
+							delete(a.Env, "SUPTEST_SETSID")
 						}
-						if time.Now().After(deadline) {
-							t.Fatalf("the child's /proc stat %q, %v: want its leader a zombie", stat, err)
+						apply(t, sup, a)
+						cpid := waitPid(t, sub, "zl", "zombie-leader")
+						cfd := pidfd(t, cpid)
+						// Positive control: the child's leader becomes a zombie
+						// (it said ready just before its exit) and the process
+						// is alive.
+						for deadline := time.Now().Add(waitFor); ; {
+							stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cpid))
+							if err == nil && strings.Contains(string(stat), ") Z ") {
+								break
+							}
+							if time.Now().After(deadline) {
+								t.Fatalf("the child's /proc stat %q, %v: want its leader a zombie", stat, err)
+							}
+							time.Sleep(time.Millisecond)
 						}
-						time.Sleep(time.Millisecond)
-					}
-					if err := unix.PidfdSendSignal(cfd, 0, nil, 0); err != nil {
-						t.Fatalf("the child is not alive: %v", err)
-					}
-					switch end {
-					case "stop":
-						ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-						defer cancel()
-						if _, err := sup.Stop(ctx, "zl"); err != nil {
-							t.Fatal(err)
+						if err := unix.PidfdSendSignal(cfd, 0, nil, 0); err != nil {
+							t.Fatalf("the child is not alive: %v", err)
 						}
-					case "leader killed":
-						if err := unix.Kill(status(t, sup, "zl").Pid, unix.SIGKILL); err != nil {
-							t.Fatal(err)
+						switch end {
+						case "stop":
+							ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+							defer cancel()
+							if _, err := sup.Stop(ctx, "zl"); err != nil {
+								t.Fatal(err)
+							}
+						case "leader killed":
+							if err := unix.Kill(status(t, sup, "zl").Pid, unix.SIGKILL); err != nil {
+								t.Fatal(err)
+							}
+							waitState(t, sub, "zl", inState(Stopped))
 						}
-						waitState(t, sub, "zl", inState(Stopped))
-					}
-					// Gone by the time the app is stopped, not some time
-					// after.
-					if err := unix.PidfdSendSignal(cfd, 0, nil, 0); err == nil {
-						var pfd = []unix.PollFd{{Fd: int32(cfd), Events: unix.POLLIN}}
-						if n, _ := unix.Poll(pfd, 0); n == 0 {
-							t.Fatal("the child with a zombie leader still runs after its app stopped")
+						// Gone by the time the app is stopped, not some time
+						// after.
+						if err := unix.PidfdSendSignal(cfd, 0, nil, 0); err == nil {
+							var pfd = []unix.PollFd{{Fd: int32(cfd), Events: unix.POLLIN}}
+							if n, _ := unix.Poll(pfd, 0); n == 0 {
+								t.Fatal("the child with a zombie leader still runs after its app stopped")
+							}
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}
