@@ -66,22 +66,21 @@
 //
 // Lock order: Then runs under a connection's queue lock, and takes (in
 // this order) stream.mu, fanout.mu or the supervisor's log ring
-// (followThen); a kernel's Then only starts its peer session (a channel
-// close, peer.KernelSession.Start). So nothing puts a line while
-// holding one of those: the fanout's publisher takes the streams of a topic
-// under fanout.mu, lets go, then applies each stream's covered under stream.mu,
-// lets go, then puts. No Then calls into the peer Manager beyond that
-// Start: AttachKernel decides kernel.attach's answer, so it runs before
-// it. No lock is held across a write to a socket (linewriter writes off
-// its lock).
+// (followThen). So nothing puts a line while holding one of those: the
+// fanout's publisher takes the streams of a topic under fanout.mu, lets
+// go, then applies each stream's covered under stream.mu, lets go, then
+// puts. No Then calls into the peer Manager. The peer Manager calls the
+// kernel connection (connKernel) and the fanout (approvals) with an
+// app's peer locked: those only put lines. No lock is held across a
+// write to a socket (linewriter writes off its lock).
 //
 // One way keeps events behind the answer that announces them: the answer
 // is queued in the step that makes what sends them visible. For what the
 // connection owns, that step is the answer's Then (a subscription or a
-// follow stream joins the fanout; an attached kernel's session, attached
-// held, is started, and the peer's feed makes the calls to the kernel it
-// held for it). A tool call's state is its app's peer's, so its step
-// is the peer's: tool.call answers with answerAt, and the peer queues
-// "accepted" on its feed in the step on the app's serial that accepts
-// the call, before the call is placed (peer.KernelSession.ToolCall).
+// follow stream joins the fanout). For what the peer Manager owns, the
+// answer is an answerAt, queued by the Manager in its own step:
+// kernel.attach's before the kernel is visible (peer.Manager.AttachKernel),
+// tool.call's "accepted" with the app's peer locked, between accepting
+// the call and placing it (peer.KernelSession.ToolCall). Those answers
+// never wait for room: a client whose queue is full is dropped.
 package daemon

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
-	"octosup/internal/linewriter"
 	"octosup/peer"
 	"octosup/policy"
 )
@@ -230,19 +229,9 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 
 // connKernel is an attached kernel as the peer link sees it: events on
 // its control connection, none of which may precede kernel.attach's
-// answer.
-//
-// The one way to keep events behind their answer is the answer's Then
-// (answerThen). AttachKernel cannot run in it (it decides the answer:
-// another kernel may be attached), so the session is attached held
-// (peer.Manager.AttachKernelHeld): the peer's feed holds the calls to
-// this kernel, and only those, until the session's Start, which the
-// answer's Then calls in the step that queued the answer. A connection
-// gone before its answer is detached by its close hook: what was held is
-// refused.
-//
-// Its methods never block: a kernel that does not read is dropped (its
-// writer fails).
+// answer (kernelAttach queues it in AttachKernel, before the kernel is
+// visible). Its methods never block: a kernel that does not read is
+// dropped (its writer fails).
 type connKernel struct {
 	c *Conn
 }
@@ -288,10 +277,24 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 	if p.kernelOf(c) != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
+	return &kernelAttach{p: p, c: c}, nil
+}
+
+// kernelAttach is kernel.attach's answerAt: the answer is queued by
+// AttachKernel once the kernel is accepted, before anything can reach it.
+type kernelAttach struct {
+	p *peerLink
+	c *Conn
+}
+
+func (a *kernelAttach) answerData() any { return control.AttachData{Attached: true} }
+
+func (a *kernelAttach) at(queue func()) error {
+	p, c := a.p, a.c
 	k := &connKernel{c: c}
-	ks, err := p.m.AttachKernelHeld(withToolEvents(k, k.eventLine))
+	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine), queue)
 	if err != nil {
-		return nil, peerError(err)
+		return peerError(err)
 	}
 	p.kmu.Lock()
 	p.kernels[c] = ks
@@ -305,7 +308,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessag
 		delete(p.kernels, c)
 		p.kmu.Unlock()
 	})
-	return answerThen{data: control.AttachData{Attached: true}, then: func(*linewriter.Queue) { ks.Start() }}, nil
+	return nil
 }
 
 func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {

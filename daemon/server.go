@@ -44,8 +44,8 @@ func argsOnly(h handler) requestHandler {
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room
-// (but tool.call's, which the peer's feed queues as the events are: it
-// drops the connection too). It
+// (but kernel.attach's and tool.call's, which the peer Manager queues in
+// its own step, as it does events: they drop the connection too). It
 // runs at most maxInflight requests at once; reading the next request
 // waits for a free slot, which slows that client only.
 const (
@@ -217,7 +217,8 @@ type answerThen struct {
 // never blocks) at that moment, from whatever goroutine takes the step,
 // and returns once it did. tool.call's at is the peer's ToolCall, which
 // queues "accepted" in the step that accepts the call, before anything
-// of the call happens. An error from at is the answer instead, and
+// of the call happens; kernel.attach's is AttachKernel, which queues it
+// before the kernel is visible. An error from at is the answer instead, and
 // queue must not have been called then. It is an interface so that a
 // handler's one allocation holds its args, its data and its step.
 type answerAt interface {
@@ -328,7 +329,7 @@ func (c *Conn) answerAt(id int64, line []byte, at func(queue func()) error) {
 	c.w.Hold()
 	err := at(func() {
 		queued = true
-		// Not Wait: queue may run on the peer's feed, which must not
+		// Not Wait: queue runs in a step of the peer Manager, which must not
 		// block; a connection that far behind is dropped instead.
 		_ = c.w.Put(line, linewriter.Opt{Now: true})
 	})

@@ -49,9 +49,8 @@ type toolKernel struct {
 }
 
 // toolEvents is a peer.ToolRelay that writes events on a connection. Its
-// methods run on the peer Manager's feed (peer/doc.go), which every app's
-// callbacks share: send never blocks (a kernel that does not read is
-// dropped). Every call makes two
+// methods run with an app's peer locked (peer/doc.go): send never
+// blocks (a kernel that does not read is dropped). Every call makes two
 // events, so they are encoded by appends (control.AppendToolEvent), not
 // by json.Marshal.
 type toolEvents struct {

@@ -13,56 +13,41 @@ import (
 	"octosup/policy"
 )
 
-// peer is what the daemon keeps of an app across its processes. Its state
-// is touched only by the functions run on in (post, call): the app's link,
-// requests, contexts, calls, approvals, consent cache and duplicate
-// window have that one owner, and no lock. Outside in, only cur
-// (atomically) and status (under statusMu) are read, and in and jobs
-// posted to.
+// peer is what the daemon keeps of an app across its processes. mu
+// guards its state (the app's link, requests, contexts, calls,
+// approvals, consent and rules, and duplicate window): every function
+// that touches it runs with mu held (run), and none of them blocks. cur
+// is read atomically outside it.
 type peer struct {
 	m  *Manager
 	id string
-	in serial
-	// jobs runs the app's store I/O in order, off in: a stalled store
-	// stalls this app's requests alone.
-	jobs serial
-	// cur is the current process's link, set by Attach under m.mu (nil
-	// before the first); Detach and Send use it.
+	// jobs runs the app's store I/O in order, off mu: a stalled store
+	// stalls this app's store requests alone.
+	jobs jobs
+	// cur is the current process's link, set by Attach (nil before the
+	// first); Detach and Send use it without mu.
 	cur atomic.Pointer[link]
-	// status is what LinkStatus reports, published by in after each of
-	// its functions. A value under a lock, not a pointer swapped: it
-	// changes twice a tool call (outstanding_calls), and a snapshot for
-	// each was two allocations a call.
-	statusMu sync.Mutex
-	status   control.LinkStatus
 
-	// Owned by in.
-	app     policy.App
-	devMode bool
-	link    *link // nil while no process is attached
+	mu     sync.Mutex
+	closed bool // the Manager closed: run runs nothing
+	app    policy.App
+	dev    bool
+	link   *link // nil while no process is attached
 	// contexts are every open context of the app, by id (a process being
 	// torn down may still hold some).
 	contexts map[string]*appContext
 	// sessionTurns are the turn_ids used in each session an open context
 	// holds, shared by its contexts: a turn_id is unique within a session.
 	sessionTurns map[uint64]*sessionTurns
-	consent      consentCache
-	// consentGen moves when the cached decision is dropped (revoke), so
-	// that a read from before does not fill the cache again.
-	consentGen uint64
-	// While the decision is being read (consentReading), the link's lines
-	// wait in parked, in order; consentErr is a failed read's error while
-	// they run.
-	consentReading bool
-	parked         []func()
-	consentErr     error
-	ask            *approval            // the pending consent prompt, if any
-	waiting        []*request           // requests waiting for that prompt, in arrival order
-	approvals      map[string]*approval // pending, by id
-	sheets         int                  // its pending host sheets (Config.MaxPendingApprovals)
-	// rulesGen moves when a standing rule of the app is set or revoked: a
-	// rule read from before is read again.
-	rulesGen uint64
+	// consent is the person's persisted decision ("" never asked) and
+	// rules the standing rules by tool: loaded with the peer, written
+	// through by Approve and the revokes after the store has them.
+	consent   policy.Decision
+	rules     map[string]policy.Decision
+	ask       *approval            // the pending consent prompt, if any
+	waiting   []*request           // requests waiting for that prompt, in arrival order
+	approvals map[string]*approval // pending, by id
+	sheets    int                  // its pending host sheets (Config.MaxPendingApprovals)
 
 	// The duplicate window: the last finished call ids, across processes.
 	recentCalls map[string]struct{}
@@ -70,29 +55,26 @@ type peer struct {
 	recentNext  int
 }
 
-func newPeer(m *Manager, id string) *peer {
-	p := &peer{m: m, id: id, app: policy.App{ID: id},
+func newPeer(m *Manager, id string, kept appPolicy) *peer {
+	p := &peer{m: m, id: id, app: policy.App{ID: id}, consent: kept.consent, rules: kept.rules,
 		contexts: map[string]*appContext{}, approvals: map[string]*approval{}, sessionTurns: map[uint64]*sessionTurns{}}
-	p.in.after = p.publish // every function of the peer ends in it
+	if p.rules == nil {
+		p.rules = map[string]policy.Decision{}
+	}
 	return p
 }
 
-// post runs f on the peer's serial, later; false when the Manager is
-// closed. It never blocks.
-func (p *peer) post(f func()) bool {
-	return p.in.post(f)
-}
-
-// do runs f on the peer's serial, at once when it is idle (serial.do).
-func (p *peer) do(f func()) bool {
-	return p.in.do(f)
-}
-
-// call runs f on the peer's serial and waits for it; false when the
-// Manager is closed (f did not run). The peer's functions never block,
-// so neither does call for long.
-func (p *peer) call(f func()) bool {
-	return p.in.call(f)
+// run runs f with the peer locked; false, f not run, once the Manager
+// closed the peer. f must not block: the peer's functions only queue
+// (a line to a hub or to the kernel, a store job).
+func (p *peer) run(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	f()
+	return true
 }
 
 // store queues a store job of the app; false when the Manager is closed.
@@ -105,44 +87,33 @@ func (p *peer) store(job func()) bool {
 	})
 }
 
-// publish updates status when it changed. A link Attach made that the
-// peer has not taken yet keeps the status Attach set.
-func (p *peer) publish() {
-	if p.link != p.cur.Load() {
-		return
-	}
-	var st control.LinkStatus
+// linkStatus is what LinkStatus reports. mu is held.
+func (p *peer) linkStatus() control.LinkStatus {
 	if l := p.link; l != nil && p.serviceGranted(p.app) {
 		// A process without agent.octos has a hub (its pass-through
 		// frames flow) but no peer link: no request of it is served.
-		st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
+		return control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
 	}
-	p.setStatus(st)
-}
-
-func (p *peer) setStatus(st control.LinkStatus) {
-	p.statusMu.Lock()
-	p.status = st
-	p.statusMu.Unlock()
+	return control.LinkStatus{}
 }
 
 func (p *peer) serviceGranted(app policy.App) bool {
-	return p.devMode || slices.Contains(app.Grants.Services, policy.ServiceAgent)
+	return p.dev || slices.Contains(app.Grants.Services, policy.ServiceAgent)
 }
 
 // attached takes the link of a new process (Attach shut the old one,
 // whose teardown comes on its own).
 func (p *peer) attached(l *link, entry policy.App, dev bool) {
 	p.link = l
-	p.app, p.devMode = entry, dev
+	p.app, p.dev = entry, dev
 	p.m.log.Info("link up", zap.String("app", p.id), zap.Bool("service", p.serviceGranted(entry)))
 }
 
 // setEntry applies a manifest's entry of the app; narrow, to the live
 // link.
 func (p *peer) setEntry(entry policy.App, dev bool, narrow bool) {
-	old, oldDev := p.app, p.devMode
-	p.app, p.devMode = entry, dev
+	old, oldDev := p.app, p.dev
+	p.app, p.dev = entry, dev
 	if narrow {
 		p.narrow(old, oldDev)
 	}

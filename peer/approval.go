@@ -34,66 +34,9 @@ type approval struct {
 	link  *link       // the process whose request raised it
 	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
 	call  *call       // a tool sheet's call
-	// deciding: Approve is persisting the answer (off the peer's serial);
+	// deciding: Approve is persisting the answer (the peer unlocked);
 	// expiry and teardown leave the approval to it.
 	deciding bool
-}
-
-// consentCache holds a peer's persisted decision once read ("" when the
-// person was never asked).
-type consentCache struct {
-	loaded   bool
-	decision policy.Decision
-}
-
-// readConsent has the app's store serial read its persisted decision into
-// the cache, unless a read is under way; the parked lines run once it is
-// in. A decision that changes meanwhile (Approve caches its own,
-// RevokeConsent moves consentGen) wins over the read, which is then done
-// again. A failed read leaves the cache empty: the parked requests fail
-// internal, and the next request reads again.
-func (p *peer) readConsent() {
-	if p.consentReading {
-		return
-	}
-	p.consentReading = true
-	gen := p.consentGen
-	queued := p.store(func() {
-		c, ok, err := p.m.store.Consent(p.id)
-		if f := p.m.afterConsentRead; f != nil {
-			f()
-		}
-		p.post(func() { p.consentRead(gen, c, ok, err) })
-	})
-	if !queued {
-		p.consentRead(gen, policy.Consent{}, false, ErrClosed)
-	}
-}
-
-func (p *peer) consentRead(gen uint64, c policy.Consent, found bool, err error) {
-	p.consentReading = false
-	if err == nil && !p.consent.loaded {
-		if p.consentGen != gen {
-			p.readConsent() // revoked meanwhile: the read may be older
-			return
-		}
-		p.consent = consentCache{loaded: true}
-		if found {
-			p.consent.decision = c.Decision
-		}
-	}
-	p.consentErr = err
-	parked := p.parked
-	p.parked = nil
-	for i, f := range parked {
-		if p.consentReading {
-			// A line run above needs another read: the rest waits again.
-			p.parked = append(p.parked, parked[i:]...)
-			break
-		}
-		f()
-	}
-	p.consentErr = nil
 }
 
 // askConsent raises the app's consent prompt unless one is open: requests
@@ -116,7 +59,7 @@ func (p *peer) askConsent(r *request) {
 		},
 		link: r.link,
 	}
-	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { p.post(func() { p.expire(a) }) })
+	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { p.run(func() { p.expire(a) }) })
 	p.ask = a
 	p.raise(a)
 	m.log.Info("asking for consent", zap.String("app", p.id), zap.String("approval_id", a.ApprovalID))
@@ -129,16 +72,16 @@ func (m *Manager) approvalID() string {
 // raise makes a pending: the peer's, in the Manager's index, published.
 func (p *peer) raise(a *approval) {
 	p.approvals[a.ApprovalID] = a
-	p.m.mu.Lock()
+	p.m.amu.Lock()
 	p.m.approvals[a.ApprovalID] = pendingApproval{p: p, a: a.Approval}
-	p.m.mu.Unlock()
+	p.m.amu.Unlock()
 	p.m.cfg.Events.Approval(a.Approval)
 }
 
 func (m *Manager) unindex(id string) {
-	m.mu.Lock()
+	m.amu.Lock()
 	delete(m.approvals, id)
-	m.mu.Unlock()
+	m.amu.Unlock()
 }
 
 // settle closes an approval with a final state and publishes it.
@@ -176,18 +119,18 @@ func (p *peer) expire(a *approval) {
 
 // Approvals lists the pending approvals (op approvals), oldest first.
 func (m *Manager) Approvals() []Approval {
-	m.mu.Lock()
+	m.amu.Lock()
 	out := make([]Approval, 0, len(m.approvals))
 	for _, a := range m.approvals {
 		out = append(out, a.a)
 	}
-	m.mu.Unlock()
+	m.amu.Unlock()
 	slices.SortFunc(out, func(a, b Approval) int { return a.Created.Compare(b.Created) })
 	return out
 }
 
 // Approve answers a pending approval (op approve). The answer is
-// persisted (fsync'd) by the caller, on no serial and under no lock, and
+// persisted (fsync'd) by the caller, under no lock, and
 // acted on only once it is: when Approve returns nil, a daemon killed at
 // any moment keeps it.
 //
@@ -209,16 +152,16 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
 		return refuse(ErrInvalid, "%w", err)
 	}
-	m.mu.Lock()
+	m.amu.Lock()
 	pa, ok := m.approvals[id]
-	m.mu.Unlock()
+	m.amu.Unlock()
 	if !ok {
 		return ErrUnknownApproval
 	}
 	p := pa.p
 	var a *approval
 	err := ErrUnknownApproval
-	p.call(func() { a, err = p.beginDecide(id) })
+	p.run(func() { a, err = p.beginDecide(id) })
 	if err != nil {
 		return err
 	}
@@ -229,10 +172,9 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	case remember:
 		err = m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
 	}
-	if !p.call(func() { p.decided(a, d, remember, err) }) {
+	if !p.run(func() { p.decided(a, d, remember, err) }) {
 		return ErrClosed
 	}
-	m.feed.sync()
 	if err != nil {
 		return fmt.Errorf("keep the decision: %w", err)
 	}
@@ -261,12 +203,12 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 	}
 	if a.Kind == KindTool {
 		if remember {
-			p.rulesGen++ // a rule read under way is read again
+			p.rules[a.Tool] = d
 		}
 		p.answerTool(a, d, remember)
 		return
 	}
-	p.consent = consentCache{loaded: true, decision: d}
+	p.consent = d
 	state := ApprovalAllowed
 	if d == policy.Deny {
 		state = ApprovalDenied
@@ -295,17 +237,19 @@ func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents
 // RevokeConsent forgets an app's decision (op consent, action revoke): its
 // next request asks again. found reports whether there was one.
 func (m *Manager) RevokeConsent(app string) (found bool, err error) {
-	// Written first; a request that reads the cached decision before the
-	// cache is cleared below simply came before the revoke.
+	// Written first; a request checked before the decision goes below
+	// simply came before the revoke.
 	found, err = m.store.RevokeConsent(app)
 	if err != nil {
 		return false, err
 	}
-	if p := m.peerOf(app); p != nil {
-		p.call(func() {
-			p.consent = consentCache{}
-			p.consentGen++
-		})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.peers[app]; p != nil {
+		p.run(func() { p.consent = "" })
+	} else if ap, ok := m.kept[app]; ok {
+		ap.consent = ""
+		m.kept[app] = ap
 	}
 	return found, nil
 }

@@ -18,7 +18,7 @@
 //	defer m.Close()
 //	m.SetManifest(manifest) // and after every reload: narrowed grants apply to the live links at once (narrow.go)
 //	sup := supervisor.New(..., m) // m satisfies the supervisor's LinkHandler
-//	ks, err := m.AttachKernel(kernelConn) // a control connection's kernel.attach
+//	ks, err := m.AttachKernel(kernelConn, queueAnswer) // a control connection's kernel.attach
 //	defer ks.Detach()
 //
 // Tool calls go the other way (docs/protocol.md, "Tool calls"): the
@@ -40,42 +40,44 @@
 //
 // # Concurrency
 //
-// Each app's state (its link, requests, contexts, tool calls, approvals,
-// consent cache and duplicate window) belongs to its peer and is touched
-// only by the functions run on the peer's serial (serial.go): one at a
-// time, in the order posted, by the serial's goroutine or by a caller
-// that found it idle; the app's store I/O runs on a second serial of its
-// own, and the Kernel, ToolRelay and their queue on a third, the feed,
-// shared by every app, whose callbacks are posted, never run on the
-// poster's serial: a kernel that blocks holds up no app's hub. The
-// mutexes guard maps, queues and one value only, and nothing is called,
-// read or written under them: Manager.mu
-// the registry of peers, the index of pending approvals, the manifest,
-// closed and the kernel's attach; each serial's mu its queue; auditLog.mu
-// the audit entries waiting for their batch (written by the audit log's
-// one goroutine); a peer's statusMu the link status it published last. Lock
-// order: Manager.mu before a serial's mu, and nothing else nests; posting
-// to a serial never blocks. A caller that finds a serial idle
-// may run the function itself (serial.call: a tool call, a hub's line),
-// so such calls are made with no lock held. One wait nests: a kernel's
-// tool call (KernelSession.ToolCall) runs its accepted on the feed from
-// the app's serial and waits for it, which cannot close a loop because
-// nothing on the feed waits for an app's serial. A kernel attached held
-// (AttachKernelHeld, the control socket's kernel.attach) hears nothing
-// until its Start, so that it hears its attach's answer first: the feed
-// holds its calls, in order, and goes on with everything else.
+// One mutex per app orders everything of that app: a peer's mu guards
+// its state (its link, requests, contexts, tool calls, approvals,
+// consent and standing rules, duplicate window), and every step that
+// touches it runs with mu held: a line from the app's hub (on the link's
+// reader, one line at a time), a kernel's reply or event, a tool call,
+// an answer, a timer. No step waits: what it sends is queued (a line on
+// the hub's linewriter, a call of the Kernel or the ToolRelay, which
+// queue on the kernel's connection or drop it, a store job), so one
+// app's steps never wait on another's, and what each app sends, to its
+// hub and to the kernel, leaves in the order its steps ran.
 //
-// So no lock is held across disk or socket I/O: a consent decision, a
-// standing rule, sessions, history and turns are read and written on the
-// app's store serial, and a stalled store stalls that app alone; Approve
-// writes its answer (fsync'd) in its caller before the peer acts on it,
-// and the revokes theirs;
-// the hub's writes go through its linewriter, which holds no lock across
-// a write(2). Events.Approval is called on the app's serial and
-// Events.AppFrame on the app's reader; the Kernel and ToolRelay callbacks
-// on the feed, in the order each app's peer posted them. None is called
-// with a lock held; all must return promptly (queue, or drop for a slow
-// subscriber) and must not wait on the Manager. Attach and Detach never
-// wait for a teardown: a new process's link handles no line before the
-// old link's teardown is done.
+// The app's store I/O (sessions, history, turns) runs off mu, in order,
+// on the app's own jobs goroutine (jobs.go), and comes back as a step: a
+// stalled store stalls that app's store requests alone. Its consent and
+// standing rules are read once, when the Manager starts, and written
+// through: Approve and the revokes write the store (fsync'd, no lock
+// held) and then the peer, so every check is a lookup.
+//
+// The other mutexes guard maps and one queue: Manager.mu the registry of
+// peers, the manifest, closed and the kernel's attach (it is held around
+// a peer's step where the peers must see manifests and attaches in one
+// order); Manager.amu the index of pending approvals; relay.mu the tool
+// relay and the outcomes kept while none is installed, held across the
+// relay's callbacks; auditLog.mu the audit entries waiting for their
+// batch (written by the audit log's one goroutine); a jobs' mu its
+// queue. Lock order: Manager.mu, then a peer's mu, then amu or relay.mu,
+// then what the callbacks take (the daemon's: its fanout's locks and a
+// connection's queue lock) or a hub's queue lock; nothing else nests,
+// and no lock is held across a wait on disk or socket (linewriter writes
+// off its lock).
+//
+// AttachKernel runs its caller's answered (the control socket queues
+// kernel.attach's answer there) before the kernel is visible, so the
+// kernel hears that answer before anything else; once Detach returns,
+// every peer has been locked after the kernel went, and the kernel hears
+// nothing more. Events.Approval and the Kernel and ToolRelay callbacks
+// run with the app's peer locked and must not block nor call the
+// Manager; Events.AppFrame runs on the app's reader. Attach and Detach
+// never wait for a teardown: a new process's link handles no line before
+// the old link's teardown is done.
 package peer

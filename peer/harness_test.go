@@ -321,7 +321,7 @@ func (a *testApp) open(args any) string {
 func (h *harness) kernel() (*fakeKernel, *KernelSession) {
 	h.t.Helper()
 	k := newFakeKernel()
-	ks, err := h.m.AttachKernel(k)
+	ks, err := h.m.AttachKernel(k, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

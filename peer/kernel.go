@@ -6,7 +6,6 @@ import (
 	"errors"
 	"octosup/internal/strictjson"
 	"octosup/peer/internal/frame"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,10 +16,10 @@ import (
 )
 
 // Kernel is the agent kernel as the peer link sees it: the control
-// connection that ran kernel.attach. Its methods are called from the
-// Manager's feed (feed.go), one at a time, in the order things happened
-// (per app), with no lock of the package held: they must not block
-// (queue the event on the connection) and must not wait on the Manager.
+// connection that ran kernel.attach. Its methods are called with the
+// app's peer locked, in the order things happened (per app): they must
+// not block (queue the event on the connection, or fail) and must not
+// call the Manager.
 type Kernel interface {
 	// Request hands over a turn request (event "request"). An error means
 	// the kernel cannot take it; the app is answered no_kernel.
@@ -70,64 +69,37 @@ type KernelSession struct {
 	m        *Manager
 	k        Kernel
 	detached atomic.Bool
-	// held says the session was attached held (AttachKernelHeld): until
-	// its Start the feed calls k nothing, holding what it would.
-	held      bool
-	startOnce sync.Once
 }
 
 // AttachKernel makes k the agent kernel. Only one is attached at a time.
 // A k that also implements ToolRelay is the tool relay while attached
 // (outcomes queued while none was installed are handed to it first); on
 // Detach outcomes queue again until the next relay.
-func (m *Manager) AttachKernel(k Kernel) (*KernelSession, error) { return m.attachKernel(k, false) }
-
-// AttachKernelHeld is AttachKernel for a kernel that must first hear the
-// answer to its attach: the feed calls k nothing (no queued outcome, no
-// request) until the session's Start, which the control socket calls in
-// the step that queues kernel.attach's answer; it holds those calls
-// meanwhile and goes on with everything else, so a kernel whose answer
-// waits (a client that does not read) holds up no app. Detach refuses
-// what was held.
-func (m *Manager) AttachKernelHeld(k Kernel) (*KernelSession, error) { return m.attachKernel(k, true) }
-
-func (m *Manager) attachKernel(k Kernel, held bool) (*KernelSession, error) {
+//
+// answered, when set, is called once k is accepted and before anything
+// can reach it: the control socket queues kernel.attach's answer there,
+// so that the kernel hears it first. It must not block.
+func (m *Manager) AttachKernel(k Kernel, answered func()) (*KernelSession, error) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closed {
-		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if m.kernel.Load() != nil {
-		m.mu.Unlock()
 		return nil, ErrKernelAttached
 	}
-	s := &KernelSession{m: m, k: k, held: held}
-	// The feed has s (or holds for it) before any peer can see it
-	// (m.kernel): what a peer posts for the kernel queues behind this.
-	installed := make(chan struct{})
-	m.feed.in.post(func() {
-		if held {
-			m.feed.waiting = s
-		} else {
-			m.feed.attach(s)
-		}
-		close(installed)
-	})
+	s := &KernelSession{m: m, k: k}
+	if answered != nil {
+		answered()
+	}
+	if r, ok := k.(ToolRelay); ok {
+		m.relay.mu.Lock()
+		m.relay.install(r, s)
+		m.relay.mu.Unlock()
+	}
 	m.kernel.Store(s)
-	m.mu.Unlock()
-	<-installed
 	m.log.Info("kernel attached")
 	return s, nil
-}
-
-// Start lets the feed call a held session's kernel (AttachKernelHeld).
-// It never blocks: the control socket calls it under a connection's
-// queue lock. Starting twice, or a session that was not held, is
-// harmless.
-func (s *KernelSession) Start() {
-	if s.held {
-		s.startOnce.Do(func() { s.m.feed.in.post(func() { s.m.feed.start(s) }) })
-	}
 }
 
 // Detach ends the session: every turn request still open fails, so no app
@@ -146,20 +118,22 @@ func (s *KernelSession) Detach() {
 		return
 	}
 	m.kernel.Store(nil)
-	m.feed.in.post(func() { m.feed.detach(s) })
+	m.relay.mu.Lock()
+	if m.relay.owner == s {
+		m.relay.install(nil, nil)
+	}
+	m.relay.mu.Unlock()
 	peers := make([]*peer, 0, len(m.peers))
 	for _, p := range m.peers {
 		peers = append(peers, p)
 	}
 	m.mu.Unlock()
+	// A peer that found s attached did so under its mu: once each has
+	// been locked here, none will call k again.
 	n := 0
 	for _, p := range peers {
-		p.call(func() { n += p.kernelDetached() })
+		p.run(func() { n += p.kernelDetached() })
 	}
-	// Returns once the feed has run the detach, and what it held for k
-	// before it: the caller closes k's connection next, and a callback
-	// after that would be an outcome lost, not queued for the next kernel.
-	m.feed.sync()
 	m.log.Info("kernel detached", zap.Int("requests_failed", n))
 }
 
@@ -193,19 +167,18 @@ func (p *peer) toKernel(r *request) {
 	if r.method == policy.MethodTurnStart {
 		r.turn = &policy.Turn{Input: r.args.Input, Started: m.cfg.Now().UTC(), Events: []json.RawMessage{}}
 	}
-	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { p.post(func() { p.kernelTimeout(r) }) })
+	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { p.run(func() { p.kernelTimeout(r) }) })
 	kr := KernelRequest{
 		App: p.id, ReqID: r.id, Method: r.method, Args: r.args.Raw,
 		ContextID: r.ctx.id, Account: r.ctx.account,
 	}
-	m.feed.request(s, kr, func(err error) { p.post(func() { p.kernelRefused(r, err) }) })
+	if err := s.k.Request(kr); err != nil {
+		p.kernelRefused(r, err)
+	}
 }
 
 // kernelRefused fails a request the kernel could not take.
 func (p *peer) kernelRefused(r *request, err error) {
-	if r.state != reqAtKernel || r.link.requests[r.id] != r {
-		return // ended meanwhile (the kernel detached)
-	}
 	p.m.log.Warn("kernel refused a request", zap.String("app", p.id), zap.String("req_id", r.id), zap.Error(err))
 	p.finish(r, frame.Errorf(frame.CodeNoKernel, "the agent kernel could not take the request"))
 }
@@ -230,7 +203,7 @@ func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
 		return refuse(ErrUnknownRequest, "the app is not connected: its requests ended with its process")
 	}
 	err := ErrClosed
-	p.call(func() { err = f(p) })
+	p.run(func() { err = f(p) })
 	return err
 }
 
@@ -411,7 +384,7 @@ func (p *peer) endTurn(r *request, reason string, announce bool) {
 	}
 	r.turn.End = reason
 	r.turn.Ended = p.m.cfg.Now().UTC()
-	// Recorded on the app's store serial, before any history read queued
+	// Recorded by the app's store jobs, before any history read queued
 	// after it.
 	turn, session := *r.turn, r.ctx.session.ID
 	if !p.store(func() { p.recordTurn(session, turn) }) {
@@ -564,9 +537,9 @@ func endReason(data json.RawMessage) string {
 // runs once the call is accepted, before anything else of the call
 // happens: the control socket queues its answer "accepted" there, so
 // the kernel hears it before the call's tool.acknowledged and any event
-// of its sheet. It runs on the Manager's feed, where it must not block
-// (a full connection is dropped, not waited for), and ToolCall returns
-// after it. A refusal returns the error, and accepted does not run.
+// of its sheet. It runs with the app's peer locked, where it must not
+// block (a full connection is dropped, not waited for), and ToolCall
+// returns after it. A refusal returns the error, and accepted does not run.
 func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func()) error {
 	if !s.attached() {
 		return ErrKernelDetached

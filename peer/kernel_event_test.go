@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -147,107 +146,5 @@ func TestTurnIDsUniquePerSession(t *testing.T) {
 	}
 	if strings.Join(ids, ",") != "T1,T2,T3" {
 		t.Fatalf("history turn ids %v, want T1,T2,T3", ids)
-	}
-}
-
-// blockingKernel's Request blocks until release is closed.
-type blockingKernel struct {
-	*fakeKernel
-	release chan struct{}
-}
-
-func (k blockingKernel) Request(r KernelRequest) error {
-	<-k.release
-	return k.fakeKernel.Request(r)
-}
-
-// TestBlockingKernelHoldsNoHub: a kernel whose Request blocks holds up
-// no app's hub: the app that asked has its next line answered meanwhile.
-// The feed ran a callback on the poster's serial when idle, so the app's
-// own serial sat in the kernel's Request.
-func TestBlockingKernelHoldsNoHub(t *testing.T) {
-	h := newHarness(t, nil)
-	k := blockingKernel{fakeKernel: newFakeKernel(), release: make(chan struct{})}
-	ks, err := h.m.AttachKernel(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ks.Detach)
-	released := false
-	t.Cleanup(func() { // before the Detach: a failed test leaves it blocked
-		if !released {
-			close(k.release)
-		}
-	})
-	a := h.attach(notesApp("notes"))
-	h.grant(a)
-	ctx := a.open(nil)
-	a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
-	// The kernel now sits in Request; the app's next request is the
-	// daemon's to answer.
-	hist := a.request(policy.MethodSessionHistory, map[string]any{"context_id": ctx})
-	a.okReply(hist)
-	close(k.release)
-	released = true
-	k.nextRequest(t)
-}
-
-// TestHeldKernelHoldsUpNothing: a kernel attached held whose Start does
-// not come (its attach's answer waits behind a client that does not
-// read) holds up no one: consent is answered, another app's hub is
-// served, and what is meant for the kernel waits for its Start, in
-// order. The feed used to wait for the Start, and every caller of the
-// feed with it.
-func TestHeldKernelHoldsUpNothing(t *testing.T) {
-	h := newHarness(t, nil)
-	k := newFakeKernel()
-	ks, err := h.m.AttachKernelHeld(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ks.Detach)
-	a := h.attach(notesApp("notes"))
-	h.grant(a) // Approve waits for the feed
-	ctx := a.open(nil)
-	turn := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
-	b := h.attach(notesApp("mail"))
-	h.grant(b)
-	b.open(nil)
-	h.m.feed.sync() // what was posted for the kernel has run: it was held
-	select {
-	case r := <-k.requests:
-		t.Fatalf("the kernel got %+v before its Start", r)
-	default:
-	}
-	ks.Start()
-	if r := k.nextRequest(t); r.ReqID != turn {
-		t.Fatalf("after its Start the kernel got %+v, want the held turn %s", r, turn)
-	}
-}
-
-// TestHeldKernelDetachedBeforeStart: a held kernel that goes before its
-// Start gets nothing; the request held for it ends (no_kernel) and the
-// next kernel is served.
-func TestHeldKernelDetachedBeforeStart(t *testing.T) {
-	h := newHarness(t, nil)
-	k := newFakeKernel()
-	ks, err := h.m.AttachKernelHeld(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := h.attach(notesApp("notes"))
-	h.grant(a)
-	ctx := a.open(nil)
-	turn := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
-	ks.Detach()
-	if e := a.failReply(turn, frame.CodeNoKernel); e == nil {
-		t.Fatal("no failed reply")
-	}
-	ks.Start() // after the Detach: nothing
-	h.m.feed.sync()
-	select {
-	case r := <-k.requests:
-		t.Fatalf("a detached kernel got %+v", r)
-	default:
 	}
 }

@@ -36,11 +36,8 @@ type link struct {
 	// read and not yet handled): a full one stops the reader, so the
 	// socket slows an app that keeps too many requests open.
 	slots chan struct{}
-	// backlog holds one token per other line read and not yet handled:
-	// the reader never runs far ahead of its peer.
-	backlog chan struct{}
 
-	// Owned by the peer's serial.
+	// Guarded by the peer's mu.
 	spare bool // the handled request's token is not yet taken by a request
 	// opening counts session.open requests at the store.
 	opening  int
@@ -59,7 +56,6 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	l := &link{
 		m: m, p: p, appID: p.id, conn: conn, prev: prev,
 		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
-		backlog:  make(chan struct{}, maxBacklog),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
 		calls:    map[string]*call{},
@@ -213,10 +209,6 @@ func (l *link) open(r *request) {
 	}
 }
 
-// maxBacklog bounds the lines other than requests that a link's reader
-// has handed its peer and the peer has not handled yet.
-const maxBacklog = 64
-
 func (l *link) readLoop() {
 	if l.prev != nil {
 		<-l.prev.done
@@ -245,36 +237,14 @@ func (l *link) readLoop() {
 	if f := l.m.beforeTeardown; f != nil {
 		f()
 	}
-	// Close waits for done before it closes the peer's serial.
-	l.p.post(func() {
-		l.p.teardown(l)
-		l.p.publish()
-		close(l.done)
-	})
+	// Close waits for done before it closes the peer.
+	l.p.run(func() { l.p.teardown(l) })
+	close(l.done)
 }
 
-// toPeer hands the peer a line's handling (f), holding a backlog token
-// until it ran; false when the link was shut meanwhile.
-func (l *link) toPeer(f func()) bool {
-	select {
-	case l.backlog <- struct{}{}:
-	case <-l.closing:
-		return false
-	}
-	l.p.do(func() { l.runLine(f) })
-	return true
-}
-
-// runLine runs a line's handling on the peer and gives its token back.
-func (l *link) runLine(f func()) {
-	if l.p.consentReading {
-		// Behind a request that waits for the consent read.
-		l.p.parked = append(l.p.parked, func() { l.runLine(f) })
-		return
-	}
-	f()
-	<-l.backlog
-}
+// toPeer runs a line's handling (f) with the peer locked: the reader
+// handles one line at a time, so it never runs ahead of its peer.
+func (l *link) toPeer(f func()) { l.p.run(f) }
 
 // handleLine decodes a line on the reader and hands it to the peer; the
 // frames are the peer's to handle, in the order they came.
@@ -299,7 +269,7 @@ func (l *link) handleLine(line []byte) {
 			case <-l.closing:
 				return
 			}
-			l.p.do(func() { l.p.onRequestLine(l, f) })
+			l.toPeer(func() { l.p.onRequestLine(l, f) })
 		case *frame.ToolResult:
 			l.toPeer(func() { l.p.onToolResult(l, f) })
 		}

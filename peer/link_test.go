@@ -138,7 +138,7 @@ func TestErrorCodes(t *testing.T) {
 		a.failReply(a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "hi"}), frame.CodeNoKernel)
 		k := newFakeKernel()
 		k.refuse = true
-		ks, err := h.m.AttachKernel(k)
+		ks, err := h.m.AttachKernel(k, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -584,7 +584,7 @@ func TestKernelDetachMidTurn(t *testing.T) {
 	}
 	// A new kernel may attach; only one at a time.
 	_, ks2 := h.kernel()
-	if _, err := h.m.AttachKernel(newFakeKernel()); !errors.Is(err, ErrKernelAttached) {
+	if _, err := h.m.AttachKernel(newFakeKernel(), nil); !errors.Is(err, ErrKernelAttached) {
 		t.Fatalf("second kernel: %v", err)
 	}
 	ks2.Detach()

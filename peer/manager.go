@@ -143,8 +143,9 @@ type Manager struct {
 	// frames pushed from outside the link may fill (Config.QueueFrames).
 	pushFrames, pushBytes int
 
-	// mu guards the fields below it, and is held for nothing but their
-	// reads and writes (and posting to a serial, which never blocks).
+	// mu guards the fields below it. It is held for their reads and
+	// writes, and around a peer's run where the peer must see the
+	// manifests and attaches in mu's order (Manager.mu before peer.mu).
 	mu     sync.Mutex
 	closed bool
 	// manifest is the one SetManifest applied last (nil before): an
@@ -152,8 +153,14 @@ type Manager struct {
 	// read.
 	manifest *policy.Manifest
 	peers    map[string]*peer
-	// approvals indexes every pending approval by id: the app whose peer
-	// holds it, and what Approvals lists.
+	// kept is the consent and the rules of each app that has no peer yet,
+	// read from the store by New; a new peer takes its part.
+	kept map[string]appPolicy
+
+	// amu guards approvals, which indexes every pending approval by id:
+	// the app whose peer holds it, and what Approvals lists. It is taken
+	// under a peer's mu, and takes nothing.
+	amu       sync.Mutex
 	approvals map[string]pendingApproval
 
 	// kernel is the attached kernel session (nil: none); it changes under
@@ -162,18 +169,15 @@ type Manager struct {
 	nextHandle   atomic.Uint64
 	nextApproval atomic.Uint64
 
-	// feed calls the Kernel and the ToolRelay, in one order (feed.go).
-	feed feed
+	// relay hands the calls' outcomes to the ToolRelay (tool.go).
+	relay relay
 
 	audit *auditLog
 	// beforeTeardown, when a test sets it before attaching, runs on a
-	// link's reader between its hub closing and its teardown.
+	// link's reader between its hub closing and its teardown; storeGate,
+	// before every store job of an app.
 	beforeTeardown func()
-	// afterConsentRead and afterRuleRead, when a test sets them before
-	// the read, run on the app's store serial right after a consent or
-	// rule read; storeGate, before every store job of an app.
-	afterConsentRead, afterRuleRead func()
-	storeGate                       func(app string)
+	storeGate      func(app string)
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to
@@ -188,7 +192,44 @@ type pendingApproval struct {
 	a Approval
 }
 
-// New returns a Manager. It starts no goroutine until an app is attached.
+// appPolicy is what the store keeps of an app's decisions: its consent
+// ("" never asked) and its standing rules by tool.
+type appPolicy struct {
+	consent policy.Decision
+	rules   map[string]policy.Decision
+}
+
+// loadPolicy reads every app's consent and standing rules, so that each
+// check is a lookup. A read that fails leaves the app undecided: the
+// person is asked again, which is safe.
+func loadPolicy(st *policy.Store, log *zap.Logger) map[string]appPolicy {
+	kept := map[string]appPolicy{}
+	consents, err := st.Consents()
+	if err != nil {
+		log.Error("read the consent decisions: every app asks again", zap.Error(err))
+	}
+	for _, c := range consents {
+		ap := kept[c.App]
+		ap.consent = c.Decision
+		kept[c.App] = ap
+	}
+	rules, err := st.Rules("")
+	if err != nil {
+		log.Error("read the standing rules: every host-confirmed call asks again", zap.Error(err))
+	}
+	for _, r := range rules {
+		ap := kept[r.App]
+		if ap.rules == nil {
+			ap.rules = map[string]policy.Decision{}
+		}
+		ap.rules[r.Tool] = r.Decision
+		kept[r.App] = ap
+	}
+	return kept
+}
+
+// New returns a Manager, with every app's consent and standing rules
+// read from the store. It starts no goroutine until an app is attached.
 func New(cfg Config) *Manager {
 	if cfg.ConsentTimeout <= 0 {
 		cfg.ConsentTimeout = DefaultConsentTimeout
@@ -262,9 +303,11 @@ func New(cfg Config) *Manager {
 		store:      cfg.Store,
 		peers:      map[string]*peer{},
 		approvals:  map[string]pendingApproval{},
+		kept:       loadPolicy(cfg.Store, log),
 		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
 	}
-	m.feed.init(cfg.RelayQueue, log)
+	m.relay.queue.size = cfg.RelayQueue
+	m.relay.log = log
 	return m
 }
 
@@ -281,13 +324,6 @@ func (nopEvents) AppFrame(string, json.RawMessage) {}
 // nothing (its process is being stopped). Call it at start and after
 // every successful reload, before the supervisor applies the manifest.
 func (m *Manager) SetManifest(man *policy.Manifest) {
-	var done []chan struct{}
-	defer func() {
-		for _, d := range done {
-			<-d
-		}
-		m.feed.sync()
-	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.manifest = man
@@ -299,12 +335,9 @@ func (m *Manager) SetManifest(man *policy.Manifest) {
 	for _, id := range ids {
 		p := m.peers[id]
 		app := m.entryOf(id, policy.App{ID: id})
-		// Posted under mu: every peer sees the manifests and the
-		// attaches in the order mu took them.
-		d := make(chan struct{})
-		if p.post(func() { p.setEntry(app, man.DeveloperMode, true); close(d) }) {
-			done = append(done, d)
-		}
+		// Under mu: every peer sees the manifests and the attaches in
+		// the order mu took them.
+		p.run(func() { p.setEntry(app, man.DeveloperMode, true) })
 	}
 }
 
@@ -349,7 +382,8 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	}
 	p := m.peers[app.ID]
 	if p == nil {
-		p = newPeer(m, app.ID)
+		p = newPeer(m, app.ID, m.kept[app.ID])
+		delete(m.kept, app.ID)
 		m.peers[app.ID] = p
 	}
 	old := p.cur.Load()
@@ -358,8 +392,7 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	// The manifest's grants, not those of the entry the process's start
 	// read: a reload may have narrowed them since.
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
-	p.setStatus(control.LinkStatus{Connected: dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)})
-	p.post(func() { p.attached(l, entry, dev) })
+	p.run(func() { p.attached(l, entry, dev) })
 	m.mu.Unlock()
 	if old != nil {
 		old.shut("replaced by a new process") // off m.mu: it closes a socket
@@ -384,9 +417,6 @@ func (m *Manager) Detach(appID string) {
 // their outcomes) and writes the rest of the audit trail. The Manager is
 // unusable after.
 func (m *Manager) Close() {
-	if s := m.kernel.Load(); s != nil {
-		s.Start() // a held feed would keep Close waiting
-	}
 	m.mu.Lock()
 	m.closed = true
 	peers := make([]*peer, 0, len(m.peers))
@@ -410,10 +440,11 @@ func (m *Manager) Close() {
 		p.jobs.close()
 	}
 	for _, p := range peers {
-		p.call(p.stopTimers)
-		p.in.close()
+		p.run(func() {
+			p.stopTimers()
+			p.closed = true
+		})
 	}
-	m.feed.in.close()
 	m.audit.close()
 }
 
@@ -450,15 +481,14 @@ func (m *Manager) Sender(appID string, raw json.RawMessage) (func() error, error
 	return func() error { return l.push(line, false) }, nil
 }
 
-// LinkStatus reports an app's link for status: what its peer published
-// last, so that status never waits on an app.
+// LinkStatus reports an app's link for status. A peer's mu is never held
+// across a wait, so status never waits on an app.
 func (m *Manager) LinkStatus(appID string) control.LinkStatus {
+	var st control.LinkStatus
 	if p := m.peerOf(appID); p != nil {
-		p.statusMu.Lock()
-		defer p.statusMu.Unlock()
-		return p.status
+		p.run(func() { st = p.linkStatus() })
 	}
-	return control.LinkStatus{}
+	return st
 }
 
 // HasLink reports whether app has a peer link: a process on its hub and

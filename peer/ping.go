@@ -3,11 +3,15 @@ package peer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 )
 
 // Ping is a bounded round trip through the peer side, for the daemon's
-// watchdog: every app's peer and the feed each run a function of Ping's
-// before ctx is done. It reports the first that did not, by name.
+// watchdog: every app's peer is locked and let go before ctx is done. It
+// reports the first that was not, by name. A peer that stays locked is a
+// bug the watchdog is there to catch (no function of a peer waits): the
+// goroutine that locks them then waits with it, until the daemon is
+// restarted.
 func (m *Manager) Ping(ctx context.Context) error {
 	m.mu.Lock()
 	peers := make([]*peer, 0, len(m.peers))
@@ -15,29 +19,25 @@ func (m *Manager) Ping(ctx context.Context) error {
 		peers = append(peers, p)
 	}
 	m.mu.Unlock()
-	// Posted all at once, so that the bound is for the slowest, not the
-	// sum.
-	type pong struct {
-		name string
-		done chan struct{}
-	}
-	pongs := make([]pong, 0, len(peers)+1)
-	ping := func(name string, s *serial) {
-		done := make(chan struct{})
-		if s.post(func() { close(done) }) {
-			pongs = append(pongs, pong{name, done})
+	var at atomic.Pointer[peer]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, p := range peers {
+			at.Store(p)
+			p.mu.Lock()
+			//lint:ignore SA2001 the round trip is the point
+			p.mu.Unlock()
 		}
-	}
-	for _, p := range peers {
-		ping("app "+p.id, &p.in)
-	}
-	ping("the kernel feed", &m.feed.in)
-	for _, p := range pongs {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return fmt.Errorf("the peer side did not answer (%s): %w", p.name, ctx.Err())
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		name := "no app yet"
+		if p := at.Load(); p != nil {
+			name = "app " + p.id
 		}
+		return fmt.Errorf("the peer side did not answer (%s): %w", name, ctx.Err())
 	}
-	return nil
 }

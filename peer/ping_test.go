@@ -19,14 +19,12 @@ func TestPing(t *testing.T) {
 	if err := h.m.Ping(ctx); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
-	stop := make(chan struct{})
-	stuck := make(chan struct{})
-	h.m.peerOf("mail").post(func() { close(stuck); <-stop })
-	<-stuck
+	mail := h.m.peerOf("mail")
+	mail.mu.Lock() // a peer function that never returns
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
 	err := h.m.Ping(short)
-	close(stop)
+	mail.mu.Unlock()
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "app mail") {
 		t.Fatalf("ping with a wedged peer: %v", err)
 	}

@@ -24,7 +24,7 @@ import (
 //	streaming      -> done
 //
 // Session methods are answered by the daemon once its store did their
-// I/O (atStore), on the app's store serial.
+// I/O (atStore), by the app's store jobs.
 type reqState int
 
 const (
@@ -166,15 +166,9 @@ func (p *peer) onRequestLine(l *link, f *frame.Request) {
 
 // onRequest takes one request frame from the app's link: every request
 // gets exactly one reply (or, for a req_id still open, a duplicate error
-// frame that is not a reply). A request that needs the app's consent
-// while the decision is not cached waits, with the lines after it, for
-// the store to read it (readConsent).
+// frame that is not a reply).
 func (p *peer) onRequest(l *link, f *frame.Request) {
 	if p.link != l || l.isShut() {
-		return
-	}
-	if p.consentReading {
-		p.park(l, f)
 		return
 	}
 	if _, open := l.requests[f.ReqID]; open {
@@ -191,19 +185,11 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 		p.fail(l, f.ReqID, frame.Errorf(frame.CodeBadFrame, "%s args: %v", f.Method, err))
 		return
 	}
-	if !p.consent.loaded && p.consentErr == nil {
-		p.park(l, f)
-		p.readConsent()
-		return
-	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
-	switch d := p.consent.decision; {
-	case !p.consent.loaded:
-		p.m.log.Error("read consent", zap.String("app", p.id), zap.Error(p.consentErr))
-		p.fail(l, f.ReqID, frame.Errorf(frame.CodeInternal, "the daemon could not read its consent records"))
-	case d == policy.Deny:
+	switch p.consent {
+	case policy.Deny:
 		p.fail(l, f.ReqID, consentDenied(p.id))
-	case d == policy.Allow:
+	case policy.Allow:
 		p.dispatch(r)
 	default:
 		r.move(reqWaitingConsent)
@@ -226,13 +212,6 @@ func (p *peer) check(method string) *Error {
 		return noMethod(p.app, method)
 	}
 	return nil
-}
-
-// park keeps a request, with its token, until the consent decision is
-// read: it and the lines after it are handled then, in order.
-func (p *peer) park(l *link, f *frame.Request) {
-	l.spare = false // the token waits with it
-	p.parked = append(p.parked, func() { p.onRequestLine(l, f) })
 }
 
 // dispatch runs a request whose app has consent.
@@ -277,9 +256,9 @@ func (p *peer) finishOK(r *request, data any) {
 }
 
 // atStore queues a request's store I/O: io runs on the app's store
-// serial, then done on the peer's, unless the request ended meanwhile
-// (its context closed, its process died). The store serial waits for
-// done: the next job sees what this one made (a context).
+// jobs, then done with the peer locked, unless the request ended
+// meanwhile (its context closed, its process died). The store's jobs
+// wait for done: the next job sees what this one made (a context).
 func (p *peer) atStore(r *request, io func(), done func()) {
 	r.move(reqAtStore)
 	r.link.open(r)
@@ -288,7 +267,7 @@ func (p *peer) atStore(r *request, io func(), done func()) {
 	}
 	queued := p.store(func() {
 		io()
-		p.call(func() {
+		p.run(func() {
 			if r.state == reqAtStore {
 				done()
 			}
@@ -384,7 +363,7 @@ func (p *peer) busySessions() policy.Busy {
 // Manager is closed.
 func (p *peer) busy() (policy.Busy, bool) {
 	var b policy.Busy
-	ok := p.call(func() { b = p.busySessions() })
+	ok := p.run(func() { b = p.busySessions() })
 	return b, ok
 }
 
@@ -491,7 +470,9 @@ func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	if c.turnIDs.contexts--; c.turnIDs.contexts == 0 {
 		delete(p.sessionTurns, c.session.ID)
 	}
-	p.m.feed.contextClosed(p.id, c.id, reason)
+	if s := p.m.kernel.Load(); s != nil {
+		s.k.ContextClosed(p.id, c.id, reason)
+	}
 	if tell {
 		c.link.sendFrame(&frame.ContextClosed{ContextID: c.id, Reason: reason})
 	}

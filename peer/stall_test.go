@@ -16,7 +16,7 @@ import (
 
 // TestStalledAppStallsNoOther: one app stops reading its hub (its writer
 // blocks in write(2) behind a full socket) and its store access blocks
-// (session.open, history and its host call's rule read all wait at the
+// (session.open and history wait at the
 // store); every other app's requests and tool calls, host-confirmed ones
 // included, still complete, and status, approvals and the stalled app's
 // own tool calls still answer. Released, the stalled app gets what it was
@@ -57,7 +57,8 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 		}
 	}
 	stalled.Store(true)
-	// Its store stalls: a session.open and a host call's rule read wait.
+	// Its store stalls: a session.open waits; a host call does not (its
+	// standing rules are in memory), and raises its sheet at once.
 	stuck.request(policy.MethodSessionOpen, nil)
 	<-atStore
 	accepted := make(chan error, 1)
@@ -69,6 +70,9 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("a tool call into the stalled app waited for its store")
+	}
+	if s := h.events.nextApproval(t); s.App != "stuck" || s.CallID != "s1" || s.State != ApprovalPending {
+		t.Fatalf("the stalled app's sheet: %+v", s)
 	}
 
 	// The other app is served, store and host confirmation included.

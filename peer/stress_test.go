@@ -45,7 +45,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 
 	k := newFakeKernel()
 	var ksMu sync.Mutex
-	ks, err := h.m.AttachKernel(k)
+	ks, err := h.m.AttachKernel(k, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 	until(t, "some traffic", func() bool { return logs[0].count() > perApp/3 })
 	ksMu.Lock()
 	ks.Detach()
-	ks, err = h.m.AttachKernel(k)
+	ks, err = h.m.AttachKernel(k, nil)
 	ksMu.Unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -72,9 +72,10 @@ type Result struct {
 
 // ToolRelay receives the life of the calls handed to ToolCall: exactly one
 // Acknowledged, then exactly one Finished, per accepted call. Its methods
-// are called from the Manager's feed (feed.go), one at a time, in the
-// order things happened, with no lock of the package held: they must
-// return promptly and must not wait on the Manager.
+// are called one at a time, in the order things happened (per app), with
+// the app's peer and the relay locked (relay.go): they must not block
+// (queue the event, or drop it for a client too slow) and must not call
+// the Manager.
 type ToolRelay interface {
 	// Acknowledged: the call is in hand. confirm none: written to the
 	// app; host: accepted, before any sheet; app: the app reported
@@ -91,22 +92,14 @@ type ContextOwner struct {
 	Client  string `json:"client"`
 }
 
-// relayNote is one relay callback, queued while no relay is installed.
-type relayNote struct {
-	app, callID string
-	finished    bool
-	r           Result
-}
-
 // SetToolRelay installs r as the relay of every call's outcome (nil
 // uninstalls it). Outcomes produced while none was installed are handed
 // to r first, in order. An attached kernel that implements ToolRelay is
 // the relay while it is attached; SetToolRelay replaces it.
 func (m *Manager) SetToolRelay(r ToolRelay) {
-	m.feed.in.call(func() {
-		m.feed.relayOwner = nil
-		m.feed.install(r)
-	})
+	m.relay.mu.Lock()
+	defer m.relay.mu.Unlock()
+	m.relay.install(r, nil)
 }
 
 // ToolCall hands a call to app (the relay seam). It returns nil once the
@@ -118,28 +111,24 @@ func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
 	return m.toolCall(app, kc, nil)
 }
 
-// toolCall accepts a call and places it in one step on the app's serial.
-// accepted, when set, runs on the feed in between and is waited for:
-// after it, nothing else of the call can come first (the relay's
-// callbacks queue behind it on the feed, and the app, its sheet and
-// its store hear of the call only once it is placed).
+// toolCall accepts a call and places it in one step, the app's peer
+// locked. accepted, when set, runs in between, and must not block: after
+// it, nothing else of the call can come first (the relay's callbacks
+// come from the placing, and the app, its sheet and its store hear of
+// the call only once it is placed).
 func (m *Manager) toolCall(app string, kc control.ToolCall, accepted func()) error {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
 	}
 	err = ErrClosed
-	p.call(func() {
+	p.run(func() {
 		var c *call
 		if c, err = p.acceptCall(kc, args, confirm); err != nil {
 			return
 		}
-		// The feed never waits for an app's serial, so this wait (on
-		// its goroutine only when it is busy) cannot close a loop.
-		if accepted != nil && !m.feed.in.call(accepted) {
-			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the daemon is shutting down"), "")
-			err = ErrClosed
-			return
+		if accepted != nil {
+			accepted()
 		}
 		p.place(c)
 	})
@@ -171,8 +160,7 @@ func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessag
 func (m *Manager) ToolCancel(app, callID string) error {
 	err := ErrUnknownCall
 	if p := m.peerOf(app); p != nil {
-		p.call(func() { err = p.cancelCall(callID) })
-		m.feed.sync()
+		p.run(func() { err = p.cancelCall(callID) })
 	}
 	return err
 }
@@ -198,7 +186,7 @@ func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
 	var o ContextOwner
 	err := refuse(ErrUnknownContext, "the app has no open context %s", contextID)
 	if p := m.peerOf(app); p != nil {
-		p.call(func() {
+		p.run(func() {
 			if p.link == nil {
 				return
 			}
@@ -222,7 +210,7 @@ type ContextInfo struct {
 func (m *Manager) Contexts(app string) []ContextInfo {
 	out := []ContextInfo{}
 	if p := m.peerOf(app); p != nil {
-		p.call(func() {
+		p.run(func() {
 			if p.link == nil {
 				return
 			}
@@ -242,8 +230,7 @@ func (m *Manager) Contexts(app string) []ContextInfo {
 func (m *Manager) CloseAccount(app, account string) int {
 	n := 0
 	if p := m.peerOf(app); p != nil {
-		p.call(func() { n = p.closeAccount(account) })
-		m.feed.sync()
+		p.run(func() { n = p.closeAccount(account) })
 	}
 	return n
 }
@@ -273,16 +260,22 @@ func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rule
 // returns the rules removed.
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 	rules, err := m.store.RevokeRules(app, tool)
-	m.mu.Lock()
-	var peers []*peer
-	for id, p := range m.peers {
-		if app == "" || id == app {
-			peers = append(peers, p)
+	// What the store removed goes from the peers (or from what New
+	// kept) after it: a call decided before that came before the revoke.
+	forget := func(r map[string]policy.Decision, id string) {
+		for _, rule := range rules {
+			if rule.App == id {
+				delete(r, rule.Tool)
+			}
 		}
 	}
-	m.mu.Unlock()
-	for _, p := range peers {
-		p.call(func() { p.rulesGen++ }) // a rule read under way is read again
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, ap := range m.kept {
+		forget(ap.rules, id)
+	}
+	for id, p := range m.peers {
+		p.run(func() { forget(p.rules, id) })
 	}
 	return rules, err
 }

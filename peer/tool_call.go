@@ -186,7 +186,7 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	m := p.m
 	m.liveTimers.Add(1)
 	m.timers.Add(1)
-	c.timer = time.AfterFunc(c.deadline.Sub(now), func() { p.post(func() { p.callTimeout(c) }) })
+	c.timer = time.AfterFunc(c.deadline.Sub(now), func() { p.run(func() { p.callTimeout(c) }) })
 	l.calls[c.id] = c
 	return c, nil
 }
@@ -198,7 +198,7 @@ func (p *peer) place(c *call) {
 	switch c.confirm {
 	case control.ConfirmHost:
 		p.ack(c)
-		p.readRule(c)
+		p.confirmHost(c)
 	case control.ConfirmApp:
 		p.deliver(c) // acknowledged by the app's awaiting_confirmation
 	default:
@@ -210,52 +210,12 @@ func (p *peer) place(c *call) {
 	}
 }
 
-// ruleRead is the standing rule of a host-confirmed call's app and tool,
-// as the store read it.
-type ruleRead struct {
-	rule  policy.Rule
-	found bool
-	err   error
-}
-
-// readRule has the app's store serial read the standing rule of c's tool;
-// confirmHost decides once it is in. A rule set or revoked while it read
-// (rulesGen moved) has it read again, so that the call is decided under
-// the rules in force then: an approve --remember that answers the open
-// sheets of the tool either finds this call's sheet or is found.
-func (p *peer) readRule(c *call) {
-	gen := p.rulesGen
-	queued := p.store(func() {
-		r, ok, err := p.m.store.Rule(p.id, c.name)
-		if f := p.m.afterRuleRead; f != nil {
-			f()
-		}
-		p.post(func() {
-			if p.rulesGen != gen {
-				p.readRule(c)
-				return
-			}
-			p.confirmHost(c, ruleRead{rule: r, found: ok, err: err})
-		})
-	})
-	if !queued {
-		p.confirmHost(c, ruleRead{err: ErrClosed})
-	}
-}
-
-// confirmHost decides a host-confirmed call by its rule, or raises its
-// sheet.
-func (p *peer) confirmHost(c *call, rule ruleRead) {
-	if c.state != callAccepted {
-		return // it ended while its rule was read
-	}
+// confirmHost decides a host-confirmed call by its standing rule, or
+// raises its sheet.
+func (p *peer) confirmHost(c *call) {
 	m := p.m
-	if rule.err != nil {
-		// Fails safe: without the rules, the person decides.
-		m.log.Error("read standing rule", zap.String("app", p.id), zap.String("tool", c.name), zap.Error(rule.err))
-	}
-	switch ok := rule.found && rule.err == nil; {
-	case ok && rule.rule.Decision == policy.Allow:
+	switch rule, ok := p.rules[c.name]; {
+	case ok && rule == policy.Allow:
 		c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
 		p.deliver(c)
 	case ok:
@@ -307,7 +267,7 @@ func (p *peer) ack(c *call) {
 		return
 	}
 	c.acked = true
-	p.m.feed.note(relayNote{app: p.id, callID: c.id})
+	p.m.relay.note(relayNote{app: p.id, callID: c.id})
 }
 
 // endCall gives a call its one outcome. cancel, when not "", is the reason
@@ -353,7 +313,7 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	}
 	m.audit.add(e)
 	p.ack(c)
-	m.feed.note(relayNote{app: p.id, callID: c.id, finished: true, r: r})
+	m.relay.note(relayNote{app: p.id, callID: c.id, finished: true, r: r})
 	// After the outcome is posted: whatever the app reads, the relay has
 	// had what came before it.
 	if cancel != "" && wasSent {

@@ -1,0 +1,64 @@
+package peer
+
+import "sync"
+
+// jobs runs an app's store I/O in the order posted, on a goroutine of its
+// own that exists only while some are queued: a stalled store stalls that
+// app's store jobs alone, and posting never blocks. mu guards the queue;
+// nothing runs while it is held.
+type jobs struct {
+	mu      sync.Mutex
+	q       []func()
+	running bool
+	closed  bool
+	idle    chan struct{} // made by close while running; closed when the run ends
+}
+
+// post queues f; false when the queue is closed and nothing will run it.
+func (j *jobs) post(f func()) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return false
+	}
+	j.q = append(j.q, f)
+	if !j.running {
+		j.running = true
+		go j.run()
+	}
+	return true
+}
+
+func (j *jobs) run() {
+	for {
+		j.mu.Lock()
+		if len(j.q) == 0 {
+			j.running = false
+			if j.idle != nil {
+				close(j.idle)
+			}
+			j.mu.Unlock()
+			return
+		}
+		f := j.q[0]
+		j.q[0] = nil
+		j.q = j.q[1:]
+		j.mu.Unlock()
+		f()
+	}
+}
+
+// close refuses new jobs and returns once the queued ones ran.
+func (j *jobs) close() {
+	j.mu.Lock()
+	j.closed = true
+	var idle chan struct{}
+	if j.running {
+		j.idle = make(chan struct{})
+		idle = j.idle
+	}
+	j.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}

@@ -1,0 +1,95 @@
+package peer
+
+import (
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// relay hands each call's Acknowledged and Finished to the installed
+// ToolRelay, or keeps them, in order, while none is. mu guards it and is
+// held across the relay's callbacks, which only queue (ToolRelay): so
+// the relay hears each app's outcomes in the order its peer made them
+// (under the peer's mu, which is taken before this one), and an
+// uninstalled relay hears nothing after its uninstall.
+type relay struct {
+	mu    sync.Mutex
+	log   *zap.Logger
+	to    ToolRelay
+	owner *KernelSession // the session whose Kernel is the relay
+	queue relayRing
+}
+
+type relayNote struct {
+	app, callID string
+	finished    bool
+	r           Result
+}
+
+// note hands a callback to the relay, or keeps it while none is
+// installed.
+func (rl *relay) note(n relayNote) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.to != nil {
+		rl.deliver(n)
+	} else {
+		rl.queue.push(n)
+	}
+}
+
+// install sets the relay (nil: none) and drains what was kept into it.
+// mu is held.
+func (rl *relay) install(r ToolRelay, owner *KernelSession) {
+	rl.to, rl.owner = r, owner
+	if r == nil {
+		return
+	}
+	rl.queue.drain(rl.deliver)
+	if d := rl.queue.dropped; d > 0 {
+		rl.log.Error("tool outcomes were lost while no relay was installed", zap.Int("dropped", d))
+		rl.queue.dropped = 0
+	}
+}
+
+func (rl *relay) deliver(n relayNote) {
+	if n.finished {
+		rl.to.Finished(n.app, n.callID, n.r)
+	} else {
+		rl.to.Acknowledged(n.app, n.callID)
+	}
+}
+
+// relayRing is the bounded queue of relay callbacks kept while no relay
+// is installed: past size the oldest is overwritten, and counted.
+type relayRing struct {
+	size    int
+	buf     []relayNote
+	head, n int
+	dropped int
+}
+
+func (q *relayRing) push(n relayNote) {
+	if q.buf == nil {
+		q.buf = make([]relayNote, q.size)
+	}
+	if q.n == len(q.buf) {
+		q.buf[q.head] = n
+		q.head = (q.head + 1) % len(q.buf)
+		q.dropped++
+		return
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = n
+	q.n++
+}
+
+func (q *relayRing) drain(f func(relayNote)) {
+	for ; q.n > 0; q.n-- {
+		n := q.buf[q.head]
+		q.buf[q.head] = relayNote{}
+		q.head = (q.head + 1) % len(q.buf)
+		f(n)
+	}
+	q.buf = nil // a backlog's array is not kept
+	q.head = 0
+}

@@ -1,0 +1,116 @@
+package peer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"octosup/policy"
+)
+
+// TestAttachAnswersFirst: AttachKernel's answered runs before anything
+// reaches the kernel, the outcomes kept while no relay was installed
+// included; an attach that is refused never runs it. (The control
+// socket queues kernel.attach's answer there: the kernel hears it
+// first.)
+func TestAttachAnswersFirst(t *testing.T) {
+	h := newHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c1")
+	a.ok("c1", "")
+	a.framesUntilSync() // c1's outcome is kept: no relay yet
+
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	var atAnswer []RelayEvent
+	answered := 0
+	ks, err := h.m.AttachKernel(k, func() {
+		answered++
+		atAnswer = k.RecordingToolRelay.Events()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks.Detach()
+	if answered != 1 || len(atAnswer) != 0 {
+		t.Fatalf("answered ran %d times, with the relay holding %v", answered, atAnswer)
+	}
+	expectRelay(t, k.RecordingToolRelay, "ack notes c1", "fin notes c1 ok")
+	if _, err := h.m.AttachKernel(newFakeKernel(), func() { t.Error("answered ran for a refused attach") }); !errors.Is(err, ErrKernelAttached) {
+		t.Fatalf("a second attach: %v", err)
+	}
+}
+
+// TestDetachIsTheLastCallback: once Detach returns, its relay hears
+// nothing more; outcomes after it are kept for the next relay.
+func TestDetachIsTheLastCallback(t *testing.T) {
+	h := newHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks, err := h.m.AttachKernel(k, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
+	ks.Detach()
+	a.nextToolCall("c1")
+	a.ok("c1", "")
+	a.framesUntilSync()
+	if got := k.RecordingToolRelay.Events(); len(got) != 1 {
+		t.Fatalf("the relay had %v, want c1's ack alone", got)
+	}
+	next := &RecordingToolRelay{}
+	h.m.SetToolRelay(next)
+	expectRelay(t, next, "fin notes c1 ok")
+}
+
+// TestPolicyIsReadOnce: the consent decisions and standing rules in the
+// store are read when the Manager starts, and every check after is a
+// lookup: an app with consent is served without a prompt, a tool with a
+// standing allow is delivered without a sheet, and a revoke of an app
+// that has no process yet still takes.
+func TestPolicyIsReadOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	now := time.Now()
+	for _, err := range []error{
+		h.store.SetConsent(policy.Consent{App: "notes", Decision: policy.Allow, At: now}),
+		h.store.SetConsent(policy.Consent{App: "mail", Decision: policy.Allow, At: now}),
+		h.store.SetRule(policy.Rule{App: "notes", Tool: "notes.append", Decision: policy.Allow, At: now}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.restart()
+	relay := &RecordingToolRelay{}
+	h.m.SetToolRelay(relay)
+	if found, err := h.m.RevokeConsent("mail"); !found || err != nil {
+		t.Fatalf("revoke mail: %v %v", found, err)
+	}
+
+	a := h.attach(toolEntry("notes"))
+	ctx := a.open(nil) // no prompt
+	h.call("notes", kc(ctx, "c1", "notes.append", RiskWrite, ConfirmHost))
+	a.nextToolCall("c1") // no sheet: the rule
+	h.events.noApproval(t)
+
+	b := h.attach(notesApp("mail"))
+	b.request(policy.MethodSessionOpen, nil)
+	if ap := h.events.nextApproval(t); ap.App != "mail" || ap.Kind != KindConsent {
+		t.Fatalf("after the revoke: %+v", ap)
+	}
+	if got := relay.Events(); !slices.ContainsFunc(got, func(e RelayEvent) bool { return e.String() == "ack notes c1" }) {
+		t.Fatalf("the relay saw %v", got)
+	}
+}
+
+// restart replaces the harness's Manager by a new one on the same store,
+// as a daemon restart does.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.m.Close()
+	h.m = New(Config{Store: h.store, Events: h.events, Log: zap.NewNop(), Nonce: "n0nce2"})
+}
