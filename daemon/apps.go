@@ -18,6 +18,10 @@ type Apps interface {
 	// Usage reads the counters of the app's leaf (nil: it runs in none).
 	Usage(id string) (*supervisor.Usage, error)
 	Logs(id string, n int) ([]supervisor.LogLine, error)
+	// FollowLogs calls join with the last n lines of the app, under the
+	// lock that orders its lines: the events of the lines after go out
+	// once join returns (supervisor.Supervisor.FollowLogs).
+	FollowLogs(id string, n int, join func([]supervisor.LogLine)) error
 	// Subscribe delivers the events of the given kinds (all when none).
 	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
 	// CheckCaller returns nil only when the process is positively outside

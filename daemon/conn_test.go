@@ -19,7 +19,6 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/control"
-	"octosup/internal/linewriter"
 )
 
 // TestConnEventBudget: a connection's unwritten events are bounded in
@@ -146,10 +145,9 @@ func TestConnWritesIdleLinesItself(t *testing.T) {
 	if got := readLines(t, r, peerEnd, 1); got[0] != `{"event":"state","n":1}` {
 		t.Fatalf("got %q", got)
 	}
-	c.answer(control.Response{ID: 7, OK: true}, func(q *linewriter.Queue) {
-		q.Put([]byte(`{"event":"tool.acknowledged","n":2}`))
-		q.Put([]byte(`{"event":"tool.finished","n":3}`))
-	})
+	c.reply(control.Response{ID: 7, OK: true})
+	c.event([]byte(`{"event":"tool.acknowledged","n":2}`))
+	c.event([]byte(`{"event":"tool.finished","n":3}`))
 	got := readLines(t, r, peerEnd, 3)
 	want := []string{`{"id":7,"ok":true}`, `{"event":"tool.acknowledged","n":2}`, `{"event":"tool.finished","n":3}`}
 	if !slices.Equal(got, want) {
@@ -201,14 +199,14 @@ func TestConnLinesWholeAndInOrder(t *testing.T) {
 }
 
 // TestConnAnswersAndEventsInOrder: answers and the events that become
-// visible with them (their Then makes a sink another goroutine sends
-// to), from several goroutines, reach the socket each answer before its
+// visible with them (their step, answerAt, makes a sink another
+// goroutine sends to), from several goroutines, reach the socket each answer before its
 // own events, and each goroutine's lines in its order.
 func TestConnAnswersAndEventsInOrder(t *testing.T) {
 	c, peerEnd := connPair(t)
 	runWriter(t, c)
 	const workers, each = 4, 100 // 800 lines: under connQueue, so no event is refused
-	// visible carries each answer's id once its Then ran: a sender
+	// visible carries each answer's id once its step ran: a sender
 	// (another goroutine, as the hub's publisher is) sends its event then.
 	visible := make(chan int64, workers*each)
 	sent := make(chan struct{})
@@ -226,7 +224,11 @@ func TestConnAnswersAndEventsInOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				id := int64(w*each + i + 1)
-				c.answer(control.Response{ID: id, OK: true}, func(*linewriter.Queue) { visible <- id })
+				c.answerAt(id, step(func(queue func(any)) error {
+					queue(nil)
+					visible <- id // the step makes the sink visible
+					return nil
+				}))
 			}
 		}()
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -103,6 +104,10 @@ type instance struct {
 	apps     Apps
 	runApps  func(context.Context) error
 	reloadMu sync.Mutex // one reload at a time
+	// srv is the control server once it exists: the supervisor's events
+	// go to it (supervisor.Config.Publish). Before, no client can be
+	// connected, and they go nowhere.
+	srv atomic.Pointer[Server]
 }
 
 // load resolves the environment's places and loads the manifest.
@@ -155,6 +160,11 @@ func (d *instance) newSupervisor() error {
 		StopGrace: d.cfg.StopGrace,
 		LogLines:  d.cfg.LogLines,
 		Now:       time.Now,
+		Publish: func(ev supervisor.Event) {
+			if s := d.srv.Load(); s != nil {
+				s.supervisorEvent(ev)
+			}
+		},
 		// The limits follow the jail's strictness (docs/limits.md).
 		Strictness: jcfg.Strictness,
 	})
@@ -196,6 +206,7 @@ func (d *instance) newServer() *Server {
 		Reload:     d.reload,
 	})
 	d.links.register(srv)
+	d.srv.Store(srv)
 	return srv
 }
 

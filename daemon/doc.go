@@ -37,50 +37,46 @@
 //   - Run's serve: an errgroup of the supervisor (Supervisor.Run), the
 //     control server (Serve), and once ready keepStatus and the watchdog;
 //     the first that fails ends the others, and Run waits for them all.
-//   - Serve: the accept loop (Serve's caller), the forwarder of the
-//     supervisor's events (forward), the closer of the listener, and one
-//     serveConn per connection; Serve waits for them all.
+//   - Serve: the accept loop (Serve's caller), the closer of the
+//     listener, and one serveConn per connection; Serve waits for them
+//     all.
 //   - serveConn: the connection's reader (readLoop, on serveConn's own
 //     goroutine), its writer's loop (linewriter.Writer.Run) and one
 //     goroutine per request in flight (at most maxInflight; ordered ops
 //     run on the reader). serveConn waits for the requests, runs the
 //     onClose hooks, closes the writer and waits for its loop.
 //
+// No goroutine stands between a source of events and the connections:
+// the supervisor hands each event to supervisorEvent in the step that
+// makes it (a move under its lock, before the op that moved the app
+// hears of it; a log line under its app's ring lock), the peer Manager
+// its approvals, app frames and kernel events with the app's peer
+// locked, and each is put on every subscribed connection's queue at
+// once, never waiting (a connection with no room is dropped).
+//
+// One way keeps events behind the answer that announces them: a handler
+// whose answer starts something (a subscription, logs with follow,
+// kernel.attach, tool.call, app.send) returns an answerAt, and its answer
+// is queued in the step that makes that visible, by whoever owns it: the
+// fanout for a subscription, the app's log ring for a follow
+// (supervisor.Supervisor.FollowLogs: the answer holds the lines before,
+// the stream gets every line after), the peer Manager for a kernel, a
+// call or a frame. Such an answer never waits for room.
+//
 // Locks, and what each guards:
 //   - the queue lock of each connection's linewriter.Writer (Conn.w): the
 //     connection's queued lines. It is the innermost lock of whoever puts
-//     a line, and an answer's Then and Before (answerThen) run under it.
-//     One lock nests inside it: app.send's Before puts the frame, checked
-//     and its link found before, on the app's hub write queue, whose lock
-//     takes no other.
+//     a line.
 //   - Server.mu: the op registry and the topics.
-//   - fanout.mu: the set of streams (subscriptions).
-//   - stream.mu: a follow stream's covered (the number of the last log
-//     line its answer held).
+//   - fanout.mu: the set of streams (subscriptions); a publisher takes
+//     the streams of a topic under it, lets go, then puts.
 //   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
 //     onClose hooks.
-//   - peerLink.kmu: the kernel session of each kernel connection;
-//   - published.mu: how far each app's state events were published, by
-//     the number of the app's move (supervisor.AppStatus.Seq).
+//   - peerLink.kmu: the kernel session of each kernel connection.
 //   - instance.reloadMu: one reload at a time.
 //
-// Lock order: Then runs under a connection's queue lock, and takes (in
-// this order) stream.mu, fanout.mu or the supervisor's log ring
-// (followThen). So nothing puts a line while holding one of those: the
-// fanout's publisher takes the streams of a topic under fanout.mu, lets
-// go, then applies each stream's covered under stream.mu, lets go, then
-// puts. No Then calls into the peer Manager. The peer Manager calls the
-// kernel connection (connKernel) and the fanout (approvals) with an
-// app's peer locked: those only put lines. No lock is held across a
-// write to a socket (linewriter writes off its lock).
-//
-// One way keeps events behind the answer that announces them: the answer
-// is queued in the step that makes what sends them visible. For what the
-// connection owns, that step is the answer's Then (a subscription or a
-// follow stream joins the fanout). For what the peer Manager owns, the
-// answer is an answerAt, queued by the Manager in its own step:
-// kernel.attach's before the kernel is visible (peer.Manager.AttachKernel),
-// tool.call's "accepted" with the app's peer locked, between accepting
-// the call and placing it (peer.KernelSession.ToolCall). Those answers
-// never wait for room: a client whose queue is full is dropped.
+// Lock order: the supervisor's lock or an app's ring lock, or an app's
+// peer lock (peer/doc.go), then Conn.subMu, then fanout.mu, then a queue
+// lock; a publisher lets go of fanout.mu before it puts. No lock is held
+// across a write to a socket (linewriter writes off its lock).
 package daemon

@@ -12,8 +12,9 @@ import (
 )
 
 // fakeApps is an in-memory supervisor: apps move between states at once
-// and publish events the way the real one does (bounded queues, a full
-// one is dropped with ErrSlowSubscriber).
+// and publish events the way the real one does: to publish (Config.Publish,
+// the server's), in the step under f.mu, then to the subscribers (bounded
+// queues, a full one is dropped with ErrSlowSubscriber).
 type fakeApps struct {
 	mu      sync.Mutex
 	order   []string
@@ -25,10 +26,8 @@ type fakeApps struct {
 	applied int
 	logSeq  uint64 // as the supervisor numbers lines
 	moves   uint64 // and moves (AppStatus.Seq)
-	// logsHook, when set, runs once, after the next Logs took its lines
-	// (off f.mu): a test's way into the moment between a snapshot and
-	// what the daemon does with it.
-	logsHook func()
+	// publish is the server's supervisorEvent (startServer sets it).
+	publish func(supervisor.Event)
 	// usageReads counts Usage calls.
 	usageReads int
 }
@@ -115,6 +114,22 @@ func (f *fakeApps) Status(id string) ([]supervisor.AppStatus, error) {
 func (f *fakeApps) Logs(id string, n int) ([]supervisor.LogLine, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.lastLocked(id, n)
+}
+
+// FollowLogs is Logs with join called under f.mu, as the supervisor
+// calls it under the app's ring lock.
+func (f *fakeApps) FollowLogs(id string, n int, join func([]supervisor.LogLine)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lines, err := f.lastLocked(id, n)
+	if err == nil {
+		join(lines)
+	}
+	return err
+}
+
+func (f *fakeApps) lastLocked(id string, n int) ([]supervisor.LogLine, error) {
 	if _, ok := f.apps[id]; !ok {
 		return nil, fmt.Errorf("%w: %q", supervisor.ErrUnknownApp, id)
 	}
@@ -122,15 +137,7 @@ func (f *fakeApps) Logs(id string, n int) ([]supervisor.LogLine, error) {
 	if len(l) > n {
 		l = l[len(l)-n:]
 	}
-	out := append([]supervisor.LogLine(nil), l...)
-	hook := f.logsHook
-	f.logsHook = nil
-	f.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	f.mu.Lock() // for the deferred Unlock
-	return out, nil
+	return append([]supervisor.LogLine(nil), l...), nil
 }
 
 // write is the app id writing a line of output.
@@ -194,6 +201,9 @@ func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscrip
 }
 
 func (f *fakeApps) publishLocked(ev supervisor.Event) {
+	if f.publish != nil {
+		f.publish(ev)
+	}
 	for s := range f.subs {
 		if len(s.kinds) > 0 && !slices.Contains(s.kinds, ev.Kind) {
 			continue

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"go.uber.org/zap"
-
 	"octosup/control"
 	"octosup/jail"
 	"octosup/policy"
@@ -173,10 +171,9 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 		if err := needApp(op, args.App); err != nil {
 			return nil, err
 		}
+		// The supervisor published the state's event before it
+		// returned (Config.Publish): it is queued before this answer.
 		st, err := do(s.cfg.Apps, ctx, args.App)
-		if st.ID != "" && !s.published.wait(ctx, st.ID, st.Seq) && ctx.Err() == nil {
-			s.log.Warn("answering before the state event it answers was published", zap.String("op", op), zap.String("app", st.ID))
-		}
 		if err != nil {
 			switch {
 			case errors.Is(err, supervisor.ErrUnknownApp):
@@ -211,31 +208,34 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if n <= 0 {
 		n = defaultLines
 	}
-	lines, err := s.cfg.Apps.Logs(args.App, n)
-	if err != nil {
+	logsData := func(lines []supervisor.LogLine) control.LogsData {
+		data := control.LogsData{Lines: fitLines(lines, control.MaxLine-1024)}
+		data.Truncated = len(data.Lines) < len(lines)
+		return data
+	}
+	refused := func(err error) error {
 		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return nil, unknownApp(args.App)
+			return unknownApp(args.App)
 		}
-		return nil, err
+		return err
 	}
-	data := control.LogsData{Lines: fitLines(lines, control.MaxLine-1024)}
-	data.Truncated = len(data.Lines) < len(lines)
 	if !args.Follow {
-		return data, nil
+		lines, err := s.cfg.Apps.Logs(args.App, n)
+		if err != nil {
+			return nil, refused(err)
+		}
+		return logsData(lines), nil
 	}
-	// The stream joins in the step that queues the answer, with the
-	// lines written since the snapshot queued right behind it: no line
-	// lost or repeated between the two.
-	st := newStream(c, args.App, []string{control.TopicLog})
-	ring := func() []supervisor.LogLine {
-		all, _ := s.cfg.Apps.Logs(args.App, wholeRing)
-		return all
-	}
-	return answerThen{data: data, then: s.fanout.followThen(st, lines, ring)}, nil
+	// Under the app's ring lock: the answer holds the lines before, and
+	// the stream, joined in the same step, gets every line after.
+	return step(func(queue func(any)) error {
+		err := s.cfg.Apps.FollowLogs(args.App, n, func(lines []supervisor.LogLine) {
+			queue(logsData(lines))
+			s.fanout.add(newStream(c, args.App, []string{control.TopicLog}))
+		})
+		return refused(err)
+	}), nil
 }
-
-// wholeRing asks Logs for every line an app's ring holds.
-const wholeRing = 1 << 30
 
 // opSubscribe adds topics to the connection's subscription.
 func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -259,15 +259,23 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 		s.mu.RUnlock()
 		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: the topics are %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
-	if c.sub != nil {
-		c.sub.addTopics(topics)
-		return control.SubscribeData{Topics: c.sub.topicList()}, nil
-	}
-	st := newStream(c, "", topics)
-	c.sub = st
-	return answerThen{data: control.SubscribeData{Topics: st.topicList()}, then: s.fanout.joinThen(st)}, nil
+	// The answer is queued, then the topics join: an event that finds
+	// them finds the answer queued before it.
+	return step(func(queue func(any)) error {
+		c.subMu.Lock()
+		defer c.subMu.Unlock()
+		st := c.sub
+		if st == nil {
+			st = newStream(c, "", nil)
+		}
+		queue(control.SubscribeData{Topics: st.with(topics)})
+		st.addTopics(topics)
+		if c.sub == nil {
+			c.sub = st
+			s.fanout.add(st)
+		}
+		return nil
+	}), nil
 }
 
 func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {

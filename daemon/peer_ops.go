@@ -210,21 +210,16 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if args.App == "" || len(args.Frame) == 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.app and args.frame (one JSON object) are both needed")
 	}
-	// The frame goes to the app in the step that queues the answer, so
-	// that the app's reply to it (an app.frame event) follows the answer
-	// on this connection; a frame that could not go is the answer. It is
-	// checked and its link found first: the step only puts it on the
-	// app's write queue.
-	send, err := p.m.Sender(args.App, args.Frame)
-	if err != nil {
-		return nil, peerError(err)
-	}
-	return answerThen{before: func() error {
-		if err := send(); err != nil {
+	// The answer is queued in the step that queues the frame for the
+	// app, so that the app's reply to it (an app.frame event) follows
+	// the answer on this connection; a frame that could not go is the
+	// answer.
+	return step(func(queue func(any)) error {
+		if err := p.m.Send(args.App, args.Frame, func() { queue(nil) }); err != nil {
 			return peerError(err)
 		}
 		return nil
-	}}, nil
+	}), nil
 }
 
 // connKernel is an attached kernel as the peer link sees it: events on
@@ -287,12 +282,10 @@ type kernelAttach struct {
 	c *Conn
 }
 
-func (a *kernelAttach) answerData() any { return control.AttachData{Attached: true} }
-
-func (a *kernelAttach) at(queue func()) error {
+func (a *kernelAttach) at(queue func(any)) error {
 	p, c := a.p, a.c
 	k := &connKernel{c: c}
-	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine), queue)
+	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine), func() { queue(control.AttachData{Attached: true}) })
 	if err != nil {
 		return peerError(err)
 	}

@@ -54,9 +54,6 @@ const (
 	maxInflight    = 64
 	writeTimeout   = 10 * time.Second
 	defaultLines   = 100
-	// supervisorBuffer is the queue of the server's own subscription to
-	// the supervisor; it only forwards into per-connection queues.
-	supervisorBuffer = 4096
 )
 
 // ServerConfig configures a Server.
@@ -96,10 +93,6 @@ type Server struct {
 	// stand in a kernel without it).
 	peerPidfd    func(sock int) (int, error)
 	fallbackOnce sync.Once
-
-	// published is how far the state events went out, which a lifecycle
-	// op's answer waits for.
-	published published
 
 	// mu guards the registry: ops and topics are added before Serve (by
 	// the peer link's register, and tests), read by every request.
@@ -165,16 +158,32 @@ func (s *Server) register(op string, h requestHandler, ordered bool) {
 // event must marshal to a JSON object; its members follow "event": topic
 // on the line. An event with an "app" member reaches streams about that
 // app (logs with follow) too. publish never blocks.
-func (s *Server) publish(topic string, event any) { s.publishSeq(topic, event, 0) }
-
-// publishSeq is publish of an app's log line numbered seq.
-func (s *Server) publishSeq(topic string, event any, seq uint64) {
+func (s *Server) publish(topic string, event any) {
 	line, err := control.EncodeEvent(topic, event)
 	if err != nil {
 		s.log.Error("drop event", zap.String("topic", topic), zap.Error(err))
 		return
 	}
-	s.fanout.publish(topic, line, seq)
+	s.fanout.publish(topic, line)
+}
+
+// supervisorEvent publishes one of the supervisor's events, in the
+// supervisor's step that made it (supervisor.Config.Publish): a state
+// event is queued before the answer of the op that moved the app, a log
+// line in its ring's order. It never blocks.
+func (s *Server) supervisorEvent(ev supervisor.Event) {
+	switch {
+	case ev.Kind == supervisor.KindState && ev.State != nil:
+		s.publish(control.TopicState, stateEvent(*ev.State))
+	case ev.Kind == supervisor.KindLog && ev.Log != nil:
+		s.publish(control.TopicLog, logLine(*ev.Log))
+	case ev.Kind == supervisor.KindWarning && ev.State != nil:
+		// On the state topic, which the shell and watch follow: the
+		// app's state, with what it ran into.
+		se := stateEvent(*ev.State)
+		se.Warning = ev.Warning
+		s.publish(control.TopicState, se)
+	}
 }
 
 func (s *Server) lookup(op string) (requestHandler, bool) {
@@ -196,35 +205,23 @@ func (s *Server) knownTopic(t string) bool {
 	return s.topics[t]
 }
 
-// answerThen is a handler's result whose answer, as it is queued, makes
-// something visible in the same step: then runs under the connection's
-// queue lock right after the answer is queued (linewriter.Opt.Then), so
-// that every event of what it makes visible (a subscription, an attached
-// kernel) queues after the answer. It must not block, nor take a lock
-// that is held by anyone who puts a line on a connection (doc.go).
-type answerThen struct {
-	data any
-	then func(q *linewriter.Queue)
-	// before, when set, runs under the same lock ahead of the answer
-	// (linewriter.Opt.Before): an action whose effects the client must
-	// hear of only after the answer (app.send: the app's reply to the
-	// frame), and whose error is the answer instead.
-	before func() error
+// answerAt is a handler's result whose answer is queued in the step that
+// makes what it announces visible (a stream, a kernel, a call, a frame on
+// its way to an app), by whoever takes that step: at calls queue (which
+// never blocks) with the answer's data at that moment, and returns once
+// it did. So nothing the step starts can reach the client before its
+// answer: the one way the daemon keeps events behind the answer that
+// announces them. An error from at is the answer instead, and queue must
+// not have been called then. It is an interface so that tool.call's one
+// allocation holds its args, its data and its step.
+type answerAt interface {
+	at(queue func(data any)) error
 }
 
-// answerAt is a handler's result whose answer someone else queues, in
-// the step that makes what it announces visible: at calls queue (which
-// never blocks) at that moment, from whatever goroutine takes the step,
-// and returns once it did. tool.call's at is the peer's ToolCall, which
-// queues "accepted" in the step that accepts the call, before anything
-// of the call happens; kernel.attach's is AttachKernel, which queues it
-// before the kernel is visible. An error from at is the answer instead, and
-// queue must not have been called then. It is an interface so that a
-// handler's one allocation holds its args, its data and its step.
-type answerAt interface {
-	answerData() any
-	at(queue func()) error
-}
+// step is an answerAt of a function.
+type step func(queue func(data any)) error
+
+func (f step) at(queue func(data any)) error { return f(queue) }
 
 // dispatch runs one request's handler and queues its answer.
 func (c *Conn) dispatch(ctx context.Context, req control.Request) {
@@ -250,33 +247,10 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 		c.reply(control.Response{ID: req.ID, Error: cerr})
 		return
 	}
-	var then func(*linewriter.Queue)
-	var before func() error
-	var at func(func()) error
-	switch r := data.(type) {
-	case answerThen:
-		data, then, before = r.data, r.then, r.before
-	case answerAt:
-		data, at = r.answerData(), r.at
-	}
-	resp := control.Response{ID: req.ID, OK: true}
-	if data != nil {
-		b, merr := json.Marshal(data)
-		if merr != nil {
-			c.log.Error("encode op data", zap.String("op", req.Op), zap.Error(merr))
-			c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeInternal, "encode answer: %v", merr)})
-			return
-		}
-		resp.Data = b
-	}
-	line := c.encodeAnswer(resp)
-	if at != nil {
-		c.answerAt(resp.ID, line, at)
-	} else if err := c.putAnswer(line, linewriter.Opt{Then: then, Before: before}); err != nil {
-		var refused *linewriter.BeforeError
-		if errors.As(err, &refused) {
-			c.reply(control.Response{ID: req.ID, Error: asControlError(refused.Err)})
-		}
+	if at, ok := data.(answerAt); ok {
+		c.answerAt(req.ID, at)
+	} else {
+		_ = c.putAnswer(c.okAnswer(req.ID, data), linewriter.Opt{})
 	}
 	if c.srv.debug {
 		c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
@@ -285,24 +259,29 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 
 // reply queues an answer; it waits for room (the client's own backlog),
 // and gives up only when the connection is gone.
-func (c *Conn) reply(resp control.Response) { c.answer(resp, nil) }
-
-// answer queues an answer, then (nil: nothing) in the same step.
-func (c *Conn) answer(resp control.Response, then func(*linewriter.Queue)) {
-	_ = c.answerWith(resp, linewriter.Opt{Then: then})
+func (c *Conn) reply(resp control.Response) {
+	_ = c.putAnswer(c.encodeAnswer(resp), linewriter.Opt{})
 }
 
-// answerWith queues an answer with o's Then and Before (Now and Wait are
-// answer's own). An answer that cannot be queued went with its
-// connection: nothing of o is owed to it.
-func (c *Conn) answerWith(resp control.Response, o linewriter.Opt) error {
-	return c.putAnswer(c.encodeAnswer(resp), o)
-}
-
-// putAnswer is answerWith of an encoded answer.
+// putAnswer queues an encoded answer, waiting for room as reply does.
 func (c *Conn) putAnswer(line []byte, o linewriter.Opt) error {
 	o.Now, o.Wait = true, c.ctx.Done()
 	return c.w.Put(line, o)
+}
+
+// okAnswer is the line of a successful answer with data (nil: none); data
+// that does not encode is an internal error instead.
+func (c *Conn) okAnswer(id int64, data any) []byte {
+	resp := control.Response{ID: id, OK: true}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			c.log.Error("encode op data", zap.Int64("id", id), zap.Error(err))
+			return c.encodeAnswer(control.Response{ID: id, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
+		}
+		resp.Data = b
+	}
+	return c.encodeAnswer(resp)
 }
 
 // encodeAnswer is resp's line (json.Marshal's); one too large for a
@@ -321,17 +300,17 @@ func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	return line
 }
 
-// answerAt has at queue the answer line of request id (answerAt).
-// Corked meanwhile, for batching only: the answer and the first events of
-// the step (tool.call's tool.acknowledged) leave in one write.
-func (c *Conn) answerAt(id int64, line []byte, at func(queue func()) error) {
+// answerAt has at queue the answer of request id (answerAt). Corked
+// meanwhile, for batching only: the answer and the first events of the
+// step (tool.call's tool.acknowledged) leave in one write.
+func (c *Conn) answerAt(id int64, at answerAt) {
 	queued := false
 	c.w.Hold()
-	err := at(func() {
+	err := at.at(func(data any) {
 		queued = true
-		// Not Wait: queue runs in a step of the peer Manager, which must not
-		// block; a connection that far behind is dropped instead.
-		_ = c.w.Put(line, linewriter.Opt{Now: true})
+		// Not Wait: the step must not block (it may hold an app's
+		// lock); a connection that far behind is dropped instead.
+		_ = c.w.Put(c.okAnswer(id, data), linewriter.Opt{Now: true})
 	})
 	c.w.Release()
 	switch {

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"octosup/control"
-	"octosup/internal/linewriter"
 	"octosup/supervisor"
 )
 
@@ -56,6 +55,9 @@ func startServerOn(t testing.TB, apps *fakeApps, edit func(*ServerConfig), wrap 
 		edit(&cfg)
 	}
 	srv := NewServer(cfg)
+	apps.mu.Lock()
+	apps.publish = srv.supervisorEvent
+	apps.mu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -425,39 +427,6 @@ func TestLogsFollow(t *testing.T) {
 	}
 }
 
-// TestLogsFollowCatchesUp: a line written after logs took its snapshot
-// and published before the follower's stream joined the hub (with its
-// answer) still reaches the follower, right after the answer, once; the
-// lines after it follow.
-func TestLogsFollowCatchesUp(t *testing.T) {
-	ts := startServer(t, newFakeApps("a"), nil)
-	ts.apps.write("a", "old")
-	// The watcher follows a already: once it has the line, the forwarder
-	// has published it.
-	watcher := dialRaw(t, ts.path)
-	watcher.send(`{"id":1,"op":"logs","args":{"app":"a","lines":1,"follow":true}}`)
-	if resp := watcher.response(); !resp.OK {
-		t.Fatalf("watcher: %+v", resp.Error)
-	}
-	ts.apps.mu.Lock()
-	ts.apps.logsHook = func() {
-		ts.apps.write("a", "gap")
-		watcher.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if b, err := watcher.r.ReadBytes('\n'); err != nil || !bytes.Contains(b, []byte(`"text":"gap"`)) {
-			t.Errorf("the watcher got %s (%v), want the gap line", b, err)
-		}
-	}
-	ts.apps.mu.Unlock()
-	c := followOld(t, ts)
-	ts.apps.write("a", "after")
-	for _, want := range []string{"gap", "after"} {
-		var l control.LogLine
-		if b := c.line(); json.Unmarshal(b, &l) != nil || l.Text != want {
-			t.Fatalf("got %s, want the log event %q (lost or repeated)", b, want)
-		}
-	}
-}
-
 // followOld follows app a's log, whose one line so far is "old", and
 // returns the connection once the answer holds that line.
 func followOld(t *testing.T, ts *testServer) *rawConn {
@@ -473,20 +442,18 @@ func followOld(t *testing.T, ts *testServer) *rawConn {
 }
 
 // TestLogsFollowOutlivesAClockStep: lines stamped earlier than the
-// answer's last (the wall clock stepped back, or a second reader stamped
-// a line before the first put its own) are neither lost nor repeated: a
-// follower goes by the lines' numbers, not their times.
+// answer's last (the wall clock stepped back) or at the same instant are
+// neither lost nor repeated: a follower goes by the order of the app's
+// lines, never by their times.
 func TestLogsFollowOutlivesAClockStep(t *testing.T) {
 	ts := startServer(t, newFakeApps("a"), nil)
 	now := time.Now()
 	ts.apps.writeAt("a", "old", now)
-	ts.apps.mu.Lock()
-	ts.apps.logsHook = func() { ts.apps.writeAt("a", "gap", now.Add(-time.Hour)) }
-	ts.apps.mu.Unlock()
 	c := followOld(t, ts)
-	ts.apps.writeAt("a", "after", now.Add(-time.Minute))
+	ts.apps.writeAt("a", "back an hour", now.Add(-time.Hour))
+	ts.apps.writeAt("a", "back a minute", now.Add(-time.Minute))
 	ts.apps.writeAt("a", "same instant", now)
-	for _, want := range []string{"gap", "after", "same instant"} {
+	for _, want := range []string{"back an hour", "back a minute", "same instant"} {
 		var l control.LogLine
 		if b := c.line(); json.Unmarshal(b, &l) != nil || l.Text != want {
 			t.Fatalf("got %s, want the log event %q (lost or repeated)", b, want)
@@ -597,8 +564,8 @@ func TestConcurrentClients(t *testing.T) {
 
 // TestExtension: ops and topics added by others (the peer link) are
 // served like the built-in ones; an event put on one connection reaches
-// it, before the answer when put before it, after it when its Then puts
-// it.
+// it, before the answer when put before it, after it when its step
+// (answerAt) puts it after queueing the answer.
 func TestExtension(t *testing.T) {
 	ts := startServer(t, newFakeApps("a"), nil)
 	ts.srv.addTopic("test.topic")
@@ -617,10 +584,12 @@ func TestExtension(t *testing.T) {
 		if err != nil || !c.event(hello) {
 			return nil, fmt.Errorf("send test.hello: %v", err)
 		}
-		return answerThen{data: map[string]bool{"attached": true}, then: func(q *linewriter.Queue) {
+		return step(func(queue func(any)) error {
+			queue(map[string]bool{"attached": true})
 			after, _ := control.EncodeEvent("test.after", struct{}{})
-			q.Put(after)
-		}}, nil
+			c.event(after)
+			return nil
+		}), nil
 	})
 	defer func() {
 		if recover() == nil {

@@ -139,10 +139,8 @@ type toolCallStep struct {
 	data control.ToolCallData
 }
 
-func (s *toolCallStep) answerData() any { return &s.data }
-
-func (s *toolCallStep) at(queue func()) error {
-	if err := s.ks.ToolCall(s.args.App, s.args.Call, queue); err != nil {
+func (s *toolCallStep) at(queue func(any)) error {
+	if err := s.ks.ToolCall(s.args.App, s.args.Call, func() { queue(&s.data) }); err != nil {
 		return toolError(err)
 	}
 	return nil

@@ -75,9 +75,10 @@
 // kernel.attach's answer there) before the kernel is visible, so the
 // kernel hears that answer before anything else; once Detach returns,
 // every peer has been locked after the kernel went, and the kernel hears
-// nothing more. Events.Approval and the Kernel and ToolRelay callbacks
-// run with the app's peer locked and must not block nor call the
-// Manager; Events.AppFrame runs on the app's reader. Attach and Detach
+// nothing more. Events.Approval, Events.AppFrame and the Kernel and
+// ToolRelay callbacks run with the app's peer locked and must not block
+// nor call the Manager: an app's reply to a frame Send wrote (with its
+// sent callback, in one step) is published after it. Attach and Detach
 // never wait for a teardown: a new process's link handles no line before
 // the old link's teardown is done.
 package peer

@@ -258,7 +258,8 @@ func (l *link) handleLine(line []byte) {
 			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
 	case pass:
-		l.m.cfg.Events.AppFrame(l.appID, json.RawMessage(bytes.Clone(line)))
+		frame := json.RawMessage(bytes.Clone(line))
+		l.toPeer(func() { l.m.cfg.Events.AppFrame(l.appID, frame) })
 	default:
 		switch f := up.(type) {
 		case *frame.Request:

@@ -680,18 +680,18 @@ func TestPassThrough(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("no app.frame")
 	}
-	if err := h.m.Send("notes", json.RawMessage(`{"ui": {"show": true}}`)); err != nil {
+	if err := h.m.Send("notes", json.RawMessage(`{"ui": {"show": true}}`), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := string(a.nextLine()); got != `{"ui":{"show":true}}` {
 		t.Fatalf("app got %s", got)
 	}
 	for _, bad := range []string{`{"octos_peer":{"type":"reply","req_id":"r1","ok":true}}`, `[1]`, `{"a":1,"a":2}`, `nope`, `{"Octos_Peer":{"type":"reply","req_id":"r1","ok":true}}`} {
-		if err := h.m.Send("notes", json.RawMessage(bad)); !errors.Is(err, ErrInvalid) {
+		if err := h.m.Send("notes", json.RawMessage(bad), nil); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("send %s: %v", bad, err)
 		}
 	}
-	if err := h.m.Send("mail", json.RawMessage(`{}`)); !errors.Is(err, ErrNotConnected) {
+	if err := h.m.Send("mail", json.RawMessage(`{}`), nil); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("send to nobody: %v", err)
 	}
 	h.events.noApproval(t)
@@ -701,13 +701,4 @@ func TestPassThrough(t *testing.T) {
 func passthroughOfSize(n int) []byte {
 	const head, tail = `{"pad":"`, `"}`
 	return []byte(head + strings.Repeat("p", n-len(head)-len(tail)) + tail)
-}
-
-// Send is Sender, then the put: app.send in one call, for the tests.
-func (m *Manager) Send(appID string, raw json.RawMessage) error {
-	send, err := m.Sender(appID, raw)
-	if err != nil {
-		return err
-	}
-	return send()
 }

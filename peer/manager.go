@@ -448,37 +448,43 @@ func (m *Manager) Close() {
 	m.audit.close()
 }
 
-// Sender checks a pass-through frame (control op app.send: one JSON
-// object that is not a peer-link frame) for the app and finds the app's link
-// (the parsing, and Manager.mu, here), and returns what puts it on the
-// link's write queue, which only takes the queue's lock and never blocks:
-// the control socket runs it under its connection's queue lock
-// (daemon/doc.go).
-func (m *Manager) Sender(appID string, raw json.RawMessage) (func() error, error) {
+// Send writes a pass-through frame (control op app.send: one JSON object
+// that is not a peer-link frame) to the app, and calls sent (when set)
+// in the same step, with the app's peer locked, once it is queued: the
+// control socket queues its answer there, so that the app's reply to the
+// frame (an app.frame event, published in a step of the same peer)
+// follows it. sent must not block.
+func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return nil, refuse(ErrInvalid, "the frame is not JSON: %v", err)
+		return refuse(ErrInvalid, "the frame is not JSON: %v", err)
 	}
 	_, pass, err := frame.ParseLine(buf.Bytes())
 	if err != nil {
-		return nil, refuse(ErrInvalid, "%v", err)
+		return refuse(ErrInvalid, "%v", err)
 	}
 	if !pass {
-		return nil, refuse(ErrInvalid, "%q frames belong to the daemon: send the app frames of your own", frame.Envelope)
+		return refuse(ErrInvalid, "%q frames belong to the daemon: send the app frames of your own", frame.Envelope)
 	}
 	if buf.Len() > frame.MaxFrame {
-		return nil, refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
+		return refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
 	}
 	buf.WriteByte('\n')
-	var l *link
-	if p := m.peerOf(appID); p != nil {
-		l = p.cur.Load()
+	p := m.peerOf(appID)
+	if p == nil {
+		return ErrNotConnected
 	}
-	if l == nil {
-		return nil, ErrNotConnected
-	}
-	line := buf.Bytes()
-	return func() error { return l.push(line, false) }, nil
+	err = ErrNotConnected
+	p.run(func() {
+		l := p.cur.Load()
+		if l == nil {
+			return
+		}
+		if err = l.push(buf.Bytes(), false); err == nil && sent != nil {
+			sent()
+		}
+	})
+	return err
 }
 
 // LinkStatus reports an app's link for status. A peer's mu is never held

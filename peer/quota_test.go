@@ -347,7 +347,7 @@ func TestQueueFullRefusesPushes(t *testing.T) {
 	frame := json.RawMessage(`{"ui":"` + strings.Repeat("p", 300<<10) + `"}`)
 	sent := 0
 	for {
-		err := h.m.Send("notes", frame)
+		err := h.m.Send("notes", frame, nil)
 		if err != nil {
 			if !errors.Is(err, ErrQueueFull) || Code(err) != CodeQueueFull {
 				t.Fatalf("push %d: %v, want ErrQueueFull", sent, err)
@@ -380,7 +380,7 @@ func TestQueueFullRefusesPushes(t *testing.T) {
 	if typ, reason := eventType(a.event(turn)); typ != TurnEnd || reason != "queue_full" {
 		t.Fatalf("turn ended %s %s, want turn.end queue_full", typ, reason)
 	}
-	if err := h.m.Send("notes", frame); err != nil {
+	if err := h.m.Send("notes", frame, nil); err != nil {
 		t.Fatalf("push after the app read: %v", err)
 	}
 	if got := a.nextLine(); !bytes.Equal(got, frame) {

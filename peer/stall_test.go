@@ -47,7 +47,7 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 	// and its write queue's push share.
 	pass := json.RawMessage(`{"ui":"` + strings.Repeat("s", 4000) + `"}`)
 	for sent := 0; ; sent++ {
-		if err := h.m.Send("stuck", pass); errors.Is(err, ErrQueueFull) {
+		if err := h.m.Send("stuck", pass, nil); errors.Is(err, ErrQueueFull) {
 			break
 		} else if err != nil {
 			t.Fatalf("send %d: %v", sent, err)

@@ -407,7 +407,7 @@ func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, drop
 	st = r.status
 	// Published under s.mu so that subscribers see the states in the
 	// order Status does.
-	return st, s.subs.publish(Event{Kind: KindState, State: &st}), nil
+	return st, s.publish(Event{Kind: KindState, State: &st}), nil
 }
 
 // moved logs what a moveLocked owes, with s.mu released.

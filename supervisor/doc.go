@@ -8,11 +8,13 @@
 //	sup, err := supervisor.New(supervisor.Config{
 //		Launcher: jail.NewLauncher(jailCfg), Links: peers, Dirs: dirs,
 //		BaseEnv: os.Environ(), Log: log,
+//		Publish: server.event, // every event, in the step that makes it
 //	})
 //	go sup.Run(ctx)                 // returns once ctx is done and every app is stopped
 //	done, err := sup.Apply(ctx, manifest, supervisor.ApplyOptions{}) // first load, and every reload
 //	st, err := sup.Restart(ctx, "notes")
 //	sub := sup.Subscribe(256, supervisor.KindState) // state events only; dropped if it falls behind
+//	err = sup.FollowLogs("notes", 100, join)        // the last lines, then Publish has every line after
 //
 // Apply makes a validated manifest the set of apps: added apps start when
 // they are autostart, removed ones stop and vanish, and a running app
@@ -50,9 +52,12 @@
 // KiB a line) into a bounded per-app ring and the daemon's log. Lines and
 // state moves are numbered as they happen (LogLine.Seq, AppStatus.Seq,
 // one count each for the supervisor) and published in that order: a line
-// under its ring's lock, a move under the supervisor's, neither of which
-// a subscriber's channel send (non-blocking) can hold up. A follower
-// goes by those numbers, never by the clock.
+// under its ring's lock, a move under the supervisor's, to Config.Publish
+// (which must not block) and then to the subscribers' channels (a send
+// that would block drops the subscriber). So Publish hears of a move
+// before the move's caller does, and FollowLogs, which reads the ring
+// under the same lock, splits an app's lines exactly between what it
+// returns and what Publish is handed after.
 //
 // A process's death is noticed at once without a thread per child: its
 // pidfd is non-blocking and parked in Go's netpoller. The app's runner

@@ -68,6 +68,18 @@ func (r *ring) keep(l LogLine) {
 func (r *ring) last(n int) []LogLine {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.lastLocked(n)
+}
+
+// follow calls join with last(n) under the ring's lock: the lines added
+// after are the ones published after join returned.
+func (r *ring) follow(n int, join func([]LogLine)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	join(r.lastLocked(n))
+}
+
+func (r *ring) lastLocked(n int) []LogLine {
 	total := len(r.lines)
 	if n <= 0 || n > total {
 		n = total

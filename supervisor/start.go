@@ -520,7 +520,7 @@ func (r *runner) emitter(stream string) func(string) {
 	return func(text string) {
 		dropped := 0
 		r.logs.add(LogLine{App: r.id, Stream: stream, Text: text}, &r.s.logSeq, r.s.cfg.Now, func(l LogLine) {
-			dropped = r.s.subs.publish(Event{Kind: KindLog, Log: &l})
+			dropped = r.s.publish(Event{Kind: KindLog, Log: &l})
 		})
 		r.s.log.Info("app output", zap.String("app", r.id), zap.String("stream", stream), zap.String("text", text))
 		r.s.logDropped(dropped)

@@ -93,6 +93,12 @@ type Config struct {
 	LogLines int
 	// Now is the clock of the restart policy (default time.Now).
 	Now func() time.Time
+	// Publish, when set, is handed every event in the step that makes
+	// it: a state move under the supervisor's lock, before the move's
+	// caller hears of it; a line under its app's ring lock. It must not
+	// block nor call the Supervisor. (Subscribe's queues get the same
+	// events, after it.)
+	Publish func(Event)
 	// NoCgroup stops apps through their process groups even where the
 	// daemon could give each process a cgroup leaf (cgroup.go).
 	NoCgroup bool
@@ -271,7 +277,7 @@ func (s *Supervisor) warnTasks(r *runner, limit int) {
 	s.log.Warn("app reached its tasks_max", zap.String("app", r.id), zap.Int("tasks_max", limit))
 	s.mu.Lock()
 	st := r.status
-	dropped := s.subs.publish(Event{Kind: KindWarning, State: &st, Warning: text})
+	dropped := s.publish(Event{Kind: KindWarning, State: &st, Warning: text})
 	s.mu.Unlock()
 	s.logDropped(dropped)
 }
@@ -525,6 +531,31 @@ func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
 		return nil, fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
 	}
 	return r.logs.last(n), nil
+}
+
+// FollowLogs hands join the last n lines of app id (all when n <= 0)
+// under the app's ring lock: Publish is handed every line after those,
+// and no line before them, once join returns. join must not block nor
+// call the Supervisor.
+func (s *Supervisor) FollowLogs(id string, n int, join func([]LogLine)) error {
+	s.mu.Lock()
+	r, ok := s.apps[id]
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
+	}
+	r.logs.follow(n, join)
+	return nil
+}
+
+// publish hands ev to Publish, then to the subscribers; it returns how
+// many subscribers it dropped, for the caller to log once it holds no
+// lock.
+func (s *Supervisor) publish(ev Event) int {
+	if s.cfg.Publish != nil {
+		s.cfg.Publish(ev)
+	}
+	return s.subs.publish(ev)
 }
 
 // Subscribe returns a subscription to the events of the given kinds (all

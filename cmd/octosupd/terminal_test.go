@@ -82,6 +82,9 @@ func TestTerminalLog(t *testing.T) {
 	want := []*regexp.Regexp{
 		regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3} talker: hello from talker$`),
 		regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3} talker \[stderr\]: oops \\x1b\[2J$`),
+		// The daemon's own line, which the app's may come before: its
+		// output is read while the runner logs the start.
+		regexp.MustCompile(`app started`),
 	}
 	seen := make([]bool, len(want))
 	timeout := time.After(10 * time.Second)
@@ -119,8 +122,5 @@ wait:
 		if strings.Contains(l, "app output") || strings.Contains(l, "\x1b[2J") {
 			t.Errorf("a line of app output as a log record, or raw: %q", l)
 		}
-	}
-	if !strings.Contains(strings.Join(got, "\n"), "app started") {
-		t.Errorf("the daemon's own lines are gone:\n%s", strings.Join(got, "\n"))
 	}
 }

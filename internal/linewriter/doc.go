@@ -15,7 +15,7 @@
 //	...
 //	w.Close()                          // what is queued is written, then Run returns
 //
-// Three things it does that a bufio.Writer behind a mutex would not:
+// Two things it does that a bufio.Writer behind a mutex would not:
 //
 //   - No lock is held across a write. A line put with Opt.Now while the
 //     socket is idle is written by its caller at once, non-blocking and
@@ -23,18 +23,12 @@
 //     what a Release finds queued goes the same way);
 //     what the socket does not take goes to the loop, which is the only
 //     one that blocks on the socket, bounded by Config.WriteTimeout.
-//   - Opt.Then runs under the queue lock right after the line is queued:
-//     it is the one way octosup keeps events behind the answer that
-//     announces them (a subscription, an attached kernel, a placed tool
-//     call becomes visible to whatever sends its events in the same step
-//     that queued the answer, so every such event queues after it).
 //   - Bounds that say who is at fault: a Put over the hard bound fails the
 //     writer (the peer does not read) unless it waits for room
 //     (Opt.Wait); a Put with Opt.Soft is refused ErrFull past the soft
 //     bound and the connection stays up (outside traffic may not take the
 //     room the daemon's own answers need).
 //
-// Lock order: the queue lock is the innermost lock of whoever calls Put.
-// A Then callback runs under it, so it must not block, and must not take
-// a lock that any goroutine holds while calling Put.
+// Lock order: the queue lock is the innermost lock of whoever calls Put:
+// nothing is called under it.
 package linewriter

@@ -79,31 +79,7 @@ type Opt struct {
 	// Wait, past the hard bound, waits for room until Wait is closed
 	// (then ErrClosed) instead of failing the writer.
 	Wait <-chan struct{}
-	// Then runs under the queue lock right after the line is queued; see
-	// the package doc.
-	Then func(q *Queue)
-	// Before runs under the queue lock once the line is admitted, before
-	// it is queued: an error from it queues nothing, and Put returns it
-	// (wrapped in a *BeforeError). It is for an answer that must leave
-	// before anything its own action causes, and that says whether the
-	// action was taken (app.send: the frame handed to the app). The same
-	// rules as for Then hold.
-	Before func() error
 }
-
-// BeforeError is what Put returns when Opt.Before refused.
-type BeforeError struct{ Err error }
-
-func (e *BeforeError) Error() string { return e.Err.Error() }
-func (e *BeforeError) Unwrap() error { return e.Err }
-
-// Queue is the queue as a Then callback sees it.
-type Queue struct{ w *Writer }
-
-// Put queues another line behind the one being put, in the same step. It
-// counts toward the bounds but is never refused. The writer keeps line,
-// as Writer.Put does.
-func (q *Queue) Put(line []byte) { q.w.queueLocked(withNewline(line)) }
 
 // writeBatch caps the bytes of one blocking write: the deadline is
 // checked (and moved) between them.
@@ -153,17 +129,8 @@ func (w *Writer) Put(line []byte, o Opt) error {
 	if err := w.admitLocked(len(line), o); err != nil {
 		return err // admit unlocked
 	}
-	if o.Before != nil {
-		if err := o.Before(); err != nil {
-			w.mu.Unlock()
-			return &BeforeError{Err: err}
-		}
-	}
 	idle := len(w.lines) == 0 && !w.writing && w.held == 0
 	w.queueLocked(line)
-	if o.Then != nil {
-		o.Then(&Queue{w})
-	}
 	if o.Now && idle && w.raw != nil {
 		return w.flushLocked()
 	}

@@ -198,37 +198,6 @@ func TestNoLockAcrossAWrite(t *testing.T) {
 	w.Close() // and Close does not wait for the blocked write either
 }
 
-// TestThenIsOneStepWithItsLine: nothing another sender puts lands between
-// a line and what its Then queued.
-func TestThenIsOneStepWithItsLine(t *testing.T) {
-	send, recv := roundtrip.TightPair(t, 4096)
-	w := start(t, send, Config{})
-	const n = 500
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := range n {
-			w.Put([]byte(fmt.Sprint("answer ", i)), Opt{Now: true, Then: func(q *Queue) {
-				q.Put([]byte(fmt.Sprint("event ", i)))
-			}})
-		}
-	})
-	wg.Go(func() {
-		for i := range n {
-			w.Put([]byte(fmt.Sprint("other ", i)), Opt{Now: true})
-		}
-	})
-	sc := bufio.NewScanner(recv)
-	var prev string
-	for got := 0; got < 3*n && sc.Scan(); got++ {
-		line := sc.Text()
-		if strings.HasPrefix(line, "event ") && prev != "answer "+strings.TrimPrefix(line, "event ") {
-			t.Fatalf("%q came after %q, not after its answer", line, prev)
-		}
-		prev = line
-	}
-	wg.Wait()
-}
-
 func TestBounds(t *testing.T) {
 	t.Run("soft is refused and the writer stays", func(t *testing.T) {
 		send, recv := roundtrip.TightPair(t, 4096)
@@ -364,36 +333,5 @@ func TestHoldBatches(t *testing.T) {
 	n, err := recv.Read(buf)
 	if err != nil || string(buf[:n]) != "0\n1\n2\n" {
 		t.Fatalf("first read %q, %v: want the three lines in one write", buf[:n], err)
-	}
-}
-
-// TestBeforeRunsAheadOfItsLine: what Before does happens with the queue
-// locked, so nothing put because of it (by another goroutine) can come
-// ahead of the line; a refusal queues nothing and is returned.
-func TestBeforeRunsAheadOfItsLine(t *testing.T) {
-	send, recv := roundtrip.TightPair(t, 4096)
-	w := start(t, send, Config{})
-	caused := make(chan error)
-	err := w.Put([]byte("answer"), Opt{Now: true, Before: func() error {
-		// What the action causes is put from elsewhere, at once.
-		go func() { caused <- w.Put([]byte("caused"), Opt{Now: true}) }()
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := <-caused; err != nil {
-		t.Fatal(err)
-	}
-	refused := errors.New("no")
-	if err := w.Put([]byte("never"), Opt{Before: func() error { return refused }}); !errors.Is(err, refused) {
-		t.Fatalf("a refusing Before: %v", err)
-	}
-	w.Put([]byte("last"), Opt{})
-	sc := bufio.NewScanner(recv)
-	for _, want := range []string{"answer", "caused", "last"} {
-		if !sc.Scan() || sc.Text() != want {
-			t.Fatalf("read %q, want %q", sc.Text(), want)
-		}
 	}
 }
