@@ -1,119 +1,98 @@
 package control
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"octosup/internal/suggest"
 )
 
-// DecodeArgs decodes a request's args into v strictly. A member v does
-// not define (names are exact: "App" is not "app") or a value of the
-// wrong type is a bad_request that says where, what is wrong and what to
-// send instead, naming the members there are, as the manifest validator
-// does. Absent args decode as {}.
+// DecodeArgs decodes a request's args into v strictly (encoding/json/v2's
+// rules: names are exact, "App" is not "app"; a member v does not define
+// and a member given twice are refused). A refusal is a bad_request that
+// says where, what is wrong and what to send instead, naming the members
+// there are, as the manifest validator does. Absent args decode as {}.
 func DecodeArgs(args json.RawMessage, v any) error {
 	if len(args) == 0 {
 		return nil
 	}
-	if err := checkMembers(args, reflect.TypeOf(v), "args"); err != nil {
-		return err
+	err := jsonv2.Unmarshal(args, v, jsonv2.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return argsError(err)
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) {
+		var se *jsontext.SyntacticError
+		switch {
+		case errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName):
+			return Errorf(CodeBadRequest, "args%s is there twice: send each member once", dotted(se.JSONPointer))
+		case errors.As(err, &se):
+			return Errorf(CodeBadRequest, "args%s: %v", dotted(se.JSONPointer), se.Err)
+		}
+		return Errorf(CodeBadRequest, "args: %v", err)
 	}
-	return nil
+	if errors.Is(se.Err, jsonv2.ErrUnknownName) {
+		parent, name := se.JSONPointer.Parent(), se.JSONPointer.LastToken()
+		return unknownMember("args"+dotted(parent), name, jsonFields(typeAt(reflect.TypeOf(v), parent)))
+	}
+	return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(se.JSONPointer), typeWords(se.GoType), kindWords(se.JSONKind, se.JSONValue))
 }
 
-var (
-	rawMessageType  = reflect.TypeFor[json.RawMessage]()
-	timeType        = reflect.TypeFor[time.Time]()
-	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-)
+// dotted is a JSON pointer as a path below args: /call/confirm is
+// .call.confirm, /topics/1 is .topics[1].
+func dotted(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+		} else {
+			b.WriteString("." + tok)
+		}
+	}
+	return b.String()
+}
 
-// checkMembers walks raw along t and refuses the first member (in the
-// order of the line) that t's JSON names do not have exactly. A value of
-// the wrong kind is left to the decoder, which words it (argsError).
-func checkMembers(raw json.RawMessage, t reflect.Type, path string) error {
+// typeAt is the Go type of the value at p below t.
+func typeAt(t reflect.Type, p jsontext.Pointer) reflect.Type {
+	for tok := range p.Tokens() {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Slice, reflect.Array:
+			t = t.Elem()
+		case reflect.Struct:
+			names, types := jsonFieldTypes(t)
+			for i, n := range names {
+				if n == tok {
+					t = types[i]
+				}
+			}
+		}
+	}
+	return t
+}
+
+// jsonFields lists a struct's JSON member names in declaration order.
+func jsonFields(t reflect.Type) []string {
+	names, _ := jsonFieldTypes(t)
+	return names
+}
+
+func jsonFieldTypes(t reflect.Type) (names []string, types []reflect.Type) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == rawMessageType || t == timeType || reflect.PointerTo(t).Implements(unmarshalerType) {
-		return nil
+	if t.Kind() != reflect.Struct {
+		return nil, nil
 	}
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	switch t.Kind() {
-	case reflect.Struct:
-		if len(raw) == 0 || raw[0] != '{' {
-			return nil
-		}
-		keys, values, _, err := objectMembers(raw)
-		if err != nil {
-			return nil
-		}
-		names, types := jsonFields(t)
-		for i, k := range keys {
-			j := slices.Index(names, k)
-			if j < 0 {
-				return unknownMember(path, k, names)
-			}
-			if err := checkMembers(values[i], types[j], path+"."+k); err != nil {
-				return err
-			}
-		}
-	case reflect.Slice, reflect.Array:
-		if len(raw) == 0 || raw[0] != '[' {
-			return nil
-		}
-		var items []json.RawMessage
-		if json.Unmarshal(raw, &items) != nil {
-			return nil
-		}
-		for i, item := range items {
-			if err := checkMembers(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// objectMembers returns the keys of the object raw starts with, in the
-// order written, with their values, and the offset just past it.
-func objectMembers(raw []byte) (keys []string, values []json.RawMessage, end int, err error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if _, err := dec.Token(); err != nil { // {
-		return nil, nil, 0, err
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		k, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, nil, 0, err
-		}
-		keys, values = append(keys, k), append(values, v)
-	}
-	if _, err := dec.Token(); err != nil { // }
-		return nil, nil, 0, err
-	}
-	return keys, values, int(dec.InputOffset()), nil
-}
-
-// jsonFields lists a struct's JSON member names, in declaration order,
-// and their types.
-func jsonFields(t reflect.Type) (names []string, types []reflect.Type) {
 	for f := range t.Fields() {
 		if !f.IsExported() {
 			continue
@@ -141,29 +120,41 @@ func unknownMember(path, key string, names []string) *Error {
 	return Errorf(CodeBadRequest, "%s has no member %q: remove it; the members are %s", path, key, list)
 }
 
-// argsError words a decoder error for the client: the member, what it
-// must be and what it was.
-func argsError(err error) *Error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		where := "args"
-		if te.Field != "" {
-			where += "." + te.Field
+// kindWords names the JSON value that was sent: its kind, and a number's
+// text (a fraction where an integer goes says which).
+func kindWords(k jsontext.Kind, v jsontext.Value) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		if len(v) > 0 {
+			return "number " + string(v)
 		}
-		return Errorf(CodeBadRequest, "%s must be %s, not %s", where, typeWords(te.Type), te.Value)
+		return "number"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
 	}
-	return Errorf(CodeBadRequest, "args: %v", err)
+	return "that value"
 }
 
 // typeWords names the JSON a Go type takes.
 func typeWords(t reflect.Type) string {
+	if t == nil {
+		return "something else"
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch {
-	case t == timeType:
+	switch t {
+	case reflect.TypeFor[time.Time]():
 		return "an RFC 3339 time string"
-	case t == rawMessageType:
+	case reflect.TypeFor[json.RawMessage]():
 		return "a JSON value"
 	}
 	switch t.Kind() {

@@ -36,6 +36,9 @@ func TestDecodeArgsWordsEachRefusal(t *testing.T) {
 		{"a number for a string", `{"app":1}`, &AppArgs{}, `args.app must be a string, not number`},
 		{"a string for a boolean", `{"app":"a","follow":"yes"}`, &LogsArgs{}, `args.follow must be true or false, not string`},
 		{"a string for a list", `{"topics":"state"}`, &SubscribeArgs{}, `args.topics must be an array of strings, not string`},
+		{"an item of the wrong type", `{"topics":["state",1]}`, &SubscribeArgs{}, `args.topics[1] must be a string, not number`},
+		{"a member twice", `{"app":"a","app":"b"}`, &AppArgs{}, `args.app is there twice: send each member once`},
+		{"not an object", `[1]`, &AppArgs{}, `args must be an object, not array`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

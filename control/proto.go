@@ -485,6 +485,31 @@ func decodeRequestSlow(line []byte) (Request, error) {
 	return req, nil
 }
 
+// objectMembers returns the keys of the object raw starts with, in the
+// order written, with their values, and the offset just past it.
+func objectMembers(raw []byte) (keys []string, values []json.RawMessage, end int, err error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, nil, 0, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, 0, err
+		}
+		keys, values = append(keys, k), append(values, v)
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, nil, 0, err
+	}
+	return keys, values, int(dec.InputOffset()), nil
+}
+
 // jsonErrorText is a decoder error without its "json: " prefix.
 func jsonErrorText(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
 
