@@ -271,17 +271,30 @@ func (c *Conn) putAnswer(line []byte, o linewriter.Opt) error {
 
 // okAnswer is the line of a successful answer with data (nil: none); data
 // that does not encode is an internal error instead.
+//
+// It is encoded in one pass: a Response carries its data encoded already,
+// which encoding/json scans twice more on the way into the line (a
+// RawMessage is checked and compacted, and so is a MarshalJSON's
+// output), the most of a large answer's cost (status of every app). An
+// answer's id is a request's, never 0, so it needs no null.
 func (c *Conn) okAnswer(id int64, data any) []byte {
-	resp := control.Response{ID: id, OK: true}
-	if data != nil {
-		b, err := json.Marshal(data)
-		if err != nil {
-			c.log.Error("encode op data", zap.Int64("id", id), zap.Error(err))
-			return c.encodeAnswer(control.Response{ID: id, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
-		}
-		resp.Data = b
+	line, err := json.Marshal(struct {
+		ID   int64 `json:"id"`
+		OK   bool  `json:"ok"`
+		Data any   `json:"data,omitempty"`
+	}{id, true, data})
+	if err != nil {
+		c.log.Error("encode op data", zap.Int64("id", id), zap.Error(err))
+		return c.encodeAnswer(control.Response{ID: id, Error: control.Errorf(control.CodeInternal, "encode answer: %v", err)})
 	}
-	return c.encodeAnswer(resp)
+	if len(line) > control.MaxLine {
+		return c.encodeAnswer(control.Response{ID: id, Error: answerTooLarge()})
+	}
+	return line
+}
+
+func answerTooLarge() *control.Error {
+	return control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
 }
 
 // encodeAnswer is resp's line (json.Marshal's); one too large for a
@@ -289,8 +302,7 @@ func (c *Conn) okAnswer(id int64, data any) []byte {
 func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	line, err := json.Marshal(resp)
 	if err == nil && len(line) > control.MaxLine {
-		resp.OK, resp.Data = false, nil
-		resp.Error = control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
+		resp.OK, resp.Data, resp.Error = false, nil, answerTooLarge()
 		line, err = json.Marshal(resp)
 	}
 	if err != nil {
