@@ -106,7 +106,6 @@ func (p *peer) serviceGranted(app policy.App) bool {
 func (p *peer) attached(l *link, entry policy.App, dev bool) {
 	p.link = l
 	p.app, p.dev = entry, dev
-	p.m.log.Info("link up", zap.String("app", p.id), zap.Bool("service", p.serviceGranted(entry)))
 }
 
 // setEntry applies a manifest's entry of the app; narrow, to the live

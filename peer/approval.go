@@ -166,15 +166,15 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 		return err
 	}
 	now := m.cfg.Now().UTC()
-	switch {
-	case a.Kind == KindConsent:
-		err = m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: now})
-	case remember:
-		err = m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
-	}
-	if !p.run(func() { p.decided(a, d, remember, err) }) {
-		return ErrClosed
-	}
+	err = p.writePolicy(func() error {
+		switch {
+		case a.Kind == KindConsent:
+			return m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: now})
+		case remember:
+			return m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
+		}
+		return nil
+	}, func(err error) { p.decided(a, d, remember, err) })
 	if err != nil {
 		return fmt.Errorf("keep the decision: %w", err)
 	}
@@ -195,20 +195,18 @@ func (p *peer) beginDecide(id string) (*approval, error) {
 	return a, nil
 }
 
-// decided acts on an answer Approve persisted (err: it could not).
+// decided acts on an answer Approve persisted (err: it could not). The
+// peer's consent and rules were read back from the store just before
+// (writePolicy).
 func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error) {
 	a.deciding = false
 	if err != nil {
 		return
 	}
 	if a.Kind == KindTool {
-		if remember {
-			p.rules[a.Tool] = d
-		}
 		p.answerTool(a, d, remember)
 		return
 	}
-	p.consent = d
 	state := ApprovalAllowed
 	if d == policy.Deny {
 		state = ApprovalDenied
@@ -229,29 +227,6 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 			p.finish(r, consentDenied(a.App))
 		}
 	}
-}
-
-// Consents lists the persisted decisions (op consent, action list).
-func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents() }
-
-// RevokeConsent forgets an app's decision (op consent, action revoke): its
-// next request asks again. found reports whether there was one.
-func (m *Manager) RevokeConsent(app string) (found bool, err error) {
-	// Written first; a request checked before the decision goes below
-	// simply came before the revoke.
-	found, err = m.store.RevokeConsent(app)
-	if err != nil {
-		return false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p := m.peers[app]; p != nil {
-		p.run(func() { p.consent = "" })
-	} else if ap, ok := m.kept[app]; ok {
-		ap.consent = ""
-		m.kept[app] = ap
-	}
-	return found, nil
 }
 
 // consentDenied is the answer to every request of an app the person

@@ -54,9 +54,14 @@
 // The app's store I/O (sessions, history, turns) runs off mu, in order,
 // on the app's own jobs goroutine (jobs.go), and comes back as a step: a
 // stalled store stalls that app's store requests alone. Its consent and
-// standing rules are read once, when the Manager starts, and written
-// through: Approve and the revokes write the store (fsync'd, no lock
-// held) and then the peer, so every check is a lookup.
+// standing rules are read once, when the Manager starts, so every check
+// is a lookup; Approve writes the store (fsync'd, no lock held) on the
+// app's jobs and reads the app's decisions back into the peer in the same
+// job, and a revoke writes the store and then has the jobs read them back
+// behind anything queued before it: per app, the peer ends with what the
+// store holds, whatever the order approves and revokes ran in
+// (policy.go). If the Manager could not read them at start, every request
+// that needs a consent fails internal until the daemon restarts.
 //
 // The other mutexes guard maps and one queue: Manager.mu the registry of
 // peers, the manifest, closed and the kernel's attach (it is held around
@@ -65,17 +70,23 @@
 // relay and the outcomes kept while none is installed, held across the
 // relay's callbacks; auditLog.mu the audit entries waiting for their
 // batch (written by the audit log's one goroutine); a jobs' mu its
-// queue. Lock order: Manager.mu, then a peer's mu, then amu or relay.mu,
-// then what the callbacks take (the daemon's: its fanout's locks and a
-// connection's queue lock) or a hub's queue lock; nothing else nests,
-// and no lock is held across a wait on disk or socket (linewriter writes
-// off its lock).
+// queue. Lock order: Manager.mu, then a peer's mu, then amu, relay.mu,
+// auditLog.mu or a jobs' mu (none of which takes another, but relay.mu
+// the callbacks'), then what the callbacks take (the daemon's: its
+// fanout's locks and a connection's queue lock) or a hub's queue lock.
+// No lock is held across a wait on disk or socket: a line put on an idle
+// linewriter is written by its putter at once, without blocking. Log
+// lines are written in steps, as they were on the app's serial before:
+// a stalled log sink stalls the app that logs (and, for the two kinds of
+// step taken under Manager.mu, a reload's narrowing and a detach's
+// sweep, the Manager); Attach and AttachKernel log after they let go.
 //
 // AttachKernel runs its caller's answered (the control socket queues
 // kernel.attach's answer there) before the kernel is visible, so the
-// kernel hears that answer before anything else; once Detach returns,
-// every peer has been locked after the kernel went, and the kernel hears
-// nothing more. Events.Approval, Events.AppFrame and the Kernel and
+// kernel hears that answer before anything else. Detach unsets the
+// kernel and ends its requests in one step under Manager.mu: once it
+// returns, every peer has been locked after the kernel went, and the
+// kernel hears nothing more; no next kernel attaches in between. Events.Approval, Events.AppFrame and the Kernel and
 // ToolRelay callbacks run with the app's peer locked and must not block
 // nor call the Manager: an app's reply to a frame Send wrote (with its
 // sent callback, in one step) is published after it. Attach and Detach

@@ -80,26 +80,36 @@ type KernelSession struct {
 // can reach it: the control socket queues kernel.attach's answer there,
 // so that the kernel hears it first. It must not block.
 func (m *Manager) AttachKernel(k Kernel, answered func()) (*KernelSession, error) {
+	s, dropped, err := m.attachKernel(k, answered)
+	if err != nil {
+		return nil, err
+	}
+	// Logged with no lock held: a stalled log sink stalls no step.
+	m.relay.logDropped(dropped)
+	m.log.Info("kernel attached")
+	return s, nil
+}
+
+func (m *Manager) attachKernel(k Kernel, answered func()) (s *KernelSession, dropped int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	if m.kernel.Load() != nil {
-		return nil, ErrKernelAttached
+		return nil, 0, ErrKernelAttached
 	}
-	s := &KernelSession{m: m, k: k}
+	s = &KernelSession{m: m, k: k}
 	if answered != nil {
 		answered()
 	}
 	if r, ok := k.(ToolRelay); ok {
 		m.relay.mu.Lock()
-		m.relay.install(r, s)
+		dropped = m.relay.install(r, s)
 		m.relay.mu.Unlock()
 	}
 	m.kernel.Store(s)
-	m.log.Info("kernel attached")
-	return s, nil
+	return s, dropped, nil
 }
 
 // Detach ends the session: every turn request still open fails, so no app
@@ -108,14 +118,24 @@ func (m *Manager) AttachKernel(k Kernel, answered func()) (*KernelSession, error
 // every callback it will get; what comes later queues for the next one.
 // Detaching twice is harmless.
 func (s *KernelSession) Detach() {
-	m := s.m
 	if s.detached.Swap(true) {
 		return
 	}
+	if n, ok := s.detach(); ok {
+		s.m.log.Info("kernel detached", zap.Int("requests_failed", n))
+	}
+}
+
+// detach unsets the kernel and ends its requests in one step under
+// Manager.mu, so that no next kernel attaches in between (its requests
+// would be taken for this one's). A peer that found s attached did so
+// under its mu: once each has been locked here, none will call k again.
+func (s *KernelSession) detach() (failed int, ok bool) {
+	m := s.m
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.kernel.Load() != s {
-		m.mu.Unlock()
-		return
+		return 0, false
 	}
 	m.kernel.Store(nil)
 	m.relay.mu.Lock()
@@ -123,18 +143,10 @@ func (s *KernelSession) Detach() {
 		m.relay.install(nil, nil)
 	}
 	m.relay.mu.Unlock()
-	peers := make([]*peer, 0, len(m.peers))
 	for _, p := range m.peers {
-		peers = append(peers, p)
+		p.run(func() { failed += p.kernelDetached() })
 	}
-	m.mu.Unlock()
-	// A peer that found s attached did so under its mu: once each has
-	// been locked here, none will call k again.
-	n := 0
-	for _, p := range peers {
-		p.run(func() { n += p.kernelDetached() })
-	}
-	m.log.Info("kernel detached", zap.Int("requests_failed", n))
+	return failed, true
 }
 
 // kernelDetached ends the requests the kernel held: how many.

@@ -131,8 +131,8 @@ type Events interface {
 // LinkHandler (Attach, Detach). All methods are safe for concurrent use.
 //
 // It keeps a registry of the apps (peers) and the few indexes across
-// them; each app's state is its peer's, touched only on the peer's
-// serial (doc.go).
+// them; each app's state is its peer's, touched only with the peer's mu
+// held (doc.go).
 type Manager struct {
 	cfg   Config
 	log   *zap.Logger
@@ -154,8 +154,10 @@ type Manager struct {
 	manifest *policy.Manifest
 	peers    map[string]*peer
 	// kept is the consent and the rules of each app that has no peer yet,
-	// read from the store by New; a new peer takes its part.
-	kept map[string]appPolicy
+	// read from the store by New; a new peer takes its part. policyErr is
+	// why New could not read them (policy.go).
+	kept      map[string]appPolicy
+	policyErr error
 
 	// amu guards approvals, which indexes every pending approval by id:
 	// the app whose peer holds it, and what Approvals lists. It is taken
@@ -190,42 +192,6 @@ type Manager struct {
 type pendingApproval struct {
 	p *peer
 	a Approval
-}
-
-// appPolicy is what the store keeps of an app's decisions: its consent
-// ("" never asked) and its standing rules by tool.
-type appPolicy struct {
-	consent policy.Decision
-	rules   map[string]policy.Decision
-}
-
-// loadPolicy reads every app's consent and standing rules, so that each
-// check is a lookup. A read that fails leaves the app undecided: the
-// person is asked again, which is safe.
-func loadPolicy(st *policy.Store, log *zap.Logger) map[string]appPolicy {
-	kept := map[string]appPolicy{}
-	consents, err := st.Consents()
-	if err != nil {
-		log.Error("read the consent decisions: every app asks again", zap.Error(err))
-	}
-	for _, c := range consents {
-		ap := kept[c.App]
-		ap.consent = c.Decision
-		kept[c.App] = ap
-	}
-	rules, err := st.Rules("")
-	if err != nil {
-		log.Error("read the standing rules: every host-confirmed call asks again", zap.Error(err))
-	}
-	for _, r := range rules {
-		ap := kept[r.App]
-		if ap.rules == nil {
-			ap.rules = map[string]policy.Decision{}
-		}
-		ap.rules[r.Tool] = r.Decision
-		kept[r.App] = ap
-	}
-	return kept
 }
 
 // New returns a Manager, with every app's consent and standing rules
@@ -303,8 +269,10 @@ func New(cfg Config) *Manager {
 		store:      cfg.Store,
 		peers:      map[string]*peer{},
 		approvals:  map[string]pendingApproval{},
-		kept:       loadPolicy(cfg.Store, log),
 		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
+	}
+	if m.kept, m.policyErr = loadPolicy(cfg.Store); m.policyErr != nil {
+		log.Error("read the consent decisions and standing rules: every request that needs consent fails internal until the daemon is restarted", zap.Error(m.policyErr))
 	}
 	m.relay.queue.size = cfg.RelayQueue
 	m.relay.log = log
@@ -394,6 +362,7 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
 	p.run(func() { p.attached(l, entry, dev) })
 	m.mu.Unlock()
+	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)))
 	if old != nil {
 		old.shut("replaced by a new process") // off m.mu: it closes a socket
 	}

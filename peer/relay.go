@@ -39,16 +39,21 @@ func (rl *relay) note(n relayNote) {
 }
 
 // install sets the relay (nil: none) and drains what was kept into it.
-// mu is held.
-func (rl *relay) install(r ToolRelay, owner *KernelSession) {
+// It returns how many outcomes were lost while none was installed, for
+// the caller to log once it holds no lock. mu is held.
+func (rl *relay) install(r ToolRelay, owner *KernelSession) (dropped int) {
 	rl.to, rl.owner = r, owner
 	if r == nil {
-		return
+		return 0
 	}
 	rl.queue.drain(rl.deliver)
-	if d := rl.queue.dropped; d > 0 {
-		rl.log.Error("tool outcomes were lost while no relay was installed", zap.Int("dropped", d))
-		rl.queue.dropped = 0
+	dropped, rl.queue.dropped = rl.queue.dropped, 0
+	return dropped
+}
+
+func (rl *relay) logDropped(n int) {
+	if n > 0 {
+		rl.log.Error("tool outcomes were lost while no relay was installed", zap.Int("dropped", n))
 	}
 }
 

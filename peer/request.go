@@ -186,10 +186,12 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 		return
 	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
-	switch p.consent {
-	case policy.Deny:
+	switch {
+	case p.m.policyErr != nil:
+		p.fail(l, f.ReqID, frame.Errorf(frame.CodeInternal, "the daemon could not read its consent records at start: restart it once its state file reads (its log says why)"))
+	case p.consent == policy.Deny:
 		p.fail(l, f.ReqID, consentDenied(p.id))
-	case policy.Allow:
+	case p.consent == policy.Allow:
 		p.dispatch(r)
 	default:
 		r.move(reqWaitingConsent)

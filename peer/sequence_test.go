@@ -2,7 +2,10 @@ package peer
 
 import (
 	"errors"
+	"maps"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +116,97 @@ func (h *harness) restart() {
 	h.t.Helper()
 	h.m.Close()
 	h.m = New(Config{Store: h.store, Events: h.events, Log: zap.NewNop(), Nonce: "n0nce2"})
+}
+
+// TestDetachSweepsUnderTheManagerLock: Detach unsets the kernel and ends
+// its requests in one step under Manager.mu, so no next kernel attaches
+// in between (it used to, and the old kernel's sweep then failed the
+// requests the new one had been sent).
+func TestDetachSweepsUnderTheManagerLock(t *testing.T) {
+	h := newHarness(t, nil)
+	_, ks := h.kernel()
+	h.attach(notesApp("notes"))
+	p := h.m.peerOf("notes")
+	p.mu.Lock() // the sweep waits here
+	done := make(chan struct{})
+	go func() { ks.Detach(); close(done) }()
+	for h.m.kernel.Load() != nil {
+		runtime.Gosched()
+	}
+	free := false
+	for range 1000 {
+		if h.m.mu.TryLock() {
+			h.m.mu.Unlock()
+			free = true
+			break
+		}
+		runtime.Gosched()
+	}
+	p.mu.Unlock()
+	<-done
+	if free {
+		t.Fatal("Manager.mu was free between the kernel's unset and its sweep: a next kernel could attach there")
+	}
+}
+
+// TestRevokeWaitsForTheApproveBeforeIt: a revoke reads the app's
+// decisions back behind the store writes queued before it (an approve's),
+// so the peer ends with what the store holds, whatever the order the two
+// ran in: an approve --remember cannot put back a rule a revoke removed.
+func TestRevokeWaitsForTheApproveBeforeIt(t *testing.T) {
+	h, _ := newToolHarness(t, nil)
+	gate, atGate := make(chan struct{}), make(chan struct{}, 1)
+	var gated atomic.Bool
+	h.m.storeGate = func(app string) { // set before any job runs
+		if app == "notes" && gated.CompareAndSwap(true, false) {
+			atGate <- struct{}{}
+			<-gate
+		}
+	}
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.setRule(policy.Rule{App: "notes", Tool: "notes.wipe", Decision: policy.Allow})
+	h.call("notes", kc(ctx, "h1", "notes.append", RiskWrite, ConfirmHost))
+	sheet := h.events.nextApproval(t)
+
+	gated.Store(true)
+	p := h.m.peerOf("notes")
+	queued := func() int {
+		p.jobs.mu.Lock()
+		defer p.jobs.mu.Unlock()
+		return len(p.jobs.q)
+	}
+	approved := make(chan error, 1)
+	go func() { approved <- h.m.Approve(sheet.ApprovalID, policy.Allow, true) }()
+	<-atGate // the approve's job waits at the gate, before its write
+	revoked := make(chan error, 1)
+	go func() {
+		_, err := h.m.RevokeRules("notes", "")
+		revoked <- err
+	}()
+	deadline := time.Now().Add(wait)
+	for queued() < 1 {
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatal("the revoke did not queue its read-back behind the approve's write")
+		}
+		runtime.Gosched()
+	}
+	close(gate)
+	if err := <-approved; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-revoked; err != nil {
+		t.Fatal(err)
+	}
+	a.nextToolCall("h1")
+	stored, _ := h.m.Rules("notes")
+	var held map[string]policy.Decision
+	h.m.inspect("notes", func(p *peer) { held = maps.Clone(p.rules) })
+	want := map[string]policy.Decision{}
+	for _, r := range stored {
+		want[r.Tool] = r.Decision
+	}
+	if !maps.Equal(held, want) {
+		t.Fatalf("the peer holds rules %v, the store %v", held, want)
+	}
 }

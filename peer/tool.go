@@ -98,8 +98,9 @@ type ContextOwner struct {
 // the relay while it is attached; SetToolRelay replaces it.
 func (m *Manager) SetToolRelay(r ToolRelay) {
 	m.relay.mu.Lock()
-	defer m.relay.mu.Unlock()
-	m.relay.install(r, nil)
+	dropped := m.relay.install(r, nil)
+	m.relay.mu.Unlock()
+	m.relay.logDropped(dropped)
 }
 
 // ToolCall hands a call to app (the relay seam). It returns nil once the
@@ -250,34 +251,6 @@ func (p *peer) closeAccount(account string) int {
 		p.closeContext(c, "account_closed", true)
 	}
 	return len(closing)
-}
-
-// Rules lists the standing tool rules of app ("" for all).
-func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rules(app) }
-
-// RevokeRules forgets app's standing rule for tool (every rule of app when
-// tool is ""): its next host-confirmed call asks the person again. It
-// returns the rules removed.
-func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
-	rules, err := m.store.RevokeRules(app, tool)
-	// What the store removed goes from the peers (or from what New
-	// kept) after it: a call decided before that came before the revoke.
-	forget := func(r map[string]policy.Decision, id string) {
-		for _, rule := range rules {
-			if rule.App == id {
-				delete(r, rule.Tool)
-			}
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, ap := range m.kept {
-		forget(ap.rules, id)
-	}
-	for id, p := range m.peers {
-		p.run(func() { forget(p.rules, id) })
-	}
-	return rules, err
 }
 
 // Audit returns the last limit finished calls of app ("" for all), oldest
