@@ -302,3 +302,64 @@ func TestClientThatDoesNotRead(t *testing.T) {
 		t.Fatal("all requests were read although their answers were not")
 	}
 }
+
+// TestWaitStepWaitsForRoom: an answer queued by a waitStep (subscribe's)
+// on a connection whose queue is full waits for the client to read, as
+// any other answer does; one queued by a step (whose caller may hold an
+// app's lock) drops the connection instead.
+func TestWaitStepWaitsForRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		at      func(func(func(any)) error) answerAt
+		answers bool
+	}{
+		{"waitStep", func(f func(func(any)) error) answerAt { return waitStep(f) }, true},
+		{"step", func(f func(func(any)) error) answerAt { return step(f) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peerEnd := connPair(t)
+			runWriter(t, c)
+			event := []byte(`{"event":"state","pad":"` + strings.Repeat("p", 200) + `"}`)
+			sent := 0
+			for lines, _ := c.w.Queued(); lines < connQueue; lines, _ = c.w.Queued() {
+				if !c.event(event) {
+					t.Fatalf("event %d refused before the queue was full", sent)
+				}
+				sent++
+			}
+			answered := make(chan struct{})
+			go func() {
+				defer close(answered)
+				c.answerAt(7, tc.at(func(queue func(any)) error { queue(map[string]bool{"subscribed": true}); return nil }))
+			}()
+			if !tc.answers {
+				select { // it must not wait: nothing is read yet
+				case <-answered:
+				case <-time.After(10 * time.Second):
+					t.Fatal("a step's answer waited for room: its caller may hold an app's lock")
+				}
+			}
+			r := bufio.NewReader(peerEnd)
+			peerEnd.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for i := 0; ; i++ {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					if tc.answers {
+						t.Fatalf("after %d lines: %v", i, err)
+					}
+					return // dropped, as a step's answer must be
+				}
+				if strings.HasPrefix(line, `{"id":7`) {
+					if !tc.answers {
+						t.Fatal("a step's answer waited for room: its caller may hold an app's lock")
+					}
+					if i != sent {
+						t.Fatalf("the answer came after %d events, want %d", i, sent)
+					}
+					<-answered
+					return
+				}
+			}
+		})
+	}
+}

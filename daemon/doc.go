@@ -78,5 +78,7 @@
 // Lock order: the supervisor's lock or an app's ring lock, or an app's
 // peer lock (peer/doc.go), then Conn.subMu, then fanout.mu, then a queue
 // lock; a publisher lets go of fanout.mu before it puts. No lock is held
-// across a write to a socket (linewriter writes off its lock).
+// across a wait on a socket: a line put on an idle connection is written
+// by its putter at once, without blocking, and the rest by the
+// connection's writer loop, off every lock.
 package daemon

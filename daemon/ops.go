@@ -260,8 +260,9 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: the topics are %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	// The answer is queued, then the topics join: an event that finds
-	// them finds the answer queued before it.
-	return step(func(queue func(any)) error {
+	// them finds the answer queued before it. Only subMu is held: the
+	// answer may wait for room.
+	return waitStep(func(queue func(any)) error {
 		c.subMu.Lock()
 		defer c.subMu.Unlock()
 		st := c.sub

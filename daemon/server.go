@@ -21,14 +21,14 @@ import (
 
 // The control server is split by concern: this file has the Server, its
 // op registry and the dispatch of a request to its handler and of the
-// result to its answer; accept.go the accept loop and the forwarding of
-// the supervisor's events; admit.go the client check; conn.go a
+// result to its answer; accept.go the accept loop; admit.go the client
+// check; conn.go a
 // connection and its write queue; read.go the read loop; fanout.go the
 // subscriptions. doc.go states the concurrency model.
 
 // handler serves one op. args are the request's args (nil when absent);
-// the result is marshaled as the answer's data (see answerThen and
-// answerAt for the results that do more). An error that is a
+// the result is marshaled as the answer's data (see answerAt for the
+// results whose answer is queued in a step of their own). An error that is a
 // *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
@@ -43,13 +43,15 @@ func argsOnly(h handler) requestHandler {
 
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
-// event past either drops the connection, an answer waits for room
-// (but kernel.attach's and tool.call's, which the peer Manager queues in
-// its own step, as it does events: they drop the connection too). It
-// runs at most maxInflight requests at once; reading the next request
-// waits for a free slot, which slows that client only.
+// event past either drops the connection, an answer waits for room (but
+// those queued in a step that must not wait, answerAt's: they drop the
+// connection too). connQueue is twice the tool outcomes the peer side
+// keeps while no kernel is attached (peer.DefaultRelayQueue), which a
+// kernel's attach queues behind its answer in one step. It runs at most
+// maxInflight requests at once; reading the next request waits for a
+// free slot, which slows that client only.
 const (
-	connQueue      = 1024
+	connQueue      = 8192
 	connQueueBytes = 16 << 20
 	maxInflight    = 64
 	writeTimeout   = 10 * time.Second
@@ -223,6 +225,12 @@ type step func(queue func(data any)) error
 
 func (f step) at(queue func(data any)) error { return f(queue) }
 
+// waitStep is a step whose queue waits for room, as any other answer
+// does: for a step that holds no lock another step needs (subscribe's).
+type waitStep func(queue func(data any)) error
+
+func (f waitStep) at(queue func(data any)) error { return f(queue) }
+
 // dispatch runs one request's handler and queues its answer.
 func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 	h, ok := c.srv.lookup(req.Op)
@@ -317,12 +325,16 @@ func (c *Conn) encodeAnswer(resp control.Response) []byte {
 // step (tool.call's tool.acknowledged) leave in one write.
 func (c *Conn) answerAt(id int64, at answerAt) {
 	queued := false
+	// Not Wait but for a waitStep: the step must not block (it may hold
+	// an app's lock); a connection that far behind is dropped instead.
+	o := linewriter.Opt{Now: true}
+	if _, ok := at.(waitStep); ok {
+		o.Wait = c.ctx.Done()
+	}
 	c.w.Hold()
 	err := at.at(func(data any) {
 		queued = true
-		// Not Wait: the step must not block (it may hold an app's
-		// lock); a connection that far behind is dropped instead.
-		_ = c.w.Put(c.okAnswer(id, data), linewriter.Opt{Now: true})
+		_ = c.w.Put(c.okAnswer(id, data), o)
 	})
 	c.w.Release()
 	switch {

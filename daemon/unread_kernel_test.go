@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"octosup/control"
+	"octosup/peer"
 	"octosup/policy"
 )
 
@@ -126,5 +129,53 @@ func TestUnreadKernelHoldsUpNothing(t *testing.T) {
 	case <-done:
 	case <-ctx.Done():
 		t.Fatal("the app's session.open was not answered after an unread kernel")
+	}
+}
+
+// TestAFullRelayBacklogReachesTheNextKernel: the outcomes kept while no
+// kernel was attached, as many as the peer side keeps
+// (peer.DefaultRelayQueue), all reach the next kernel right after its
+// attach's answer, queued in one step: they fit its connection's queue
+// (connQueue), which held a quarter of them before and dropped the kernel
+// with them.
+func TestAFullRelayBacklogReachesTheNextKernel(t *testing.T) {
+	rig := newToolRig(t)
+	defer rig.echo()()
+	calls := peer.DefaultRelayQueue / 2 // an acknowledgement and an outcome each
+	deadline := time.Now().Add(30 * time.Second)
+	settle := func(most int) { // at most most calls outstanding
+		for rig.m.LinkStatus("notes").OutstandingCalls > most {
+			if time.Now().After(deadline) {
+				t.Fatal("the app did not answer the calls")
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := range calls {
+		settle(peer.DefaultMaxCalls - 1)
+		err := rig.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
+			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
+			TimeoutMS: 30000, ContextID: rig.ctx, Caller: "test"})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	settle(0)
+	k := rig.kernel()
+	k.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	finished := 0
+	for range 2 * calls {
+		var ev struct {
+			Event string `json:"event"`
+		}
+		if b := k.line(); json.Unmarshal(b, &ev) != nil || (ev.Event != control.EventToolAcknowledged && ev.Event != control.EventToolFinished) {
+			t.Fatalf("after %d outcomes: %s", finished, b)
+		}
+		if ev.Event == control.EventToolFinished {
+			finished++
+		}
+	}
+	if finished != calls {
+		t.Fatalf("the kernel got %d outcomes of %d", finished, calls)
 	}
 }

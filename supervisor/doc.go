@@ -56,8 +56,8 @@
 // (which must not block) and then to the subscribers' channels (a send
 // that would block drops the subscriber). So Publish hears of a move
 // before the move's caller does, and FollowLogs, which reads the ring
-// under the same lock, splits an app's lines exactly between what it
-// returns and what Publish is handed after.
+// under the same lock, splits the lines of the app's runner exactly
+// between what it returns and what Publish is handed after.
 //
 // A process's death is noticed at once without a thread per child: its
 // pidfd is non-blocking and parked in Go's netpoller. The app's runner

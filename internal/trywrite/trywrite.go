@@ -12,12 +12,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// maxIOV is the most buffers one writev(2) takes (Linux's IOV_MAX):
+// with more it fails EINVAL.
+const maxIOV = 1024
+
 // Write writes bufs to the descriptor behind rc with one writev(2),
-// never waiting for room, and returns how many bytes went. A socket that
-// is full, or whose write deadline has passed (the writer's, armed for
-// its last write), takes nothing and is no error: the caller's writer
-// then writes it, with a fresh deadline. Any other failure is returned.
+// never waiting for room, and returns how many bytes went: of the first
+// maxIOV buffers at most, the rest being the caller's to write as what
+// the socket did not take. A socket that is full, or whose write
+// deadline has passed (the writer's, armed for its last write), takes
+// nothing and is no error: the caller's writer then writes it, with a
+// fresh deadline. Any other failure is returned.
 func Write(rc syscall.RawConn, bufs [][]byte) (int, error) {
+	bufs = bufs[:min(len(bufs), maxIOV)]
 	var n int
 	var werr error
 	err := rc.Write(func(fd uintptr) bool {

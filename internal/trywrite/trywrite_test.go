@@ -63,3 +63,18 @@ func TestWrite(t *testing.T) {
 		t.Fatal("Write to a closed peer: no error")
 	}
 }
+
+// TestWriteMoreBuffersThanIOVMax: more buffers than one writev takes
+// (IOV_MAX) write the first ones, not fail EINVAL (a control connection
+// corked while a kernel's backlog is queued hands over thousands).
+func TestWriteMoreBuffersThanIOVMax(t *testing.T) {
+	send, _ := roundtrip.TightPair(t, 1<<20)
+	bufs := make([][]byte, 3000)
+	for i := range bufs {
+		bufs[i] = []byte("x\n")
+	}
+	n, err := Write(raw(t, send), bufs)
+	if err != nil || n != 2*maxIOV {
+		t.Fatalf("Write of %d buffers: %d bytes, %v; want the first %d buffers' %d bytes", len(bufs), n, err, maxIOV, 2*maxIOV)
+	}
+}
