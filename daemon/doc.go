@@ -58,10 +58,12 @@
 // whose answer starts something (a subscription, logs with follow,
 // kernel.attach, tool.call, app.send) returns an answerAt, and its answer
 // is queued in the step that makes that visible, by whoever owns it: the
-// fanout for a subscription, the app's log ring for a follow
-// (supervisor.Supervisor.FollowLogs: the answer holds the lines before,
-// the stream gets every line after), the peer Manager for a kernel, a
-// call or a frame. Such an answer never waits for room.
+// connection's subscribe stream (under Conn.subMu) for a subscription,
+// the app's log ring for a follow (supervisor.Supervisor.FollowLogs: the
+// answer holds the lines before, the stream gets every line after), the
+// peer Manager for a kernel, a call or a frame. Such an answer never
+// waits for room, as its step may hold an app's lock; but subscribe's
+// (a waitStep), whose step holds no lock another takes.
 //
 // Locks, and what each guards:
 //   - the queue lock of each connection's linewriter.Writer (Conn.w): the
@@ -75,9 +77,10 @@
 //   - peerLink.kmu: the kernel session of each kernel connection.
 //   - instance.reloadMu: one reload at a time.
 //
-// Lock order: the supervisor's lock or an app's ring lock, or an app's
-// peer lock (peer/doc.go), then Conn.subMu, then fanout.mu, then a queue
-// lock; a publisher lets go of fanout.mu before it puts. No lock is held
+// Lock order: the supervisor's lock, an app's ring lock or an app's peer
+// lock (peer/doc.go), then fanout.mu, then a queue lock; Conn.subMu, then
+// a queue lock, then fanout.mu (a subscribe's step); a publisher lets go
+// of fanout.mu before it puts. No lock is held
 // across a wait on a socket: a line put on an idle connection is written
 // by its putter at once, without blocking, and the rest by the
 // connection's writer loop, off every lock.

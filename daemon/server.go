@@ -44,8 +44,8 @@ func argsOnly(h handler) requestHandler {
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room (but
-// those queued in a step that must not wait, answerAt's: they drop the
-// connection too). connQueue is twice the tool outcomes the peer side
+// those queued in a step that must not wait, an answerAt's other than a
+// waitStep's: they drop the connection too). connQueue is twice the tool outcomes the peer side
 // keeps while no kernel is attached (peer.DefaultRelayQueue), which a
 // kernel's attach queues behind its answer in one step. It runs at most
 // maxInflight requests at once; reading the next request waits for a

@@ -179,3 +179,80 @@ func TestAFullRelayBacklogReachesTheNextKernel(t *testing.T) {
 		t.Fatalf("the kernel got %d outcomes of %d", finished, calls)
 	}
 }
+
+// TestABigRelayBacklogKeepsTheKernel: outcomes kept while no kernel was
+// attached are bounded in bytes too, below what a connection holds, so
+// that large ones (400 of 64 KiB here, 25 MiB) do not drop the next
+// kernel with them: the oldest are dropped (and logged) instead, the
+// kernel gets the rest right after its attach's answer, and its
+// connection serves on.
+func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
+	rig := newToolRig(t)
+	rig.hub.SetReadDeadline(time.Time{})
+	blob := strings.Repeat("x", 64<<10)
+	go func() { // the app: every call answered with 64 KiB
+		for {
+			line, err := rig.r.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var f struct {
+				Peer struct {
+					Type   string `json:"type"`
+					CallID string `json:"call_id"`
+				} `json:"octos_peer"`
+			}
+			if json.Unmarshal(line, &f) != nil || f.Peer.Type != "tool_call" {
+				continue
+			}
+			b, _ := json.Marshal(map[string]any{"octos_peer": map[string]any{
+				"type": "tool_result", "call_id": f.Peer.CallID, "ok": true, "data": map[string]any{"blob": blob}}})
+			if _, err := rig.hub.Write(append(b, '\n')); err != nil {
+				return
+			}
+		}
+	}()
+	const calls = 400
+	deadline := time.Now().Add(30 * time.Second)
+	settle := func(most int) {
+		for rig.m.LinkStatus("notes").OutstandingCalls > most {
+			if time.Now().After(deadline) {
+				t.Fatal("the app did not answer the calls")
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := range calls {
+		settle(peer.DefaultMaxCalls - 1)
+		if err := rig.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
+			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
+			TimeoutMS: 30000, ContextID: rig.ctx, Caller: "test"}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	settle(0)
+	k := rig.kernel()
+	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"after","name":"notes.search","args":{"query":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"test"}}}`, rig.ctx))
+	k.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	kept := 0
+	for {
+		b, err := k.r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("the kernel's connection ended after %d kept outcomes: %v", kept, err)
+		}
+		var ev struct {
+			Event  string `json:"event"`
+			CallID string `json:"call_id"`
+		}
+		json.Unmarshal(b, &ev)
+		if ev.Event == control.EventToolFinished && ev.CallID == "after" {
+			break
+		}
+		if ev.Event == control.EventToolFinished {
+			kept++
+		}
+	}
+	if kept == 0 || kept == calls {
+		t.Fatalf("the kernel got %d of %d kept outcomes: want the newest that fit, not none and not all", kept, calls)
+	}
+}

@@ -130,7 +130,8 @@ func (m *Manager) Approvals() []Approval {
 }
 
 // Approve answers a pending approval (op approve). The answer is
-// persisted (fsync'd) by the caller, under no lock, and
+// persisted (fsync'd) on the app's store jobs, under no lock (so it waits
+// behind the app's store work queued before it), and
 // acted on only once it is: when Approve returns nil, a daemon killed at
 // any moment keeps it.
 //
@@ -166,7 +167,7 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 		return err
 	}
 	now := m.cfg.Now().UTC()
-	err = p.writePolicy(func() error {
+	done := p.writePolicy(func() error {
 		switch {
 		case a.Kind == KindConsent:
 			return m.store.SetConsent(policy.Consent{App: a.App, Decision: d, At: now})
@@ -174,8 +175,18 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 			return m.store.SetRule(policy.Rule{App: a.App, Tool: a.Tool, Decision: d, At: now})
 		}
 		return nil
+	}, func(ap *appPolicy) {
+		switch {
+		case a.Kind == KindConsent:
+			ap.consent = d
+		case remember:
+			ap.rules[a.Tool] = d
+		}
 	}, func(err error) { p.decided(a, d, remember, err) })
-	if err != nil {
+	if done == nil {
+		return ErrClosed
+	}
+	if err := <-done; err != nil {
 		return fmt.Errorf("keep the decision: %w", err)
 	}
 	return nil

@@ -86,10 +86,14 @@
 // kernel hears that answer before anything else. Detach unsets the
 // kernel and ends its requests in one step under Manager.mu: once it
 // returns, every peer has been locked after the kernel went, and the
-// kernel hears nothing more; no next kernel attaches in between. Events.Approval, Events.AppFrame and the Kernel and
-// ToolRelay callbacks run with the app's peer locked and must not block
-// nor call the Manager: an app's reply to a frame Send wrote (with its
-// sent callback, in one step) is published after it. Attach and Detach
+// kernel hears nothing more; no next kernel attaches in between.
+// Events.Approval, Events.AppFrame and the Kernel and ToolRelay
+// callbacks run with the app's peer locked and must not block nor call
+// the Manager: an app's reply to a frame Send wrote (with its sent
+// callback, in one step) is published after it. The outcomes kept while
+// no relay is installed are bounded in number (Config.RelayQueue) and in
+// bytes (relayQueueBytes, half of what a control connection holds
+// unread), so that a next kernel's attach can take them all at once. Attach and Detach
 // never wait for a teardown: a new process's link handles no line before
 // the old link's teardown is done.
 package peer

@@ -271,8 +271,12 @@ func New(cfg Config) *Manager {
 		approvals:  map[string]pendingApproval{},
 		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
 	}
-	if m.kept, m.policyErr = loadPolicy(cfg.Store); m.policyErr != nil {
-		log.Error("read the consent decisions and standing rules: every request that needs consent fails internal until the daemon is restarted", zap.Error(m.policyErr))
+	var rulesErr error
+	if m.kept, m.policyErr, rulesErr = loadPolicy(cfg.Store); m.policyErr != nil {
+		log.Error("read the consent decisions: every request that needs consent fails internal until the daemon is restarted", zap.Error(m.policyErr))
+	}
+	if rulesErr != nil {
+		log.Error("read the standing rules: every host-confirmed call asks the person until the daemon is restarted", zap.Error(rulesErr))
 	}
 	m.relay.queue.size = cfg.RelayQueue
 	m.relay.log = log

@@ -23,22 +23,21 @@ type appPolicy struct {
 	rules   map[string]policy.Decision
 }
 
-// loadPolicy reads every app's consent and standing rules. An error
-// leaves the Manager refusing every request that needs a consent
-// (internal) until it is restarted: asking again someone who denied is
-// not the daemon's call.
-func loadPolicy(st *policy.Store) (map[string]appPolicy, error) {
-	kept := map[string]appPolicy{}
-	consents, err := st.Consents()
-	if err != nil {
-		return kept, err
-	}
+// loadPolicy reads every app's consent and standing rules. A consent
+// read that fails (consentErr) leaves the Manager refusing every request
+// that needs a consent (internal) until it is restarted: asking again
+// someone who denied is not the daemon's call. A rules read that fails
+// (rulesErr) leaves every host-confirmed call to the person (a sheet),
+// as with no rule: the person decides, whatever the rule said.
+func loadPolicy(st *policy.Store) (kept map[string]appPolicy, consentErr, rulesErr error) {
+	kept = map[string]appPolicy{}
+	consents, consentErr := st.Consents()
 	for _, c := range consents {
 		ap := kept[c.App]
 		ap.consent = c.Decision
 		kept[c.App] = ap
 	}
-	rules, err := st.Rules("")
+	rules, rulesErr := st.Rules("")
 	for _, r := range rules {
 		ap := kept[r.App]
 		if ap.rules == nil {
@@ -47,7 +46,7 @@ func loadPolicy(st *policy.Store) (map[string]appPolicy, error) {
 		ap.rules[r.Tool] = r.Decision
 		kept[r.App] = ap
 	}
-	return kept, err
+	return kept, consentErr, rulesErr
 }
 
 // readPolicy reads one app's consent and rules.
@@ -67,11 +66,14 @@ func readPolicy(st *policy.Store, app string) (appPolicy, error) {
 	return ap, err
 }
 
-// writePolicy runs write (a store write of the app's consent or rules;
-// nil: none) on the app's store jobs, reads the app's decisions back,
-// and applies them to the peer, then calls then (when set) with write's
-// error, in one step. It returns write's error, or ErrClosed.
-func (p *peer) writePolicy(write func() error, then func(error)) error {
+// writePolicy queues, on the app's store jobs, write (a store write of
+// the app's consent or rules; nil: none), a read of the app's decisions
+// back into the peer, and then (when set) with write's error, the last
+// two in one step. A read back that fails applies change instead (what
+// the write changed, when it did not fail): the peer never keeps a
+// decision the store dropped. The returned channel gets write's error,
+// or ErrClosed; nil when nothing was queued (the Manager is closed).
+func (p *peer) writePolicy(write func() error, change func(ap *appPolicy), then func(error)) <-chan error {
 	done := make(chan error, 1)
 	queued := p.store(func() {
 		var err error
@@ -80,11 +82,16 @@ func (p *peer) writePolicy(write func() error, then func(error)) error {
 		}
 		ap, rerr := readPolicy(p.m.store, p.id)
 		if rerr != nil {
-			p.m.log.Error("read the app's decisions back: it keeps the ones from before", zap.String("app", p.id), zap.Error(rerr))
+			p.m.log.Error("read the app's decisions back: its own change is applied", zap.String("app", p.id), zap.Error(rerr))
 		}
 		if !p.run(func() {
-			if rerr == nil {
+			switch {
+			case rerr == nil:
 				p.consent, p.rules = ap.consent, ap.rules
+			case err == nil && change != nil:
+				cur := appPolicy{consent: p.consent, rules: p.rules}
+				change(&cur)
+				p.consent = cur.consent
 			}
 			if then != nil {
 				then(err)
@@ -95,9 +102,9 @@ func (p *peer) writePolicy(write func() error, then func(error)) error {
 		done <- err
 	})
 	if !queued {
-		return ErrClosed
+		return nil
 	}
-	return <-done
+	return done
 }
 
 // Consents lists the persisted decisions (op consent, action list).
@@ -142,7 +149,10 @@ func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 // revoked follows a revoke the store has made for apps: what New kept
 // for one without a peer is changed by forget, and each peer reads its
 // decisions back on its store jobs, after any write queued there before
-// (an approve's): so a revoke is never undone by an older write.
+// (an approve's): so a revoke is never undone by an older write. It
+// returns once every peer has, which waits for what each app's store
+// jobs hold (a stalled store stalls its own app's revoke); a closed
+// Manager checks nothing any more, and is no error.
 func (m *Manager) revoked(apps []string, forget func(ap *appPolicy, app string)) error {
 	var peers []*peer
 	m.mu.Lock()
@@ -155,8 +165,14 @@ func (m *Manager) revoked(apps []string, forget func(ap *appPolicy, app string))
 		}
 	}
 	m.mu.Unlock()
+	var waits []<-chan error
 	for _, p := range peers {
-		if err := p.writePolicy(nil, nil); err != nil {
+		if done := p.writePolicy(nil, func(ap *appPolicy) { forget(ap, p.id) }, nil); done != nil {
+			waits = append(waits, done)
+		}
+	}
+	for _, done := range waits {
+		if err := <-done; err != nil && err != ErrClosed {
 			return err
 		}
 	}

@@ -65,35 +65,57 @@ func (rl *relay) deliver(n relayNote) {
 	}
 }
 
+// relayQueueBytes bounds the bytes of the relay callbacks kept while no
+// relay is installed: half of what a control connection holds unread (16
+// MiB), so that the next kernel's attach, which queues them all behind
+// its answer in one step that does not wait, fits its connection.
+const relayQueueBytes = 8 << 20
+
 // relayRing is the bounded queue of relay callbacks kept while no relay
-// is installed: past size the oldest is overwritten, and counted.
+// is installed: past size callbacks or relayQueueBytes bytes the oldest
+// go, and are counted.
 type relayRing struct {
 	size    int
 	buf     []relayNote
 	head, n int
+	bytes   int
 	dropped int
+}
+
+// noteBytes is about what a callback's event line takes.
+func noteBytes(n relayNote) int {
+	b := 128 + len(n.app) + len(n.callID) + len(n.r.Data)
+	if n.r.Error != nil {
+		b += len(n.r.Error.Code) + len(n.r.Error.Message)
+	}
+	return b
 }
 
 func (q *relayRing) push(n relayNote) {
 	if q.buf == nil {
 		q.buf = make([]relayNote, q.size)
 	}
-	if q.n == len(q.buf) {
-		q.buf[q.head] = n
-		q.head = (q.head + 1) % len(q.buf)
+	for q.n > 0 && (q.n == len(q.buf) || q.bytes+noteBytes(n) > relayQueueBytes) {
+		q.pop()
 		q.dropped++
-		return
 	}
 	q.buf[(q.head+q.n)%len(q.buf)] = n
 	q.n++
+	q.bytes += noteBytes(n)
+}
+
+func (q *relayRing) pop() relayNote {
+	n := q.buf[q.head]
+	q.buf[q.head] = relayNote{}
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	q.bytes -= noteBytes(n)
+	return n
 }
 
 func (q *relayRing) drain(f func(relayNote)) {
-	for ; q.n > 0; q.n-- {
-		n := q.buf[q.head]
-		q.buf[q.head] = relayNote{}
-		q.head = (q.head + 1) % len(q.buf)
-		f(n)
+	for q.n > 0 {
+		f(q.pop())
 	}
 	q.buf = nil // a backlog's array is not kept
 	q.head = 0
