@@ -79,12 +79,7 @@ func (p *peer) run(f func()) bool {
 
 // store queues a store job of the app; false when the Manager is closed.
 func (p *peer) store(job func()) bool {
-	return p.jobs.post(func() {
-		if g := p.m.storeGate; g != nil {
-			g(p.id)
-		}
-		job()
-	})
+	return p.jobs.post(job)
 }
 
 // linkStatus is what LinkStatus reports. mu is held.

@@ -48,7 +48,7 @@ const (
 // Config sets up a Manager. Store is required; zero durations and sizes
 // take the defaults above.
 type Config struct {
-	Store  *policy.Store
+	Store  Store  // a *policy.Store
 	Events Events // nil drops approvals and pass-through frames
 	Log    *zap.Logger
 
@@ -136,7 +136,7 @@ type Events interface {
 type Manager struct {
 	cfg   Config
 	log   *zap.Logger
-	store *policy.Store
+	store Store
 	// limits are the store's bounds of each app, from cfg.
 	limits policy.Limits
 	// pushFrames and pushBytes are the part of an app's write queue that
@@ -176,10 +176,8 @@ type Manager struct {
 
 	audit *auditLog
 	// beforeTeardown, when a test sets it before attaching, runs on a
-	// link's reader between its hub closing and its teardown; storeGate,
-	// before every store job of an app.
+	// link's reader between its hub closing and its teardown.
 	beforeTeardown func()
-	storeGate      func(app string)
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to

@@ -29,7 +29,7 @@ type appPolicy struct {
 // someone who denied is not the daemon's call. A rules read that fails
 // (rulesErr) leaves every host-confirmed call to the person (a sheet),
 // as with no rule: the person decides, whatever the rule said.
-func loadPolicy(st *policy.Store) (kept map[string]appPolicy, consentErr, rulesErr error) {
+func loadPolicy(st Store) (kept map[string]appPolicy, consentErr, rulesErr error) {
 	kept = map[string]appPolicy{}
 	consents, consentErr := st.Consents()
 	for _, c := range consents {
@@ -50,7 +50,7 @@ func loadPolicy(st *policy.Store) (kept map[string]appPolicy, consentErr, rulesE
 }
 
 // readPolicy reads one app's consent and rules.
-func readPolicy(st *policy.Store, app string) (appPolicy, error) {
+func readPolicy(st Store, app string) (appPolicy, error) {
 	ap := appPolicy{rules: map[string]policy.Decision{}}
 	c, found, err := st.Consent(app)
 	if err != nil {

@@ -154,15 +154,17 @@ func TestDetachSweepsUnderTheManagerLock(t *testing.T) {
 // so the peer ends with what the store holds, whatever the order the two
 // ran in: an approve --remember cannot put back a rule a revoke removed.
 func TestRevokeWaitsForTheApproveBeforeIt(t *testing.T) {
-	h, _ := newToolHarness(t, nil)
 	gate, atGate := make(chan struct{}), make(chan struct{}, 1)
 	var gated atomic.Bool
-	h.m.storeGate = func(app string) { // set before any job runs
-		if app == "notes" && gated.CompareAndSwap(true, false) {
-			atGate <- struct{}{}
-			<-gate
-		}
-	}
+	h, _ := newToolHarness(t, func(c *Config) {
+		c.Store = newGatedStore(c.Store.(*policy.Store), func(app string) error {
+			if app == "notes" && gated.CompareAndSwap(true, false) {
+				atGate <- struct{}{}
+				<-gate
+			}
+			return nil
+		})
+	})
 	a, ctx := h.toolApp(toolEntry("notes"))
 	h.setRule(policy.Rule{App: "notes", Tool: "notes.wipe", Decision: policy.Allow})
 	h.call("notes", kc(ctx, "h1", "notes.append", RiskWrite, ConfirmHost))
@@ -209,4 +211,32 @@ func TestRevokeWaitsForTheApproveBeforeIt(t *testing.T) {
 	if !maps.Equal(held, want) {
 		t.Fatalf("the peer holds rules %v, the store %v", held, want)
 	}
+}
+
+// TestRevokeHoldsWhenTheReadBackFails: a revoke whose read of the app's
+// decisions back from the store fails still takes in the peer: it
+// applies its own change, and the next call of the revoked tool asks
+// the person. (Keeping the decisions from before would have kept the
+// rule in force until a restart, while the store had dropped it.)
+func TestRevokeHoldsWhenTheReadBackFails(t *testing.T) {
+	var failReads atomic.Bool
+	h, _ := newToolHarness(t, func(c *Config) {
+		c.Store = newGatedStore(c.Store.(*policy.Store), func(app string) error {
+			if app == "notes" && failReads.Load() {
+				return errors.New("the store cannot read")
+			}
+			return nil
+		})
+	})
+	a, ctx := h.toolApp(toolEntry("notes"))
+	h.setRule(policy.Rule{App: "notes", Tool: "notes.wipe", Decision: policy.Allow})
+	failReads.Store(true)
+	if gone, err := h.m.RevokeRules("notes", "notes.wipe"); err != nil || len(gone) != 1 {
+		t.Fatalf("revoke: %v %v", gone, err)
+	}
+	h.call("notes", kc(ctx, "w1", "notes.wipe", RiskDestructive, ConfirmHost))
+	if s := h.events.nextApproval(t); s.CallID != "w1" || s.State != ApprovalPending {
+		t.Fatalf("after the revoke the call got %+v, want a sheet", s)
+	}
+	a.expectFrames() // and nothing was delivered to the app
 }

@@ -22,16 +22,19 @@ import (
 // own tool calls still answer. Released, the stalled app gets what it was
 // owed, in order.
 func TestStalledAppStallsNoOther(t *testing.T) {
-	h, relay := newToolHarness(t, func(c *Config) { c.WriteTimeout = time.Minute })
 	var stalled atomic.Bool
 	gate := make(chan struct{})
 	atStore := make(chan struct{}, 16)
-	h.m.storeGate = func(app string) {
-		if app == "stuck" && stalled.Load() {
-			atStore <- struct{}{}
-			<-gate
-		}
-	}
+	h, relay := newToolHarness(t, func(c *Config) {
+		c.WriteTimeout = time.Minute
+		c.Store = newGatedStore(c.Store.(*policy.Store), func(app string) error {
+			if app == "stuck" && stalled.Load() {
+				atStore <- struct{}{}
+				<-gate
+			}
+			return nil
+		})
+	})
 	released := false
 	release := func() {
 		if !released {

@@ -33,7 +33,7 @@ const DefaultAuditInterval = 50 * time.Millisecond
 // that batches are written one at a time and in order, with no lock
 // held across the store's write; Audit's flush asks it for one.
 type auditLog struct {
-	store    *policy.Store
+	store    Store
 	keep     int
 	interval time.Duration
 	log      *zap.Logger
@@ -51,7 +51,7 @@ type auditLog struct {
 	done    chan struct{} // closed when loop returns
 }
 
-func newAuditLog(store *policy.Store, keep int, interval time.Duration, log *zap.Logger) *auditLog {
+func newAuditLog(store Store, keep int, interval time.Duration, log *zap.Logger) *auditLog {
 	a := &auditLog{store: store, keep: keep, interval: interval, log: log,
 		kick: make(chan struct{}, 1), flushes: make(chan chan error),
 		stop: make(chan struct{}), done: make(chan struct{})}
