@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"sync"
@@ -14,7 +13,8 @@ import (
 // A stream joins the fanout in the step that queues the answer that
 // starts it, after the answer (answerAt): every event it gets queues
 // after that answer. The publisher takes the streams of a topic under mu,
-// lets go, and only then puts the line on each connection: mu is never
+// lets go, and only then encodes the event (once, and only when some
+// stream takes it) and puts the line on each connection: mu is never
 // held while putting.
 type fanout struct {
 	mu      sync.RWMutex
@@ -57,47 +57,32 @@ func (h *fanout) removeConn(c *Conn) {
 	}
 }
 
-// publish delivers one encoded event line to every stream of its topic.
-func (h *fanout) publish(topic string, line []byte) {
+// takers are the streams an event of topic about app ("" none) goes
+// to: those of the topic, and of a stream about one app, that app's.
+func (h *fanout) takers(topic, app string) []*stream {
 	h.mu.RLock()
+	defer h.mu.RUnlock()
 	var to []*stream
-	var app string
-	appKnown := false
 	for st := range h.streams {
-		if !(*st.topics.Load())[topic] {
-			continue
+		if (*st.topics.Load())[topic] && (st.app == "" || st.app == app) {
+			to = append(to, st)
 		}
-		if st.app != "" {
-			if !appKnown {
-				app, appKnown = eventApp(line), true
-			}
-			if app != st.app {
-				continue
-			}
-		}
-		to = append(to, st)
 	}
-	h.mu.RUnlock()
-	for _, st := range to {
-		st.conn.event(line)
-	}
+	return to
 }
 
 func (st *stream) addTopics(topics []string) {
-	next := map[string]bool{}
-	if cur := st.topics.Load(); cur != nil {
-		for t := range *cur {
-			next[t] = true
-		}
-	}
-	for _, t := range topics {
-		next[t] = true
-	}
+	next := st.union(topics)
 	st.topics.Store(&next)
 }
 
 // with is the sorted list of the stream's topics and more.
 func (st *stream) with(more []string) []string {
+	return slices.Sorted(maps.Keys(st.union(more)))
+}
+
+// union is the set of the stream's topics and more.
+func (st *stream) union(more []string) map[string]bool {
 	set := map[string]bool{}
 	if cur := st.topics.Load(); cur != nil {
 		maps.Copy(set, *cur)
@@ -105,14 +90,5 @@ func (st *stream) with(more []string) []string {
 	for _, t := range more {
 		set[t] = true
 	}
-	return slices.Sorted(maps.Keys(set))
-}
-
-// eventApp is the "app" member of an event line, "" when it has none.
-func eventApp(line []byte) string {
-	var probe struct {
-		App string `json:"app"`
-	}
-	_ = json.Unmarshal(line, &probe)
-	return probe.App
+	return set
 }

@@ -65,14 +65,14 @@ func (p *peerLink) Close() {
 // Approval publishes an approval as it is raised and as it is settled.
 func (p *peerLink) Approval(a peer.Approval) {
 	if s := p.srv.Load(); s != nil {
-		s.publish(control.TopicApproval, a)
+		s.publish(control.TopicApproval, a.App, a)
 	}
 }
 
 // AppFrame publishes a pass-through frame of an app, unchanged.
 func (p *peerLink) AppFrame(app string, frame json.RawMessage) {
 	if s := p.srv.Load(); s != nil {
-		s.publish(control.TopicAppFrame, control.AppFrameEvent{App: app, Frame: frame})
+		s.publish(control.TopicAppFrame, app, control.AppFrameEvent{App: app, Frame: frame})
 	}
 }
 

@@ -22,14 +22,13 @@ import (
 // The control server is split by concern: this file has the Server, its
 // op registry and the dispatch of a request to its handler and of the
 // result to its answer; accept.go the accept loop; admit.go the client
-// check; conn.go a
-// connection and its write queue; read.go the read loop; fanout.go the
-// subscriptions. doc.go states the concurrency model.
+// check; conn.go a connection and its write queue; read.go the read
+// loop; fanout.go the subscriptions. doc.go states the concurrency model.
 
 // handler serves one op. args are the request's args (nil when absent);
 // the result is marshaled as the answer's data (see answerAt for the
-// results whose answer is queued in a step of their own). An error that is a
-// *control.Error is answered as is; any other error is internal.
+// results whose answer is queued in a step of their own). An error that
+// is a *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
 // requestHandler is a handler given the whole request: tool.call's,
@@ -45,9 +44,10 @@ func argsOnly(h handler) requestHandler {
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room (but
 // those queued in a step that must not wait, an answerAt's other than a
-// waitStep's: they drop the connection too). connQueue is twice the tool outcomes the peer side
-// keeps while no kernel is attached (peer.DefaultRelayQueue), which a
-// kernel's attach queues behind its answer in one step. It runs at most
+// waitStep's: they drop the connection too). connQueue is twice the tool
+// outcomes the peer side keeps while no kernel is attached
+// (peer.DefaultRelayQueue), which a kernel's attach queues behind its
+// answer in one step. It runs at most
 // maxInflight requests at once; reading the next request waits for a
 // free slot, which slows that client only.
 const (
@@ -156,17 +156,25 @@ func (s *Server) register(op string, h requestHandler, ordered bool) {
 	}
 }
 
-// publish sends an event to every connection subscribed to topic. The
-// event must marshal to a JSON object; its members follow "event": topic
-// on the line. An event with an "app" member reaches streams about that
-// app (logs with follow) too. publish never blocks.
-func (s *Server) publish(topic string, event any) {
+// publish sends an event about app ("" none) to every connection
+// subscribed to topic, and to the streams about that app (logs with
+// follow). The event must marshal to a JSON object; its members follow
+// "event": topic on the line. It is encoded only when some stream takes
+// it (an app's every output line is published, most with nobody
+// following), and publish never blocks.
+func (s *Server) publish(topic, app string, event any) {
+	to := s.fanout.takers(topic, app)
+	if len(to) == 0 {
+		return
+	}
 	line, err := control.EncodeEvent(topic, event)
 	if err != nil {
 		s.log.Error("drop event", zap.String("topic", topic), zap.Error(err))
 		return
 	}
-	s.fanout.publish(topic, line)
+	for _, st := range to {
+		st.conn.event(line)
+	}
 }
 
 // supervisorEvent publishes one of the supervisor's events, in the
@@ -176,15 +184,15 @@ func (s *Server) publish(topic string, event any) {
 func (s *Server) supervisorEvent(ev supervisor.Event) {
 	switch {
 	case ev.Kind == supervisor.KindState && ev.State != nil:
-		s.publish(control.TopicState, stateEvent(*ev.State))
+		s.publish(control.TopicState, ev.State.ID, stateEvent(*ev.State))
 	case ev.Kind == supervisor.KindLog && ev.Log != nil:
-		s.publish(control.TopicLog, logLine(*ev.Log))
+		s.publish(control.TopicLog, ev.Log.App, logLine(*ev.Log))
 	case ev.Kind == supervisor.KindWarning && ev.State != nil:
 		// On the state topic, which the shell and watch follow: the
 		// app's state, with what it ran into.
 		se := stateEvent(*ev.State)
 		se.Warning = ev.Warning
-		s.publish(control.TopicState, se)
+		s.publish(control.TopicState, ev.State.ID, se)
 	}
 }
 

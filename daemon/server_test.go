@@ -329,7 +329,7 @@ func TestSubscribe(t *testing.T) {
 	}
 
 	// Publish is the peer link's way in: generic topics, any object.
-	ts.srv.publish(control.TopicApproval, map[string]any{"approval_id": "x1", "app": "b", "kind": "consent"})
+	ts.srv.publish(control.TopicApproval, "b", map[string]any{"approval_id": "x1", "app": "b", "kind": "consent"})
 	ev = nextEvent(t, approvals)
 	if ev.Name != control.TopicApproval || !strings.Contains(string(ev.Raw), `"approval_id":"x1"`) {
 		t.Fatalf("approval event = %s", ev.Raw)
@@ -477,7 +477,7 @@ func TestSlowSubscriber(t *testing.T) {
 	go func() {
 		defer close(published)
 		for range 5 * connQueue {
-			ts.srv.publish(control.TopicAppFrame, frame)
+			ts.srv.publish(control.TopicAppFrame, "a", frame)
 		}
 	}()
 	select {
@@ -612,7 +612,7 @@ func TestExtension(t *testing.T) {
 	if resp := c.response(); !resp.OK || string(resp.Data) != `{"topics":["test.topic"]}` {
 		t.Fatalf("subscribe = %+v %s", resp, resp.Data)
 	}
-	ts.srv.publish("test.topic", struct {
+	ts.srv.publish("test.topic", "", struct {
 		N int `json:"n"`
 	}{7})
 	if b := c.line(); string(bytes.TrimSpace(b)) != `{"event":"test.topic","n":7}` {
