@@ -524,13 +524,11 @@ func (s *Supervisor) Entries() []policy.App {
 // Logs returns up to n of the app's last output lines, oldest first (all
 // that are kept when n <= 0).
 func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
-	s.mu.Lock()
-	r, ok := s.apps[id]
-	s.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
+	logs, err := s.logsOf(id)
+	if err != nil {
+		return nil, err
 	}
-	return r.logs.last(n), nil
+	return logs.last(n), nil
 }
 
 // FollowLogs hands join the last n lines of app id (all when n <= 0)
@@ -538,14 +536,23 @@ func (s *Supervisor) Logs(id string, n int) ([]LogLine, error) {
 // and no line before them, once join returns. join must not block nor
 // call the Supervisor.
 func (s *Supervisor) FollowLogs(id string, n int, join func([]LogLine)) error {
-	s.mu.Lock()
-	r, ok := s.apps[id]
-	s.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
+	logs, err := s.logsOf(id)
+	if err != nil {
+		return err
 	}
-	r.logs.follow(n, join)
+	logs.follow(n, join)
 	return nil
+}
+
+// logsOf is app id's output ring.
+func (s *Supervisor) logsOf(id string) (*ring, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.apps[id]
+	if !ok {
+		return nil, fmt.Errorf("logs %s: %w", id, ErrUnknownApp)
+	}
+	return r.logs, nil
 }
 
 // publish hands ev to Publish, then to the subscribers; it returns how
