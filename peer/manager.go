@@ -362,9 +362,13 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	// The manifest's grants, not those of the entry the process's start
 	// read: a reload may have narrowed them since.
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
-	p.run(func() { p.attached(l, entry, dev) })
+	var service bool
+	p.run(func() {
+		p.attached(l, entry, dev)
+		service = p.serviceGranted(entry)
+	})
 	m.mu.Unlock()
-	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", dev || slices.Contains(entry.Grants.Services, policy.ServiceAgent)))
+	m.log.Info("link up", zap.String("app", app.ID), zap.Bool("service", service))
 	if old != nil {
 		old.shut("replaced by a new process") // off m.mu: it closes a socket
 	}
