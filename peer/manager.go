@@ -195,6 +195,33 @@ type pendingApproval struct {
 // New returns a Manager, with every app's consent and standing rules
 // read from the store. It starts no goroutine until an app is attached.
 func New(cfg Config) *Manager {
+	cfg.setDefaults()
+	log := cfg.Log.Named("peer")
+	m := &Manager{
+		cfg:        cfg,
+		limits:     policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
+		pushFrames: max(1, cfg.QueueFrames*3/4),
+		pushBytes:  max(1, cfg.QueueBytes*3/4),
+		log:        log,
+		store:      cfg.Store,
+		peers:      map[string]*peer{},
+		approvals:  map[string]pendingApproval{},
+		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
+	}
+	var rulesErr error
+	if m.kept, m.policyErr, rulesErr = loadPolicy(cfg.Store); m.policyErr != nil {
+		log.Error("read the consent decisions: every request that needs consent fails internal until the daemon is restarted", zap.Error(m.policyErr))
+	}
+	if rulesErr != nil {
+		log.Error("read the standing rules: every host-confirmed call asks the person until the daemon is restarted", zap.Error(rulesErr))
+	}
+	m.relay.queue.size = cfg.RelayQueue
+	m.relay.log = log
+	return m
+}
+
+// setDefaults gives every zero field of cfg its default.
+func (cfg *Config) setDefaults() {
 	if cfg.ConsentTimeout <= 0 {
 		cfg.ConsentTimeout = DefaultConsentTimeout
 	}
@@ -257,28 +284,6 @@ func New(cfg Config) *Manager {
 	if cfg.AuditInterval <= 0 {
 		cfg.AuditInterval = DefaultAuditInterval
 	}
-	log := cfg.Log.Named("peer")
-	m := &Manager{
-		cfg:        cfg,
-		limits:     policy.Limits{Sessions: cfg.MaxSessions, Turns: cfg.MaxTurns, Bytes: cfg.MaxStoreBytes},
-		pushFrames: max(1, cfg.QueueFrames*3/4),
-		pushBytes:  max(1, cfg.QueueBytes*3/4),
-		log:        log,
-		store:      cfg.Store,
-		peers:      map[string]*peer{},
-		approvals:  map[string]pendingApproval{},
-		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
-	}
-	var rulesErr error
-	if m.kept, m.policyErr, rulesErr = loadPolicy(cfg.Store); m.policyErr != nil {
-		log.Error("read the consent decisions: every request that needs consent fails internal until the daemon is restarted", zap.Error(m.policyErr))
-	}
-	if rulesErr != nil {
-		log.Error("read the standing rules: every host-confirmed call asks the person until the daemon is restarted", zap.Error(rulesErr))
-	}
-	m.relay.queue.size = cfg.RelayQueue
-	m.relay.log = log
-	return m
 }
 
 type nopEvents struct{}
