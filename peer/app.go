@@ -77,11 +77,6 @@ func (p *peer) run(f func()) bool {
 	return true
 }
 
-// store queues a store job of the app; false when the Manager is closed.
-func (p *peer) store(job func()) bool {
-	return p.jobs.post(job)
-}
-
 // linkStatus is what LinkStatus reports. mu is held.
 func (p *peer) linkStatus() control.LinkStatus {
 	if l := p.link; l != nil && p.serviceGranted(p.app) {

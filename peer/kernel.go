@@ -399,7 +399,7 @@ func (p *peer) endTurn(r *request, reason string, announce bool) {
 	// Recorded by the app's store jobs, before any history read queued
 	// after it.
 	turn, session := *r.turn, r.ctx.session.ID
-	if !p.store(func() { p.recordTurn(session, turn) }) {
+	if !p.jobs.post(func() { p.recordTurn(session, turn) }) {
 		p.m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
 	}
 	r.move(reqDone)

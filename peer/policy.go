@@ -75,7 +75,7 @@ func readPolicy(st Store, app string) (appPolicy, error) {
 // or ErrClosed; nil when nothing was queued (the Manager is closed).
 func (p *peer) writePolicy(write func() error, change func(ap *appPolicy), then func(error)) <-chan error {
 	done := make(chan error, 1)
-	queued := p.store(func() {
+	queued := p.jobs.post(func() {
 		var err error
 		if write != nil {
 			err = write()

@@ -267,7 +267,7 @@ func (p *peer) atStore(r *request, io func(), done func()) {
 	if r.ctx != nil {
 		r.ctx.requests[r.id] = r
 	}
-	queued := p.store(func() {
+	queued := p.jobs.post(func() {
 		io()
 		p.run(func() {
 			if r.state == reqAtStore {
