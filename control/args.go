@@ -27,22 +27,20 @@ func DecodeArgs(args json.RawMessage, v any) error {
 	if err == nil {
 		return nil
 	}
-	var se *jsonv2.SemanticError
-	if !errors.As(err, &se) {
-		var se *jsontext.SyntacticError
-		switch {
-		case errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName):
-			return Errorf(CodeBadRequest, "args%s is there twice: send each member once", dotted(se.JSONPointer))
-		case errors.As(err, &se):
-			return Errorf(CodeBadRequest, "args%s: %v", dotted(se.JSONPointer), se.Err)
-		}
-		return Errorf(CodeBadRequest, "args: %v", err)
-	}
-	if errors.Is(se.Err, jsonv2.ErrUnknownName) {
-		parent, name := se.JSONPointer.Parent(), se.JSONPointer.LastToken()
+	var sem *jsonv2.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName):
+		parent, name := sem.JSONPointer.Parent(), sem.JSONPointer.LastToken()
 		return unknownMember("args"+dotted(parent), name, jsonFields(typeAt(reflect.TypeOf(v), parent)))
+	case errors.As(err, &sem):
+		return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(sem.JSONPointer), typeWords(sem.GoType), kindWords(sem.JSONKind, sem.JSONValue))
+	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
+		return Errorf(CodeBadRequest, "args%s is there twice: send each member once", dotted(syn.JSONPointer))
+	case errors.As(err, &syn):
+		return Errorf(CodeBadRequest, "args%s: %v", dotted(syn.JSONPointer), syn.Err)
 	}
-	return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(se.JSONPointer), typeWords(se.GoType), kindWords(se.JSONKind, se.JSONValue))
+	return Errorf(CodeBadRequest, "args: %v", err)
 }
 
 // dotted is a JSON pointer as a path below args: /call/confirm is
