@@ -142,25 +142,7 @@ func TestAFullRelayBacklogReachesTheNextKernel(t *testing.T) {
 	rig := newToolRig(t)
 	defer rig.echo()()
 	calls := peer.DefaultRelayQueue / 2 // an acknowledgement and an outcome each
-	deadline := time.Now().Add(30 * time.Second)
-	settle := func(most int) { // at most most calls outstanding
-		for rig.m.LinkStatus("notes").OutstandingCalls > most {
-			if time.Now().After(deadline) {
-				t.Fatal("the app did not answer the calls")
-			}
-			runtime.Gosched()
-		}
-	}
-	for i := range calls {
-		settle(peer.DefaultMaxCalls - 1)
-		err := rig.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
-			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
-			TimeoutMS: 30000, ContextID: rig.ctx, Caller: "test"})
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-	}
-	settle(0)
+	rig.callsWithoutKernel(calls)
 	k := rig.kernel()
 	k.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
 	finished := 0
@@ -213,24 +195,7 @@ func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
 		}
 	}()
 	const calls = 400
-	deadline := time.Now().Add(30 * time.Second)
-	settle := func(most int) {
-		for rig.m.LinkStatus("notes").OutstandingCalls > most {
-			if time.Now().After(deadline) {
-				t.Fatal("the app did not answer the calls")
-			}
-			runtime.Gosched()
-		}
-	}
-	for i := range calls {
-		settle(peer.DefaultMaxCalls - 1)
-		if err := rig.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
-			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
-			TimeoutMS: 30000, ContextID: rig.ctx, Caller: "test"}); err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-	}
-	settle(0)
+	rig.callsWithoutKernel(calls)
 	k := rig.kernel()
 	k.send(fmt.Sprintf(`{"id":2,"op":"tool.call","args":{"app":"notes","call":{"call_id":"after","name":"notes.search","args":{"query":"x"},"risk":"read","confirm":"none","timeout_ms":5000,"context_id":%q,"caller":"test"}}}`, rig.ctx))
 	k.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -255,4 +220,29 @@ func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
 	if kept == 0 || kept == calls {
 		t.Fatalf("the kernel got %d of %d kept outcomes: want the newest that fit, not none and not all", kept, calls)
 	}
+}
+
+// callsWithoutKernel has the rig's app answer n calls made through the
+// Manager with no kernel attached, as many at once as it may hold, and
+// returns once every one has its outcome: kept for the next kernel.
+func (r *toolRig) callsWithoutKernel(n int) {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	settle := func(most int) { // at most most calls outstanding
+		for r.m.LinkStatus("notes").OutstandingCalls > most {
+			if time.Now().After(deadline) {
+				r.t.Fatal("the app did not answer the calls")
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := range n {
+		settle(peer.DefaultMaxCalls - 1)
+		if err := r.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
+			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
+			TimeoutMS: 30000, ContextID: r.ctx, Caller: "test"}); err != nil {
+			r.t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	settle(0)
 }

@@ -317,6 +317,18 @@ func (a *testApp) open(args any) string {
 	return a.okReply(id)["context_id"].(string)
 }
 
+// relayKernel attaches a kernel that is also the tool relay, as the
+// control socket's kernel connection is; the test detaches it.
+func (h *harness) relayKernel() (toolKernel, *KernelSession) {
+	h.t.Helper()
+	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
+	ks, err := h.m.AttachKernel(k, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return k, ks
+}
+
 // kernel attaches a fake kernel for the rest of the test.
 func (h *harness) kernel() (*fakeKernel, *KernelSession) {
 	h.t.Helper()

@@ -52,11 +52,7 @@ func TestAttachAnswersFirst(t *testing.T) {
 func TestDetachIsTheLastCallback(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ctx := h.toolApp(toolEntry("notes"))
-	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
-	ks, err := h.m.AttachKernel(k, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, ks := h.relayKernel()
 	h.call("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone))
 	ks.Detach()
 	a.nextToolCall("c1")

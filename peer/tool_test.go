@@ -576,11 +576,7 @@ type toolKernel struct {
 func TestToolKernelIsRelay(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ctx := h.toolApp(toolEntry("notes"))
-	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
-	ks, err := h.m.AttachKernel(k, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, ks := h.relayKernel()
 	if err := ks.ToolCall("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone), func() {}); err != nil {
 		t.Fatal(err)
 	}
@@ -596,11 +592,7 @@ func TestToolKernelIsRelay(t *testing.T) {
 	if err := ks.ToolCancel("notes", "c1"); !errors.Is(err, ErrKernelDetached) {
 		t.Fatalf("detached cancel: %v", err)
 	}
-	k2 := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
-	ks2, err := h.m.AttachKernel(k2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k2, ks2 := h.relayKernel()
 	defer ks2.Detach()
 	expectRelay(t, k2.RecordingToolRelay, "fin notes c1 ok")
 	expectRelay(t, k.RecordingToolRelay, "ack notes c1")
@@ -662,11 +654,7 @@ func TestToolAudit(t *testing.T) {
 func TestNothingBeforePlace(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ctx := h.toolApp(toolEntry("notes"))
-	k := toolKernel{newFakeKernel(), &RecordingToolRelay{}}
-	ks, err := h.m.AttachKernel(k, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, ks := h.relayKernel()
 	defer ks.Detach()
 	for i, confirm := range []string{ConfirmNone, ConfirmApp, ConfirmHost} {
 		id := fmt.Sprint("c", i)
