@@ -2,6 +2,11 @@ package frame
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"octosup/policy"
 )
@@ -17,29 +22,61 @@ type Args struct {
 	Raw       json.RawMessage // as the app sent them, for the kernel
 }
 
+// argsWire is every member any method's args may have.
+type argsWire struct {
+	Account   text           `json:"account"`
+	Title     text           `json:"title"`
+	ContextID text           `json:"context_id"`
+	TurnID    text           `json:"turn_id"`
+	Input     jsontext.Value `json:"input"`
+}
+
 // DecodeArgs reads the args of a request of method, strictly: a member
 // the method does not take is an error.
 func DecodeArgs(method string, raw json.RawMessage) (Args, error) {
 	if raw == nil {
 		raw = json.RawMessage("{}")
 	}
-	o := newObject("args", raw)
 	a := Args{Raw: raw}
+	var w argsWire
+	if err := unmarshal(raw, &w); err != nil {
+		return a, wireRefusal(err, "args")
+	}
+	// The members each method takes, in sort order; * marks a required one.
+	var takes []string
 	switch method {
 	case policy.MethodSessionOpen:
-		a.Account = o.str("account", false)
-		a.Title = o.str("title", false)
-		if o.err == nil && len(a.Title) > 256 {
-			o.fail(`"title": over 256 bytes`)
-		}
+		takes = []string{"account", "title"}
 	case policy.MethodSessionHistory, policy.MethodContextClose:
-		a.ContextID = o.id("context_id", true)
+		takes = []string{"*context_id"}
 	case policy.MethodTurnStart:
-		a.ContextID = o.id("context_id", true)
-		a.Input = o.raw("input", true)
+		takes = []string{"*context_id", "*input"}
 	case policy.MethodTurnInterrupt:
-		a.ContextID = o.id("context_id", true)
-		a.TurnID = o.id("turn_id", true)
+		takes = []string{"*context_id", "*turn_id"}
 	}
-	return a, o.done()
+	present := map[string]bool{"account": w.Account.set, "context_id": w.ContextID.set, "input": w.Input != nil, "title": w.Title.set, "turn_id": w.TurnID.set}
+	for _, t := range takes {
+		if name := t[1:]; t[0] == '*' && !present[name] {
+			return a, fmt.Errorf("args: missing %q", name)
+		}
+	}
+	for _, name := range []string{"account", "context_id", "input", "title", "turn_id"} {
+		if present[name] && !slices.Contains(takes, name) && !slices.Contains(takes, "*"+name) {
+			return a, fmt.Errorf("args: unknown member %q", name)
+		}
+	}
+	a.Account, a.Title, a.Input = w.Account.s, w.Title.s, json.RawMessage(w.Input)
+	if len(a.Title) > 256 {
+		return a, errors.New(`args: "title": over 256 bytes`)
+	}
+	for _, id := range []struct {
+		v    text
+		name string
+	}{{w.ContextID, "context_id"}, {w.TurnID, "turn_id"}} {
+		if id.v.set && !ValidID(id.v.s) {
+			return a, fmt.Errorf("args: %q: want 1 to 128 printable ASCII characters", id.name)
+		}
+	}
+	a.ContextID, a.TurnID = w.ContextID.s, w.TurnID.s
+	return a, nil
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"octosup/internal/strictjson"
 )
@@ -17,90 +20,274 @@ import (
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	// The line and its envelope are read in one pass, into arrays kept
-	// for the next line: no allocation for the members of the usual one.
-	sc := scratches.Get().(*scratch)
-	defer sc.release()
-	top, members, err := strictjson.ObjectIn(line, Envelope, sc.top[:0], sc.env[:0])
-	if err != nil {
+	// strictjson words what is not JSON and holds the depth limit, which
+	// jsonv2 leaves at 10,000; jsonv2 then reads the members.
+	if s := strictjson.Space(line, 0); s < len(line) && line[s] != '{' {
+		return nil, false, &FrameError{Reason: "not a JSON object"}
+	}
+	if err := strictjson.Check(line); err != nil {
 		return nil, false, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	env, ok := fields(top).get(Envelope)
-	if !ok {
-		// A key that is the envelope but for case is a mistyped peer
-		// frame, not a pass-through one: the app hears bad_frame instead
-		// of its request vanishing into the shell.
-		for _, m := range top {
-			if k := string(m.Name); strings.EqualFold(k, Envelope) {
-				// Still attributed: the app meant a peer-link frame, and
-				// the rule for req_id is the same as for a correct key.
-				return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
-			}
-		}
+	var l lineWire
+	err = unmarshal(line, &l)
+	var se *jsonv2.SemanticError
+	switch {
+	case err == nil && l.Peer == nil && bytes.IndexByte(line, '"') >= 0:
+		// Any member but the envelope was refused as unknown: this one
+		// is the envelope, null.
+		return nil, false, &FrameError{Reason: Envelope + ": want an object"}
+	case err == nil && l.Peer == nil: // {}
 		return nil, true, nil
+	case err == nil:
+		up, err = l.Peer.decode()
+	case errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName) && len(slices.Collect(se.JSONPointer.Tokens())) == 1:
+		return otherMembers(line)
+	default:
+		err = wireRefusal(err)
 	}
-	if len(top) > 1 {
-		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: "unknown top-level member " + strconv.Quote(fields(top).firstOther(Envelope)) + " beside " + Envelope}
-	}
-	o := object{where: Envelope, m: members}
-	if env[0] != '{' {
-		o.err = errors.New(Envelope + ": want an object")
-	}
-	up, err = decodeUp(&o)
 	if err != nil {
-		return nil, false, &FrameError{ReqID: attributableReqID(env), Reason: err.Error()}
+		return nil, false, &FrameError{ReqID: attributableReqID(line, Envelope), Reason: err.Error()}
 	}
 	return up, false, nil
 }
 
-// scratch holds the members of one line while it is decoded; the
-// decoded frame keeps copies.
-type scratch struct {
-	top [2]strictjson.Member
-	env [10]strictjson.Member // a tool_call's members, the most of any
-}
-
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
-
-func (sc *scratch) release() {
-	*sc = scratch{} // not keep the line alive
-	scratches.Put(sc)
-}
-
-// fields are an object's members. Objects in frames have a few: a look
-// through them is quicker than a map's hashing, and costs no allocation.
-type fields []strictjson.Member
-
-func (f fields) get(name string) (json.RawMessage, bool) {
-	for _, m := range f {
-		if string(m.Name) == name {
-			return m.Value, true
+// otherMembers classifies a line with a member other than the envelope:
+// pass-through, unless the envelope is there too or is there but for
+// case.
+func otherMembers(line []byte) (Up, bool, error) {
+	var top map[string]jsontext.Value
+	if err := unmarshal(line, &top); err != nil {
+		return nil, false, &FrameError{Reason: wireRefusal(err).Error()}
+	}
+	if _, ok := top[Envelope]; ok {
+		return nil, false, &FrameError{ReqID: attributableReqID(line, Envelope), Reason: "unknown top-level member " + strconv.Quote(firstOther(top, Envelope)) + " beside " + Envelope}
+	}
+	for k := range top {
+		if strings.EqualFold(k, Envelope) {
+			// A key that is the envelope but for case is a mistyped peer
+			// frame, not a pass-through one: the app hears bad_frame
+			// instead of its request vanishing into the shell, attributed
+			// as a correct key's would be.
+			return nil, false, &FrameError{ReqID: attributableReqID(line, k), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
 		}
 	}
-	return nil, false
-}
-
-func (f *fields) del(name string) {
-	for i, m := range *f {
-		if string(m.Name) == name {
-			last := len(*f) - 1
-			(*f)[i] = (*f)[last]
-			*f = (*f)[:last]
-			return
-		}
-	}
+	return nil, true, nil
 }
 
 // firstOther is the first name but except in sort order, so that a
 // refusal names the same member whatever the order written.
-func (f fields) firstOther(except string) string {
+func firstOther[V any](m map[string]V, except string) string {
 	first := ""
-	for _, m := range f {
-		if string(m.Name) != except && (first == "" || string(m.Name) < first) {
-			first = string(m.Name)
+	for k := range m {
+		if k != except && (first == "" || k < first) {
+			first = k
 		}
 	}
 	return first
+}
+
+// lineWire is a hub line that is a peer-link frame, upWire every member
+// an up frame may have and errorWire a tool result's error; text and flag
+// are a string and a boolean that remember being set and refuse null.
+type (
+	lineWire struct {
+		Peer *upWire `json:"octos_peer"`
+	}
+	upWire struct {
+		Type                 text           `json:"type"`
+		ReqID                text           `json:"req_id"`
+		Method               text           `json:"method"`
+		Args                 jsontext.Value `json:"args"`
+		CallID               text           `json:"call_id"`
+		AwaitingConfirmation flag           `json:"awaiting_confirmation"`
+		OK                   flag           `json:"ok"`
+		Data                 jsontext.Value `json:"data"`
+		Error                jsontext.Value `json:"error"` // read when ok is false
+	}
+	errorWire struct {
+		Code    text `json:"code"`
+		Message text `json:"message"`
+	}
+	text struct {
+		s   string
+		set bool
+	}
+	flag struct{ v, set bool }
+)
+
+// wantError is a member of the wrong JSON type; its text is the reason's end.
+type wantError string
+
+func (e wantError) Error() string { return string(e) }
+
+func (t *text) UnmarshalJSONFrom(d *jsontext.Decoder) error {
+	if d.PeekKind() != '"' {
+		return wantError("want a string")
+	}
+	tok, err := d.ReadToken()
+	t.s, t.set = tok.String(), err == nil
+	return err
+}
+
+func (f *flag) UnmarshalJSONFrom(d *jsontext.Decoder) error {
+	if k := d.PeekKind(); k != 't' && k != 'f' {
+		return wantError("want true or false")
+	}
+	tok, err := d.ReadToken()
+	f.v, f.set = tok.Bool(), err == nil
+	return err
+}
+
+// strict is how every frame and args object is read: a member it does not
+// define is refused, never ignored (identity comes from the socket, so a
+// frame that names an app or an account must fail rather than be
+// half-read), and names are exact. The bytes were checked to be UTF-8
+// first; what is left for AllowInvalidUTF8 is a \u escape of half a
+// surrogate pair, which encoding/json has always taken (as U+FFFD).
+var strict = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
+
+func unmarshal(data []byte, v any) error { return jsonv2.Unmarshal(data, v, strict) }
+
+// wireRefusal words jsonv2's refusal of a member the way bad_frame
+// reasons have always read (docs/protocol.md): `octos_peer: "ok": want
+// true or false`, `octos_peer.error: unknown member "app"`.
+// The value read was at the path at.
+func wireRefusal(err error, at ...string) error {
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) {
+		return err
+	}
+	tokens := slices.AppendSeq(at, se.JSONPointer.Tokens())
+	if len(tokens) == 0 {
+		return err
+	}
+	where, name := strings.Join(tokens[:len(tokens)-1], "."), tokens[len(tokens)-1]
+	if errors.Is(se.Err, jsonv2.ErrUnknownName) {
+		return fmt.Errorf("%s: unknown member %q", where, name)
+	}
+	want := "want an object" // an envelope or args that is not one
+	var we wantError
+	if errors.As(se.Err, &we) {
+		want = string(we)
+	}
+	if where == "" {
+		return errors.New(name + ": " + want)
+	}
+	return fmt.Errorf("%s: %q: %s", where, name, want)
+}
+
+// decode checks that the envelope's members are those of its type and
+// makes the frame. jsonv2's strings and values are copies: the frame
+// does not alias the line, which the caller's reader reuses.
+func (u *upWire) decode() (Up, error) {
+	t := u.Type.s
+	switch {
+	case !u.Type.set:
+		return nil, errors.New(Envelope + `: missing "type"`)
+	case t != TypeRequest && t != TypeToolResult:
+		return nil, fmt.Errorf("%s: unknown type %q (want %q or %q)", Envelope, t, TypeRequest, TypeToolResult)
+	}
+	if n := u.stray(t); n != "" {
+		return nil, fmt.Errorf("%s: unknown member %q", Envelope, n)
+	}
+	if t == TypeToolResult {
+		if err := u.CallID.id("call_id"); err != nil {
+			return nil, err
+		}
+		r := &ToolResult{CallID: u.CallID.s}
+		return r, u.outcome(r)
+	}
+	switch {
+	case u.ReqID.id("req_id") != nil:
+		return nil, u.ReqID.id("req_id")
+	case !u.Method.set:
+		return nil, errors.New(Envelope + `: missing "method"`)
+	case u.Method.s == "":
+		return nil, errors.New(Envelope + `: empty "method"`)
+	case u.Args != nil && u.Args.Kind() != '{':
+		return nil, errors.New(Envelope + `: "args": want an object`)
+	}
+	return &Request{ReqID: u.ReqID.s, Method: u.Method.s, Args: json.RawMessage(u.Args)}, nil
+}
+
+// stray is the first member, in sort order, that a frame of type t does
+// not have.
+func (u *upWire) stray(t string) string {
+	for _, m := range []struct {
+		name           string
+		set, ofRequest bool
+	}{
+		{"args", u.Args != nil, true},
+		{"awaiting_confirmation", u.AwaitingConfirmation.set, false},
+		{"call_id", u.CallID.set, false},
+		{"data", u.Data != nil, false},
+		{"error", u.Error != nil, false},
+		{"method", u.Method.set, true},
+		{"ok", u.OK.set, false},
+		{"req_id", u.ReqID.set, true},
+	} {
+		if m.set && m.ofRequest != (t == TypeRequest) {
+			return m.name
+		}
+	}
+	return ""
+}
+
+// id refuses an id that is missing or not valid.
+func (t text) id(name string) error {
+	switch {
+	case !t.set:
+		return fmt.Errorf("%s: missing %q", Envelope, name)
+	case !ValidID(t.s):
+		return fmt.Errorf("%s: %q: want 1 to 128 printable ASCII characters", Envelope, name)
+	}
+	return nil
+}
+
+// outcome reads a tool_result's outcome: exactly one of
+// {awaiting_confirmation: true}, {ok: true, data?}, {ok: false, error}.
+func (u *upWire) outcome(r *ToolResult) error {
+	const awaiting = "awaiting_confirmation"
+	switch {
+	case u.AwaitingConfirmation.set && !u.AwaitingConfirmation.v:
+		return fmt.Errorf("%s: %q: only true is meaningful; send ok instead", Envelope, awaiting)
+	case u.AwaitingConfirmation.set:
+		for _, m := range []struct {
+			name string
+			set  bool
+		}{{"ok", u.OK.set}, {"data", u.Data != nil}, {"error", u.Error != nil}} {
+			if m.set {
+				return fmt.Errorf("%s: %q cannot go with %q", Envelope, m.name, awaiting)
+			}
+		}
+		r.AwaitingConfirmation = true
+		return nil
+	case !u.OK.set:
+		return fmt.Errorf("%s: missing %q", Envelope, "ok")
+	case u.OK.v && u.Error != nil:
+		return errors.New(Envelope + `: "error" cannot go with "ok": true`)
+	case u.OK.v:
+		r.OK, r.Data = true, json.RawMessage(u.Data)
+		return nil
+	case u.Data != nil:
+		return errors.New(Envelope + `: "data" cannot go with "ok": false`)
+	case u.Error == nil:
+		return fmt.Errorf("%s: missing %q", Envelope, "error")
+	}
+	var e errorWire
+	const where = Envelope + ".error"
+	switch err := unmarshal(u.Error, &e); {
+	case err != nil:
+		return wireRefusal(err, Envelope, "error")
+	case !e.Code.set:
+		return fmt.Errorf("%s: missing %q", where, "code")
+	case !e.Message.set:
+		return fmt.Errorf("%s: missing %q", where, "message")
+	case e.Code.s == "":
+		return fmt.Errorf("%s: %q: empty code", Envelope, "error")
+	}
+	r.Error = &Error{Code: e.Code.s, Message: e.Message.s}
+	return nil
 }
 
 // CheckValue verifies that data is exactly one JSON value, strictly
@@ -151,228 +338,17 @@ func frameJSONError(data []byte, err error) error {
 	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
-// attributableReqID returns the envelope's req_id when it is a well-formed
-// one, so that a refusal can name the request it refuses.
-func attributableReqID(env json.RawMessage) string {
-	if len(env) == 0 || env[0] != '{' {
+// attributableReqID returns the req_id of the line's member envelope when
+// it is a well-formed one, so that a refusal can name the request it
+// refuses.
+func attributableReqID(line []byte, envelope string) string {
+	var top map[string]jsontext.Value
+	var env struct {
+		ReqID string `json:"req_id"`
+	}
+	if jsonv2.Unmarshal(line, &top, jsontext.AllowInvalidUTF8(true)) != nil ||
+		jsonv2.Unmarshal(top[envelope], &env, jsontext.AllowInvalidUTF8(true)) != nil || !ValidID(env.ReqID) {
 		return ""
 	}
-	var few [8]strictjson.Member
-	f, err := strictjson.Object(env, few[:0])
-	if err != nil {
-		return ""
-	}
-	var id string
-	if raw, ok := fields(f).get("req_id"); ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &id) == nil && ValidID(id) {
-		return id
-	}
-	return ""
-}
-
-// object reads the members of one JSON object by their exact names. Every
-// getter removes what it read; done reports any member left over, so an
-// unknown or case-variant key is an error rather than ignored. Its
-// members alias the line they were read from: what a frame keeps is
-// copied (string, bytes.Clone).
-type object struct {
-	where string
-	m     fields
-	err   error
-}
-
-// newObject reads the members of raw, a request's args.
-func newObject(where string, raw json.RawMessage) *object {
-	h := new(struct {
-		o   object
-		few [10]strictjson.Member
-	})
-	h.o = objectOf(where, raw, h.few[:0])
-	return &h.o
-}
-
-// objectOf reads raw's members into dst.
-func objectOf(where string, raw json.RawMessage, dst []strictjson.Member) object {
-	if len(raw) == 0 || raw[0] != '{' {
-		return object{where: where, err: fmt.Errorf("%s: want an object", where)}
-	}
-	m, err := strictjson.Object(raw, dst)
-	if err != nil {
-		return object{where: where, err: frameJSONError(raw, err)}
-	}
-	return object{where: where, m: m}
-}
-
-func (o *object) fail(format string, args ...any) {
-	if o.err == nil {
-		o.err = fmt.Errorf(o.where+": "+format, args...)
-	}
-}
-
-func (o *object) take(name string, required bool) (json.RawMessage, bool) {
-	if o.err != nil {
-		return nil, false
-	}
-	v, ok := o.m.get(name)
-	if !ok {
-		if required {
-			o.fail("missing %q", name)
-		}
-		return nil, false
-	}
-	o.m.del(name)
-	return v, true
-}
-
-func (o *object) has(name string) bool {
-	_, ok := o.m.get(name)
-	return ok
-}
-
-func (o *object) str(name string, required bool) string {
-	v, ok := o.take(name, required)
-	if !ok {
-		return ""
-	}
-	if v[0] != '"' {
-		o.fail("%q: want a string", name)
-		return ""
-	}
-	// The line was scanned and is valid UTF-8: a string without an
-	// escape is its bytes between the quotes.
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1])
-	}
-	var s string
-	if json.Unmarshal(v, &s) != nil {
-		o.fail("%q: want a string", name)
-		return ""
-	}
-	return s
-}
-
-func (o *object) id(name string, required bool) string {
-	_, present := o.m.get(name)
-	s := o.str(name, required)
-	if o.err == nil && present && !ValidID(s) {
-		o.fail("%q: want 1 to 128 printable ASCII characters", name)
-	}
-	return s
-}
-
-func (o *object) boolean(name string, required bool) bool {
-	v, ok := o.take(name, required)
-	if !ok {
-		return false
-	}
-	switch string(v) {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	o.fail("%q: want true or false", name)
-	return false
-}
-
-// raw takes a member of any JSON type.
-func (o *object) raw(name string, required bool) json.RawMessage {
-	v, _ := o.take(name, required)
-	return v
-}
-
-func (o *object) obj(name string, required bool) json.RawMessage {
-	v, ok := o.take(name, required)
-	if ok && v[0] != '{' {
-		o.fail("%q: want an object", name)
-		return nil
-	}
-	return v
-}
-
-func (o *object) wireError(name string, required bool) *Error {
-	v, ok := o.take(name, required)
-	if !ok || o.err != nil {
-		return nil
-	}
-	var few [4]strictjson.Member
-	eo := objectOf(o.where+"."+name, v, few[:0])
-	e := &Error{Code: eo.str("code", true), Message: eo.str("message", true)}
-	if err := eo.done(); err != nil {
-		o.err = err
-		return nil
-	}
-	if e.Code == "" {
-		o.fail("%q: empty code", name)
-	}
-	return e
-}
-
-func (o *object) done() error {
-	if o.err != nil {
-		return o.err
-	}
-	if len(o.m) > 0 {
-		return fmt.Errorf("%s: unknown member %q", o.where, o.m.firstOther(""))
-	}
-	return nil
-}
-
-// decodeUp decodes the envelope's members. They alias the line, which
-// the caller's reader reuses: the frame gets its own copy of each.
-func decodeUp(o *object) (Up, error) {
-	switch t := o.str("type", true); {
-	case o.err != nil:
-		return nil, o.err
-	case t == TypeRequest:
-		r := &Request{ReqID: o.id("req_id", true), Method: o.str("method", true), Args: bytes.Clone(o.obj("args", false))}
-		if err := o.done(); err != nil {
-			return nil, err
-		}
-		if r.Method == "" {
-			return nil, errors.New(Envelope + `: empty "method"`)
-		}
-		return r, nil
-	case t == TypeToolResult:
-		r := &ToolResult{CallID: o.id("call_id", true)}
-		if err := toolOutcome(o, r); err != nil {
-			return nil, err
-		}
-		return r, nil
-	default:
-		return nil, fmt.Errorf("%s: unknown type %q (want %q or %q)", Envelope, t, TypeRequest, TypeToolResult)
-	}
-}
-
-// toolOutcome reads a tool_result's outcome: exactly one of
-// {awaiting_confirmation: true}, {ok: true, data?}, {ok: false, error}.
-func toolOutcome(o *object, r *ToolResult) error {
-	const awaiting = "awaiting_confirmation"
-	if o.has(awaiting) {
-		r.AwaitingConfirmation = o.boolean(awaiting, true)
-		if o.err == nil && !r.AwaitingConfirmation {
-			o.fail("%q: only true is meaningful; send ok instead", awaiting)
-		}
-		for _, n := range []string{"ok", "data", "error"} {
-			if o.has(n) {
-				o.fail("%q cannot go with %q", n, awaiting)
-			}
-		}
-		return o.done()
-	}
-	r.OK = o.boolean("ok", true)
-	if o.err != nil {
-		return o.err
-	}
-	if r.OK {
-		r.Data = bytes.Clone(o.raw("data", false))
-		if o.has("error") {
-			o.fail(`"error" cannot go with "ok": true`)
-		}
-	} else {
-		r.Error = o.wireError("error", true)
-		if o.has("data") {
-			o.fail(`"data" cannot go with "ok": false`)
-		}
-	}
-	return o.done()
+	return env.ReqID
 }

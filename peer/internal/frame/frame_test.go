@@ -38,7 +38,7 @@ func TestParseLine(t *testing.T) {
 		{name: "duplicate nested key", line: `{"octos_peer":{"type":"request","req_id":"r1","method":"m","args":{"a":1,"a":2}}}`, bad: "duplicate key", reqID: ""},
 		{name: "duplicate in passthrough", line: `{"x":{"y":1,"y":1}}`, bad: "duplicate key"},
 		{name: "case-variant key", line: `{"octos_peer":{"type":"request","req_id":"r1","Method":"m","method":"m"}}`, bad: `unknown member "Method"`, reqID: "r1"},
-		{name: "case-variant only", line: `{"octos_peer":{"type":"request","REQ_ID":"r1","method":"m"}}`, bad: `missing "req_id"`},
+		{name: "case-variant only", line: `{"octos_peer":{"type":"request","REQ_ID":"r1","method":"m"}}`, bad: `unknown member "REQ_ID"`},
 		{name: "case-variant envelope", line: `{"Octos_Peer":{"type":"request","req_id":"r1","method":"m"}}`, bad: "case-sensitive", reqID: "r1"},
 		{name: "case-variant envelope, bad req_id", line: `{"OCTOS_PEER":{"type":"request","req_id":7}}`, bad: "case-sensitive"},
 		{name: "case-variant envelope beside others", line: `{"ui":1,"OCTOS_PEER":{}}`, bad: "case-sensitive"},

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// The tool_result lines of TestFastToolResult were those of the one-pass
-// decoder the hub once had; ParseLine still decodes each of them this way.
-func TestFastToolResult(t *testing.T) {
+// TestToolResult: ParseLine decodes a tool_result's every form, in any
+// order and spelling of its members, and refuses what the link does not
+// define.
+func TestToolResult(t *testing.T) {
 	tests := []struct {
 		name string
 		line string
@@ -50,23 +51,26 @@ func TestFastToolResult(t *testing.T) {
 	}
 }
 
-// FuzzFastToolResult holds ParseLine's tool results to encoding/json's
-// reading of the same line: whatever ParseLine accepts as a tool_result,
-// encoding/json reads as the same members.
-func FuzzFastToolResult(f *testing.F) {
+// FuzzParseLine holds ParseLine's frames to encoding/json's reading of
+// the same line: whatever ParseLine accepts as a request or a
+// tool_result, encoding/json reads as the same members.
+func FuzzParseLine(f *testing.F) {
 	addGoldenSeeds(f)
 	f.Add([]byte(`{"octos_peer":{"type":"tool_result","call_id":"c1","ok":true,"data":{"a":[1,{"b":null}]}}}`))
 	f.Add([]byte(`{"octos_peer":{"type":"tool_result","call_id":"c1","awaiting_confirmation":true}}`))
 	f.Add([]byte(`{"octos_peer":{"ok":true,"type":"tool_result","call_id":"c1","data":"\u00e9"}}`))
+	f.Add([]byte(`{"octos_peer":{"type":"request","req_id":"r1","method":"m","args":{"a":"\u00e9"}}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		up, _, err := ParseLine(line)
-		got, ok := up.(*ToolResult)
-		if err != nil || !ok {
+		if err != nil || up == nil {
 			return
 		}
 		var ref struct {
 			Peer struct {
 				Type                 string          `json:"type"`
+				ReqID                string          `json:"req_id"`
+				Method               string          `json:"method"`
+				Args                 json.RawMessage `json:"args"`
 				CallID               string          `json:"call_id"`
 				AwaitingConfirmation bool            `json:"awaiting_confirmation"`
 				OK                   bool            `json:"ok"`
@@ -75,9 +79,17 @@ func FuzzFastToolResult(f *testing.F) {
 			} `json:"octos_peer"`
 		}
 		if err := json.Unmarshal(line, &ref); err != nil {
-			t.Fatalf("ParseLine accepted %q as %+v; encoding/json refuses it: %v", line, got, err)
+			t.Fatalf("ParseLine accepted %q as %+v; encoding/json refuses it: %v", line, up, err)
 		}
 		p := ref.Peer
+		if r, ok := up.(*Request); ok {
+			want := &Request{ReqID: p.ReqID, Method: p.Method, Args: p.Args}
+			if p.Type != TypeRequest || !reflect.DeepEqual(r, want) {
+				t.Fatalf("ParseLine decoded %q as %+v; encoding/json as %+v (type %q)", line, r, want, p.Type)
+			}
+			return
+		}
+		got := up.(*ToolResult)
 		want := &ToolResult{CallID: p.CallID, AwaitingConfirmation: p.AwaitingConfirmation, OK: p.OK, Data: p.Data, Error: p.Error}
 		if len(want.Data) == 0 {
 			want.Data = nil
