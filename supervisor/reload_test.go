@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"octosup/jail"
@@ -200,9 +201,11 @@ func TestReloadWhileStarting(t *testing.T) {
 	gate := make(chan struct{})
 	var release sync.Once
 	open := func() { release.Do(func() { close(gate) }) }
-	deferred := make(chan struct{}, 1)
+	deferred := make(chan zapcore.Entry, 1)
 	var gated bool
-	sup := startSupLaunch(t, nil, func(launch launchFunc) launchFunc {
+	sup := startSupLaunch(t, func(c *Config) {
+		c.Log = zap.New(zapcore.NewTee(c.Log.Core(), entryCore{"manifest change waits for the start under way", deferred}))
+	}, func(launch launchFunc) launchFunc {
 		return func(req jail.Request) (spawned, error) {
 			sp, err := launch(req)
 			if err == nil && !gated { // the spawner thread alone calls it
@@ -213,7 +216,6 @@ func TestReloadWhileStarting(t *testing.T) {
 		}
 	})
 	t.Cleanup(open) // a failed test still lets the held start go
-	sup.deferHook = func() { deferred <- struct{}{} }
 	applyOpt(t, sup, ApplyOptions{}, false, testApp(exe, "a", "sleep", false))
 	sub := sup.Subscribe(1024, KindState)
 	defer sub.Close()
@@ -256,6 +258,28 @@ func TestReloadWhileStarting(t *testing.T) {
 	if st := done.Restarted[0].Status; st.State != Running || st.Pid == first.Pid {
 		t.Fatalf("after the restart: %+v (the starting pid was %d)", st, first.Pid)
 	}
+}
+
+// entryCore hands each log entry with message msg to entries: a test
+// waits on it for what the supervisor logs.
+type entryCore struct {
+	msg     string
+	entries chan<- zapcore.Entry
+}
+
+func (c entryCore) Enabled(zapcore.Level) bool                 { return true }
+func (c entryCore) With([]zapcore.Field) zapcore.Core          { return c }
+func (c entryCore) Sync() error                                { return nil }
+func (c entryCore) Write(zapcore.Entry, []zapcore.Field) error { return nil }
+
+func (c entryCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == c.msg {
+		select {
+		case c.entries <- e:
+		default: // one is enough to wait on
+		}
+	}
+	return ce
 }
 
 // heldConfirm reports a process's jail only once gate is closed.

@@ -415,9 +415,7 @@ func (r *runner) awaitReport(a *attempt) (res confirmResult, stop chan cmdResult
 				a.joined = append(a.joined, c.reply)
 			case cmdReapply:
 				r.deferred = append(r.deferred, c)
-				if h := s.deferHook; h != nil {
-					h()
-				}
+				s.log.Info("manifest change waits for the start under way", zap.String("app", r.id))
 			case cmdStop:
 				return res, c.reply, cancelledStart{errors.New("stopped while starting")}
 			}

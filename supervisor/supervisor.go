@@ -191,9 +191,6 @@ type Supervisor struct {
 	spec func(jail.Request) (jail.Spec, error)
 	// slowHook: a LinkHandler call that takes longer is logged.
 	slowHook time.Duration
-	// deferHook, when a test sets it before Run, runs on an app's
-	// goroutine when a start under way leaves a command for after it.
-	deferHook func()
 	// cgroups is where each process gets a leaf; nil: process groups,
 	// and noCgroup says why.
 	cgroups  *cgroupTree
