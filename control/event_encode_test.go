@@ -69,3 +69,36 @@ func FuzzAppendToolEvent(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkToolEvent is a call's two events, tool.acknowledged and
+// tool.finished, appended and through EncodeEvent side by side: what the
+// appends earn.
+func BenchmarkToolEvent(b *testing.B) {
+	events := []struct {
+		topic string
+		ev    ToolEvent
+	}{
+		{EventToolAcknowledged, ToolEvent{App: "tools", CallID: "b12345"}},
+		{EventToolFinished, ToolEvent{App: "tools", CallID: "b12345", Outcome: OutcomeOK, Data: json.RawMessage(`{"echo":{"query":"milk"}}`)}},
+	}
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, e := range events {
+				if _, err := AppendToolEvent(make([]byte, 0, 128), e.topic, e.ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("EncodeEvent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, e := range events {
+				if _, err := EncodeEvent(e.topic, e.ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

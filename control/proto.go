@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"octosup/internal/strictjson"
+	"strconv"
 	"strings"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"octosup/internal/suggest"
 )
@@ -21,11 +24,6 @@ type Request struct {
 	ID   int64           `json:"id"`
 	Op   string          `json:"op"`
 	Args json.RawMessage `json:"args,omitempty"`
-
-	// tool.call's args, when DecodeRequest decoded them in the pass that
-	// read the line (Request.ToolCallArgs).
-	toolCall     ToolCallArgs
-	haveToolCall bool
 }
 
 // Response answers exactly one Request. An ID of 0 (the answer is about
@@ -384,148 +382,166 @@ type ManifestProblems struct {
 var ErrBadRequest = errors.New("bad request")
 
 // requestError is a refused request line.
-type requestError struct{ msg string }
+type requestError struct{ err error }
 
-func (e *requestError) Error() string        { return e.msg }
+func (e *requestError) Error() string        { return e.err.Error() }
+func (e *requestError) Unwrap() error        { return e.err }
 func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
 
 func badRequest(format string, args ...any) error {
-	return &requestError{msg: fmt.Sprintf(format, args...)}
+	return &requestError{err: fmt.Errorf(format, args...)}
 }
 
 // requestShape is what every refusal of a line's form ends with.
 const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
-// DecodeRequest decodes one request line (without its newline) strictly:
-// one JSON object with a positive integer id, a non-empty op, args an
-// object when present, no other member, nothing after it. On error it
-// still returns the request's id when the line names a usable one, so
-// that the answer can be attributed; otherwise the ID is 0, which an
-// answer carries as "id": null. The request's Args alias line.
-func DecodeRequest(line []byte) (Request, error) {
-	// A line is read strictly (strictjson); a refusal is worded by
-	// decodeRequestSlow, which also finds the id to answer with.
-	req, ok, strictErr := strictRequest(line)
-	if ok {
-		return req, nil
-	}
-	req, err := decodeRequestSlow(line)
-	if err == nil && strictErr != nil {
-		// What encoding/json takes but strictjson does not: a key
-		// twice deeper in, a byte that is not UTF-8, nesting past the
-		// limit.
-		return req, badRequest("the line is not valid JSON (%v): %s", strictErr, requestShape)
-	}
-	return req, err
+// maxDepth is how deep a request line's objects and arrays may nest, its
+// own object counted (docs/control.md). jsontext's own limit is far
+// deeper.
+const maxDepth = 32
+
+// requestLine is a request line as DecodeRequest reads it.
+type requestLine struct {
+	ID   int64          `json:"id"`
+	Op   string         `json:"op"`
+	Args jsontext.Value `json:"args"`
 }
 
-// decodeRequestSlow is DecodeRequest by encoding/json.
-func decodeRequestSlow(line []byte) (Request, error) {
+// DecodeRequest decodes one request line (without its newline) strictly:
+// one JSON object with a positive integer id, a non-empty op, args an
+// object when present, no other member, nothing after it; no name twice
+// in any object, valid UTF-8, at most maxDepth levels deep. On error it
+// still returns the request's id when the line is a well-formed object
+// with a usable id and each of its members once (a name twice deeper in,
+// a byte that is not UTF-8 or text after the object keeps it), so that
+// the answer can be attributed; otherwise the ID is 0, which an answer
+// carries as "id": null. The request's Args are a copy.
+func DecodeRequest(line []byte) (Request, error) {
+	var w requestLine
+	err := jsonv2.Unmarshal(line, &w, jsonv2.RejectUnknownMembers(true))
+	k := w.Args.Kind()
+	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || tooDeep(line) {
+		return refuse(line, err)
+	}
+	req := Request{ID: w.ID, Op: w.Op}
+	if k == '{' {
+		req.Args = json.RawMessage(w.Args)
+	}
+	return req, nil
+}
+
+// rawRequest is a refused line's members as written.
+type rawRequest struct {
+	ID   jsontext.Value `json:"id"`
+	Op   jsontext.Value `json:"op"`
+	Args jsontext.Value `json:"args"`
+}
+
+// lenient reads a refused line for its members, past what the strict
+// reading refuses in a well-formed object: a name twice, a byte that is
+// not UTF-8.
+var lenient = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// refuse words why DecodeRequest refuses line, one refusal in the order
+// of its doc, and finds the id to answer with. strictErr is the strict
+// reading's error, if any.
+func refuse(line []byte, strictErr error) (Request, error) {
 	var req Request
-	trimmed := bytes.TrimSpace(line)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	if start := bytes.TrimLeft(line, jsonSpace); len(start) == 0 || start[0] != '{' {
 		return req, badRequest("the line is not a JSON object: %s", requestShape)
 	}
-	keys, values, end, err := objectMembers(trimmed)
-	if err != nil {
-		return req, badRequest("the line is not valid JSON (%v): %s", jsonErrorText(err), requestShape)
+	var syn *jsontext.SyntacticError
+	if errors.As(strictErr, &syn) && syn.Err == jsontext.ErrDuplicateName && syn.JSONPointer.Parent() == "" {
+		return req, badRequest("the request has %q twice: send each member once", syn.JSONPointer.LastToken())
 	}
-	var rawID, rawOp, rawArgs json.RawMessage
-	seen := map[string]bool{}
-	for i, k := range keys {
-		if seen[k] {
-			return req, badRequest("the request has %q twice: send each member once", k)
-		}
-		seen[k] = true
-		switch k {
-		case "id":
-			rawID = values[i]
-		case "op":
-			rawOp = values[i]
-		case "args":
-			rawArgs = values[i]
-		}
+	// Only the first value: what follows it is a refusal of its own.
+	var w rawRequest
+	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
+	if err := jsonv2.UnmarshalDecode(dec, &w); err != nil {
+		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
 	}
 	// The id first: every later refusal can then be attributed.
-	id, idOK := parseID(rawID)
+	id, idOK := parseID(w.ID)
 	if idOK {
 		req.ID = id
 	}
-	for _, k := range keys {
-		if k != "id" && k != "op" && k != "args" {
-			near := ""
-			if n := suggest.Nearest(k, []string{"id", "op", "args"}); n != "" {
-				near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
-			}
-			return req, badRequest("the request has no member %q%s: a request has only id, op and args", k, near)
+	var sem *jsonv2.SemanticError
+	if errors.As(strictErr, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName) {
+		name, near := sem.JSONPointer.LastToken(), ""
+		if n := suggest.Nearest(name, []string{"id", "op", "args"}); n != "" {
+			near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
 		}
+		return req, badRequest("the request has no member %q%s: a request has only id, op and args", name, near)
 	}
 	if !idOK {
 		got := "none"
-		if len(rawID) > 0 {
-			got = string(rawID)
+		if len(w.ID) > 0 {
+			got = string(w.ID)
 			if len(got) > 40 {
 				got = got[:40] + "…"
 			}
 		}
 		return req, badRequest("id must be a positive integer (up to 2^63-1), got %s: this answer's id is null because the line has no id an answer could carry", got)
 	}
-	if end != len(trimmed) {
+	if len(bytes.TrimRight(line[dec.InputOffset():], jsonSpace)) > 0 {
 		return req, badRequest("more than one JSON value on the line: send one request a line")
 	}
-	if err := json.Unmarshal(rawOp, &req.Op); err != nil || req.Op == "" {
+	if jsonv2.Unmarshal(w.Op, &req.Op, lenient) != nil || req.Op == "" {
 		return req, badRequest("op must be a non-empty string, the name of an op (the hello op lists them)")
 	}
-	if len(rawArgs) > 0 && !bytes.Equal(rawArgs, []byte("null")) {
-		if rawArgs[0] != '{' {
-			return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", strictjson.KindOf(rawArgs))
-		}
-		req.Args = rawArgs
+	switch k := w.Args.Kind(); k {
+	case '{':
+		req.Args = json.RawMessage(w.Args)
+	case 'n', 0: // null or absent: no args
+	default:
+		return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindWords(k, w.Args))
 	}
-	return req, nil
+	switch {
+	case syn != nil && syn.Err == jsontext.ErrDuplicateName:
+		return req, badRequest("%s is there twice: send each member once", strings.TrimPrefix(dotted(syn.JSONPointer), "."))
+	case strictErr != nil:
+		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
+	}
+	// What is left of DecodeRequest's checks is the nesting.
+	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
 }
 
-// objectMembers returns the keys of the object raw starts with, in the
-// order written, with their values, and the offset just past it.
-func objectMembers(raw []byte) (keys []string, values []json.RawMessage, end int, err error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if _, err := dec.Token(); err != nil { // {
-		return nil, nil, 0, err
+// jsonSpace is the space JSON allows around a value.
+const jsonSpace = " \t\r\n"
+
+// syntaxCause is what jsontext found wrong, without its offset: the
+// words a refusal quotes ("unexpected EOF").
+func syntaxCause(err error) error {
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) {
+		return syn.Err
 	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		k, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, nil, 0, err
-		}
-		keys, values = append(keys, k), append(values, v)
-	}
-	if _, err := dec.Token(); err != nil { // }
-		return nil, nil, 0, err
-	}
-	return keys, values, int(dec.InputOffset()), nil
+	return err
 }
 
-// jsonErrorText is a decoder error without its "json: " prefix.
-func jsonErrorText(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
+// parseID is the id a request's raw id member holds, when it is a usable
+// one.
+func parseID(raw jsontext.Value) (int64, bool) {
+	if raw.Kind() != '0' {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(raw), 10, 64)
+	return id, err == nil && id > 0
+}
 
-func parseID(raw json.RawMessage) (int64, bool) {
-	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {
-		return 0, false
+// tooDeep reports whether the JSON text v nests objects and arrays more
+// than maxDepth levels deep.
+func tooDeep(v []byte) bool {
+	if bytes.Count(v, []byte("{"))+bytes.Count(v, []byte("[")) <= maxDepth {
+		return false // the usual line: too few to nest that deep
 	}
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, false
+	dec := jsontext.NewDecoder(bytes.NewReader(v))
+	for dec.StackDepth() <= maxDepth {
+		if _, err := dec.ReadToken(); err != nil {
+			return false
+		}
 	}
-	id, err := n.Int64()
-	if err != nil || id <= 0 {
-		return 0, false
-	}
-	return id, true
+	return true
 }
 
 // EncodeEvent returns the line {"event": topic, ...body's members} for a

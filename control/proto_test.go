@@ -1,9 +1,11 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,6 +36,14 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "unknown member keeps id", line: `{"id":11,"op":"status","extra":1}`, want: Request{ID: 11}, wantErr: `the request has no member "extra": a request has only id, op and args`},
 		{name: "second value", line: `{"id":12,"op":"status"} {"id":13}`, want: Request{ID: 12}, wantErr: "more than one JSON value"},
 		{name: "truncated", line: `{"id":14,"op":"sta`, wantErr: "the line is not valid JSON (unexpected EOF)"},
+		{name: "truncated, not UTF-8", line: "{\"id\":14,\"op\":\"\xff", wantErr: "the line is not valid JSON"},
+		{name: "unknown member first keeps id", line: `{"extra":1,"id":15,"op":"status"}`, want: Request{ID: 15}, wantErr: `the request has no member "extra"`},
+		{name: "text after", line: `{"id":16,"op":"status"} trailing`, want: Request{ID: 16}, wantErr: "more than one JSON value"},
+		{name: "twice deeper keeps id", line: `{"args":{"a":{"b":1,"\u0062":2}},"id":17,"op":"status"}`, want: Request{ID: 17, Op: "status", Args: json.RawMessage(`{"a":{"b":1,"\u0062":2}}`)}, wantErr: "args.a.b is there twice: send each member once"},
+		{name: "not UTF-8 keeps id", line: "{\"id\":18,\"op\":\"status\",\"args\":{\"a\":\"\xff\"}}", want: Request{ID: 18, Op: "status", Args: json.RawMessage("{\"a\":\"\xff\"}")}, wantErr: "the line is not valid JSON (invalid UTF-8)"},
+		{name: "32 levels", line: `{"id":19,"op":"x","args":{"a":` + strings.Repeat("[", 30) + strings.Repeat("]", 30) + `}}`, want: Request{ID: 19, Op: "x", Args: json.RawMessage(`{"a":` + strings.Repeat("[", 30) + strings.Repeat("]", 30) + `}`)}},
+		{name: "33 levels", line: `{"id":20,"op":"x","args":{"a":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}}`, want: Request{ID: 20, Op: "x", Args: json.RawMessage(`{"a":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}`)}, wantErr: "the line is not valid JSON (nested deeper than 32 levels)"},
+		{name: "brackets in a string", line: `{"id":21,"op":"x","args":{"a":"` + strings.Repeat("[", 40) + `"}}`, want: Request{ID: 21, Op: "x", Args: json.RawMessage(`{"a":"` + strings.Repeat("[", 40) + `"}`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +67,9 @@ func TestDecodeRequest(t *testing.T) {
 	}
 }
 
+// FuzzDecodeRequest holds DecodeRequest to its contract, and what it
+// accepts to encoding/json's reading of the same line: the same id, op
+// and args, and for a tool.call the same args as ToolCallArgs decodes.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"id":1,"op":"status"}`,
@@ -64,41 +77,34 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id":2,"op":"logs","args":{"app":"clock","lines":5,"follow":true}}`,
 		`{"id":3,"op":"subscribe","args":{"topics":["state","approval"]}}`,
 		`{"id":1,"op":"status","extra":true}`,
+		`{"extra":true,"id":1,"op":"status"}`,
 		`{"id":1e3,"op":"status"}`,
 		`{"id":1,"op":"status"}{}`,
 		`{"id":9223372036854775808,"op":"x"}`,
 		"{\"id\":1,\"op\":\"\xff\"}",
+		"{\"id\":1,\"op\":\"\xff",
 		`null`, `[]`, `"x"`, ``,
 		` { "op" : "tool.call" , "args" : {"app":"notes","call":{"call_id":"c1","args":{"q":[1,-2.5e3,true,null,"\u00e9"]}}}, "id" : 42 } `,
 		`{"id":3,"op":"status","args":null}`,
 		`{"id":3,"op":"status","id":4}`,
+		`{"id":3,"op":"status","args":{"a":1,"\u0061":2}}`,
+		`{"id":3,"op":"status","args":{"a":"\ud800"}}`,
 		`{"Id":3,"op":"status"}`,
 		`{"id":3,"op":"st\u0061tus"}`,
 		`{"id":123456789012345678,"op":"x"}`,
 		`{"id":1,"op":"x","args":{"a":{"b":{"c":[[[{}]]]}}}}`,
+		`{"id":1,"op":"x","args":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}`,
 		`{"id":1234,"op":"tool.call","args":{"app":"tools","call":{"call_id":"b12345","name":"bench.echo","args":{"query":"milk"},"risk":"read","confirm":"none","timeout_ms":60000,"context_id":"ctx-0123456789abcdef","caller":"bench"}}}`,
+		`{"id":1,"op":"tool.call","args":{"app":"a","call":{"args":[1,{"b":[]}],"timeout_ms":-0}}}`,
+		`{"id":1,"op":"tool.call","args":{"app":"a","app":"b"}}`,
+		`{"id":1,"op":"tool.call","args":{"App":"a"}}`,
+		`{"id":1,"op":"tool.call","args":{"call":{"timeout_ms":01}}}`,
+		`{"id":1,"op":"tool.call","args":{"call":{"timeout_ms":123456789012345678901}}}`,
+		`{"id":1,"op":"tool.call","args":{"call":{"name":"\u00e9"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		// The strict reading accepts only what encoding/json accepts,
-		// as the same request.
-		if fast, ok, _ := strictRequest(line); ok {
-			slow, err := decodeRequestSlow(line)
-			if err != nil {
-				t.Fatalf("fast path accepted %q as %+v; encoding/json refuses it: %v", line, fast, err)
-			}
-			if fast.ID != slow.ID || fast.Op != slow.Op || string(fast.Args) != string(slow.Args) {
-				t.Fatalf("fast path decoded %q as %+v; encoding/json as %+v", line, fast, slow)
-			}
-			// tool.call's args read with the line are the args read alone.
-			if fast.haveToolCall {
-				alone, err := DecodeToolCallArgs(fast.Args)
-				if err != nil || !reflect.DeepEqual(fast.toolCall, alone) {
-					t.Fatalf("%q: args read with the line %+v; alone %+v, %v", line, fast.toolCall, alone, err)
-				}
-			}
-		}
 		req, err := DecodeRequest(line)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
@@ -107,6 +113,18 @@ func FuzzDecodeRequest(f *testing.F) {
 			if req.ID < 0 {
 				t.Fatalf("negative id %d recovered", req.ID)
 			}
+			// An attributed refusal carries the id encoding/json reads in
+			// the line's first value.
+			if req.ID > 0 {
+				var members map[string]json.RawMessage
+				derr := json.NewDecoder(bytes.NewReader(line)).Decode(&members)
+				if derr != nil || string(members["id"]) != strconv.FormatInt(req.ID, 10) {
+					t.Fatalf("%q refused (%v) with id %d; encoding/json reads the id %s, %v", line, err, req.ID, members["id"], derr)
+				}
+			}
+			if strings.Contains(err.Error(), "nested deeper") && !tooDeep(line) {
+				t.Fatalf("%q refused (%v), but it is not nested too deep", line, err)
+			}
 			return
 		}
 		if req.ID <= 0 || req.Op == "" {
@@ -114,6 +132,34 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if len(req.Args) > 0 && req.Args[0] != '{' {
 			t.Fatalf("accepted non-object args %s", req.Args)
+		}
+		// encoding/json reads the line as the same request, with no
+		// other member.
+		var members map[string]json.RawMessage
+		var v1 Request
+		if err := json.Unmarshal(line, &members); err != nil {
+			t.Fatalf("accepted %q; encoding/json refuses it: %v", line, err)
+		}
+		if err := json.Unmarshal(line, &v1); err != nil {
+			t.Fatalf("accepted %q; encoding/json refuses it as a request: %v", line, err)
+		}
+		if string(v1.Args) == "null" {
+			v1.Args = nil
+		}
+		if v1.ID != req.ID || v1.Op != req.Op || string(v1.Args) != string(req.Args) {
+			t.Fatalf("decoded %q as %+v; encoding/json as %+v", line, req, v1)
+		}
+		for k := range members {
+			if k != "id" && k != "op" && k != "args" {
+				t.Fatalf("accepted %q with member %q", line, k)
+			}
+		}
+		// tool.call's args are encoding/json's reading of them.
+		if a, err := req.ToolCallArgs(); err == nil {
+			var want ToolCallArgs
+			if err := json.Unmarshal(req.Args, &want); len(req.Args) > 0 && (err != nil || !reflect.DeepEqual(a, want)) {
+				t.Fatalf("%q: args decoded as %+v; by encoding/json as %+v, %v", line, a, want, err)
+			}
 		}
 		// What was accepted re-encodes and decodes to the same request.
 		b, err := json.Marshal(req)

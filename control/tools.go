@@ -196,24 +196,9 @@ type JailData struct {
 	Text string          `json:"text"`
 }
 
-// ToolCallArgs is DecodeToolCallArgs of r's args, without reading them
-// again when DecodeRequest read them with the line (the usual tool.call).
+// ToolCallArgs decodes r's args as tool.call's (DecodeArgs).
 func (r *Request) ToolCallArgs() (ToolCallArgs, error) {
-	if r.haveToolCall {
-		return r.toolCall, nil
-	}
-	return DecodeToolCallArgs(r.Args)
-}
-
-// DecodeToolCallArgs is DecodeArgs of tool.call's args, in one pass for
-// the usual args (plain strings, each member once); the rest is decoded
-// by DecodeArgs, which gives the verdict and its message. The call's
-// Args alias args.
-func DecodeToolCallArgs(args json.RawMessage) (ToolCallArgs, error) {
-	if a, ok := strictToolCallArgs(args); ok {
-		return a, nil
-	}
 	var a ToolCallArgs
-	err := DecodeArgs(args, &a)
+	err := DecodeArgs(r.Args, &a)
 	return a, err
 }

@@ -26,7 +26,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 }
 
 // BenchmarkToolCall is a tool.call line read whole, as the daemon reads
-// it: the request, then its args (read with the line).
+// it: the request, then its args (Request.ToolCallArgs).
 func BenchmarkToolCall(b *testing.B) {
 	line := []byte(benchRequests[0].line)
 	b.ReportAllocs()
