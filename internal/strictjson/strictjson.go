@@ -1,16 +1,14 @@
-// Package strictjson reads JSON the one strict way octosup takes it from
-// apps, clients and manifest files, and writes the bytes encoding/json
-// writes, so that every wire and file format has one reader and one set of
-// limits. Its verdicts are jsontext's (github.com/go-json-experiment/json),
-// which refuses what octosup must refuse: a name given twice in one object
-// (also when spelled "a" and "\u0061"), invalid UTF-8, malformed JSON and
-// anything after the value. In front of it sits a hand reader of the
-// usual short lines (lex.go, FuzzLex holds it to jsontext), which takes
-// what it can read fast and leaves everything else to jsontext.
+// Package strictjson checks JSON the one strict way octosup takes it from
+// apps, clients and manifest files, and words what it refuses, so that
+// every wire and file format has one set of limits. Its verdicts are
+// jsontext's (github.com/go-json-experiment/json), which refuses what
+// octosup must refuse: a name given twice in one object (also when spelled
+// "a" and "\u0061"), invalid UTF-8, malformed JSON and anything after the
+// value. It adds what jsontext has no option for: MaxDepth levels of
+// nesting. Decoding into Go values is jsonv2's, after the check.
 //
-// The limits (docs/protocol.md, docs/control.md, docs/manifest.md):
-// MaxDepth levels of nesting. A line's or a file's size is its format's own
-// limit, checked before the bytes get here.
+// A line's or a file's size is its format's own limit, checked before the
+// bytes get here (docs/protocol.md, docs/control.md, docs/manifest.md).
 package strictjson
 
 import (
@@ -79,51 +77,14 @@ type Member struct {
 // Check reports whether data is exactly one JSON value, strictly (see the
 // package comment), with space around it at most.
 func Check(data []byte) error {
-	_, _, err := read(data, false, path{}, nil, levels{})
+	_, err := read(data, false, nil)
 	return err
 }
 
 // Object checks data as Check does and appends the members of the object
-// it must be to dst, in the order written (a caller's array spares the
-// usual small object an allocation).
+// it must be to dst, in the order written.
 func Object(data []byte, dst []Member) ([]Member, error) {
-	m, _, err := read(data, true, path{}, dst, levels{})
-	return m, err
-}
-
-// ObjectIn is Object that also appends to in the members of the member
-// named inner, when its value is an object: the line and its envelope
-// read in one pass.
-func ObjectIn(data []byte, inner string, dst, in []Member) ([]Member, []Member, error) {
-	m, lv, err := read(data, true, path{inner}, dst, levels{in})
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, lv[0], nil
-}
-
-// ObjectIn2 is ObjectIn a level further down: in2 gets the members of
-// the member inner2 of data's member inner, when both are objects. A
-// request and the args of its args are read in one pass so.
-func ObjectIn2(data []byte, inner, inner2 string, dst, in, in2 []Member) ([]Member, []Member, []Member, error) {
-	m, lv, err := read(data, true, path{inner, inner2}, dst, levels{in, in2})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return m, lv[0], lv[1], nil
-}
-
-// A path is the names an object read goes down, "" where it stops, and
-// levels the members read there, by value: a caller's arrays stay its
-// own (a slice stored through a pointer would be moved to the heap).
-type (
-	path   [2]string
-	levels [2][]Member
-)
-
-// down is the path and levels below their first name.
-func (p path) down(lv levels) (path, levels) {
-	return path{p[1]}, levels{lv[1]}
+	return read(data, true, dst)
 }
 
 // decoders keeps jsontext's decoders (a few hundred bytes of state each)
@@ -140,25 +101,17 @@ type decoder struct {
 // encoding/json has always taken (as U+FFFD) and so have octosup's readers.
 var options = jsontext.AllowInvalidUTF8(true)
 
-func read(data []byte, object bool, p path, members []Member, in levels) ([]Member, levels, error) {
+func read(data []byte, object bool, members []Member) ([]Member, error) {
 	if !utf8.Valid(data) {
-		return nil, in, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
+		return nil, &Error{Kind: InvalidUTF8, Offset: int64(invalidAt(data)), msg: "not valid UTF-8"}
 	}
 	start := skipSpace(data, 0)
 	if start == len(data) {
-		return nil, in, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
+		return nil, &Error{Kind: Empty, Offset: int64(start), msg: "no JSON value, only space"}
 	}
 	if object && data[start] != '{' {
-		return nil, in, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
+		return nil, &Error{Kind: NotObject, Offset: int64(start), msg: "not a JSON object"}
 	}
-	if m, lv, ok := readFast(data, start, object, p, members, in); ok {
-		return m, lv, nil
-	}
-	return readGeneral(data, object, p, members, in)
-}
-
-// readGeneral is read by jsontext, for any text.
-func readGeneral(data []byte, object bool, p path, members []Member, in levels) ([]Member, levels, error) {
 	d := decoders.Get().(*decoder)
 	defer func() {
 		d.buf = bytes.Buffer{} // not keep data alive
@@ -168,74 +121,45 @@ func readGeneral(data []byte, object bool, p path, members []Member, in levels) 
 	d.dec.Reset(&d.buf, options)
 	var err error
 	if object {
-		members, in, err = readObject(&d.dec, data, 1, p, members, in)
+		members, err = readObject(&d.dec, data, members)
 	} else {
 		_, err = readValue(&d.dec, data, 0)
 	}
 	if err != nil {
-		return nil, in, err
+		return nil, err
 	}
 	if end := skipSpace(data, int(d.dec.InputOffset())); end != len(data) {
-		return nil, in, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
+		return nil, &Error{Kind: Trailing, Offset: int64(end), msg: "more JSON text after the value"}
 	}
-	return members, in, nil
+	return members, nil
 }
 
-// readFast is read by hand (lex.go), for the usual text; ok is false for
-// any other, and members and in are then as they were.
-func readFast(data []byte, start int, object bool, p path, members []Member, in levels) ([]Member, levels, bool) {
-	var end int
-	ok := false
-	if object {
-		var m []Member
-		var lv levels
-		if m, lv, end, ok = fastMembers(data, start, 1, p, members, in); ok {
-			members, in = m, lv
-		}
-	} else {
-		end, ok = Value(data, start, 0)
-	}
-	if !ok || skipSpace(data, end) != len(data) {
-		return members, in, false
-	}
-	return members, in, true
-}
-
-// readObject reads the object the decoder is at, which opens level
-// depth, member by member: those of its member p[0] (an object) go to
-// in[0], and so on down the path, read in the same pass.
-func readObject(d *jsontext.Decoder, data []byte, depth int, p path, members []Member, in levels) ([]Member, levels, error) {
+// readObject reads the object the decoder is at, the outermost level,
+// member by member.
+func readObject(d *jsontext.Decoder, data []byte, members []Member) ([]Member, error) {
 	if _, err := d.ReadToken(); err != nil {
-		return nil, in, wrap(err, data)
+		return nil, wrap(err, data)
 	}
 	for d.PeekKind() != '}' {
 		quoted, err := d.ReadValue() // a name, as written
 		if err != nil {
-			return nil, in, wrap(err, data)
+			return nil, wrap(err, data)
 		}
 		name := quoted[1 : len(quoted)-1 : len(quoted)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			name, _ = jsontext.AppendUnquote(nil, quoted) // checked: it unquotes
 		}
-		var start int
-		if p[0] != "" && string(name) == p[0] && d.PeekKind() == '{' {
-			start = valueStart(data, int(d.InputOffset()))
-			below, lv := p.down(in)
-			in[0], lv, err = readObject(d, data, depth+1, below, in[0], lv)
-			in[1] = lv[0]
-		} else {
-			start, err = readValue(d, data, depth)
-		}
+		start, err := readValue(d, data, 1)
 		if err != nil {
-			return nil, in, err
+			return nil, err
 		}
 		end := int(d.InputOffset())
 		members = append(members, Member{Name: name, Value: data[start:end:end]})
 	}
 	if _, err := d.ReadToken(); err != nil {
-		return nil, in, wrap(err, data)
+		return nil, wrap(err, data)
 	}
-	return members, in, nil
+	return members, nil
 }
 
 // valueStart is where the value after offset i (a name's end) starts.

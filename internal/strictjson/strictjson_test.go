@@ -166,17 +166,3 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
-
-// FuzzVerbatim holds Verbatim to json.Marshal of a json.RawMessage.
-func FuzzVerbatim(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2]}`, ` { "a" : 1 } `, `{"a":1,"a":2}`, `"<&>"`, "\"\u2028\"", `{"a":}`, `1 2`, "\"\xff\""} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, v []byte) {
-		if Verbatim(v) {
-			if m, err := json.Marshal(json.RawMessage(v)); err != nil || !bytes.Equal(m, v) {
-				t.Fatalf("Verbatim(%q) but json.Marshal writes %q, %v", v, m, err)
-			}
-		}
-	})
-}

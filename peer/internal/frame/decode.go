@@ -22,7 +22,7 @@ import (
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 	// strictjson words what is not JSON and holds the depth limit, which
 	// jsonv2 leaves at 10,000; jsonv2 then reads the members.
-	if s := strictjson.Space(line, 0); s < len(line) && line[s] != '{' {
+	if t := bytes.TrimLeft(line, " \t\r\n"); len(t) > 0 && t[0] != '{' {
 		return nil, false, &FrameError{Reason: "not a JSON object"}
 	}
 	if err := strictjson.Check(line); err != nil {
