@@ -35,7 +35,7 @@ func BenchmarkToolCall(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := req.ToolCallArgs(); err != nil {
+		if _, err := toolCallArgs(req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -155,7 +155,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 		}
 		// tool.call's args are encoding/json's reading of them.
-		if a, err := req.ToolCallArgs(); err == nil {
+		if a, err := toolCallArgs(req); err == nil {
 			var want ToolCallArgs
 			if err := json.Unmarshal(req.Args, &want); len(req.Args) > 0 && (err != nil || !reflect.DeepEqual(a, want)) {
 				t.Fatalf("%q: args decoded as %+v; by encoding/json as %+v, %v", line, a, want, err)

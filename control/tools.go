@@ -195,10 +195,3 @@ type JailData struct {
 	Spec json.RawMessage `json:"spec"`
 	Text string          `json:"text"`
 }
-
-// ToolCallArgs decodes r's args as tool.call's (DecodeArgs).
-func (r *Request) ToolCallArgs() (ToolCallArgs, error) {
-	var a ToolCallArgs
-	err := DecodeArgs(r.Args, &a)
-	return a, err
-}

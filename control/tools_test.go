@@ -32,7 +32,7 @@ func TestToolCallArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := Request{ID: 1, Op: OpToolCall, Args: json.RawMessage(tt.args)}
-			got, err := req.ToolCallArgs()
+			got, err := toolCallArgs(req)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("ToolCallArgs(%s) = %v, want an error containing %q", tt.args, err, tt.wantErr)
@@ -47,4 +47,11 @@ func TestToolCallArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toolCallArgs decodes req's args as tool.call's, as the daemon does.
+func toolCallArgs(req Request) (ToolCallArgs, error) {
+	var a ToolCallArgs
+	err := DecodeArgs(req.Args, &a)
+	return a, err
 }

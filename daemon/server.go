@@ -31,15 +31,6 @@ import (
 // is a *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
-// requestHandler is a handler given the whole request: tool.call's,
-// whose args DecodeRequest read with the line (Request.ToolCallArgs).
-// Every op is served as one.
-type requestHandler func(ctx context.Context, c *Conn, req control.Request) (any, error)
-
-func argsOnly(h handler) requestHandler {
-	return func(ctx context.Context, c *Conn, req control.Request) (any, error) { return h(ctx, c, req.Args) }
-}
-
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room (but
@@ -99,7 +90,7 @@ type Server struct {
 	// mu guards the registry: ops and topics are added before Serve (by
 	// the peer link's register, and tests), read by every request.
 	mu      sync.RWMutex
-	ops     map[string]requestHandler
+	ops     map[string]handler
 	ordered map[string]bool // ops run in arrival order on the reader
 	topics  map[string]bool
 }
@@ -125,26 +116,23 @@ func NewServer(cfg ServerConfig) *Server {
 			control.TopicAppFrame: true,
 		},
 	}
-	s.ops = map[string]requestHandler{}
-	for op, h := range builtinOps(s) {
-		s.ops[op] = argsOnly(h)
-	}
+	s.ops = builtinOps(s)
 	s.ordered = map[string]bool{}
 	return s
 }
 
 // handle registers the handler of an op. It replaces nothing: a second
 // registration of the same op is a programming error and panics.
-func (s *Server) handle(op string, h handler) { s.register(op, argsOnly(h), false) }
+func (s *Server) handle(op string, h handler) { s.register(op, h, false) }
 
 // handleOrdered registers an op whose requests on one connection run one
 // at a time, in the order they arrived, on the connection's reader: what
 // they do (e.g. a kernel's request.reply then its request.events) happens
 // in the order the client sent it. Its handler must not block for long:
 // the connection reads nothing else meanwhile.
-func (s *Server) handleOrdered(op string, h handler) { s.register(op, argsOnly(h), true) }
+func (s *Server) handleOrdered(op string, h handler) { s.register(op, h, true) }
 
-func (s *Server) register(op string, h requestHandler, ordered bool) {
+func (s *Server) register(op string, h handler, ordered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.ops[op]; dup {
@@ -196,7 +184,7 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 	}
 }
 
-func (s *Server) lookup(op string) (requestHandler, bool) {
+func (s *Server) lookup(op string) (handler, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	h, ok := s.ops[op]
@@ -252,7 +240,7 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request) {
 	if c.srv.debug {
 		start = time.Now()
 	}
-	data, err := h(ctx, c, req)
+	data, err := h(ctx, c, req.Args)
 	if err != nil {
 		cerr := asControlError(err)
 		if cerr.Code == control.CodeInternal {

@@ -25,7 +25,7 @@ func registerToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.Kern
 	t := toolOps{m: m, kernelOf: kernelOf}
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
-	s.register(control.OpToolCall, t.call, true) // its args read with the line
+	s.handleOrdered(control.OpToolCall, t.call)
 	s.handleOrdered(control.OpToolCancel, t.cancel)
 	s.handleOrdered(control.OpContextOwner, t.contextOwner)
 	s.handleOrdered(control.OpContextList, t.contextList)
@@ -105,9 +105,9 @@ func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 	return ks, nil
 }
 
-func (t toolOps) call(_ context.Context, c *Conn, req control.Request) (any, error) {
-	ca, err := req.ToolCallArgs()
-	if err != nil {
+func (t toolOps) call(_ context.Context, c *Conn, args json.RawMessage) (any, error) {
+	var ca control.ToolCallArgs
+	if err := control.DecodeArgs(args, &ca); err != nil {
 		return nil, err
 	}
 	if err := needApp(control.OpToolCall, ca.App); err != nil {
