@@ -4,14 +4,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"octosup/internal/strictjson"
 )
 
 // DefaultAuditKeep is how many audit entries the store keeps: older ones
@@ -155,51 +151,13 @@ func (s *Store) Audit(app string, limit int) ([]AuditEntry, error) {
 	return out, nil
 }
 
-// appendAuditEntry appends e as json.Marshal writes it, without its
-// reflection for the usual entry (plain strings, a time and a duration
-// json.Marshal writes plainly); any other goes through json.Marshal.
+// appendAuditEntry appends e as json.Marshal writes it.
 func appendAuditEntry(b []byte, e *AuditEntry) []byte {
-	d := math.Abs(e.DurationMS)
-	if y := e.Started.Year(); y < 0 || y > 9999 || (d != 0 && (d < 1e-6 || d >= 1e21)) || math.IsNaN(d) ||
-		!strictjson.Plain(e.App) || !strictjson.Plain(e.Tool) || !strictjson.Plain(e.CallID) || !strictjson.Plain(e.Risk) || !strictjson.Plain(e.Confirm) ||
-		!strictjson.Plain(e.Decision) || !strictjson.Plain(e.Approved) || !strictjson.Plain(e.Outcome) || !strictjson.Plain(e.Error) || !strictjson.Plain(e.End) ||
-		!strictjson.Plain(e.Account) || !strictjson.Plain(e.ContextID) || !strictjson.Plain(e.Caller) {
-		data, err := json.Marshal(e)
-		if err != nil {
-			// Only a NaN or a year past 9999 gets here; neither is an
-			// entry the daemon makes.
-			data, _ = json.Marshal(AuditEntry{Seq: e.Seq, App: e.App, Tool: e.Tool, CallID: e.CallID, Outcome: e.Outcome, End: e.End})
-		}
-		return append(b, data...)
+	data, err := json.Marshal(e)
+	if err != nil {
+		// Only a NaN or a year past 9999 gets here; neither is an entry
+		// the daemon makes.
+		data, _ = json.Marshal(AuditEntry{Seq: e.Seq, App: e.App, Tool: e.Tool, CallID: e.CallID, Outcome: e.Outcome, End: e.End})
 	}
-	str := func(key, v string, omitEmpty bool) {
-		if omitEmpty && v == "" {
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, key...)
-		b = append(b, '"', ':', '"')
-		b = append(b, v...)
-		b = append(b, '"')
-	}
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, e.Seq, 10)
-	str("app", e.App, false)
-	str("tool", e.Tool, false)
-	str("call_id", e.CallID, false)
-	str("risk", e.Risk, false)
-	str("confirm", e.Confirm, false)
-	str("decision", e.Decision, false)
-	str("approved", e.Approved, true)
-	str("outcome", e.Outcome, false)
-	str("error", e.Error, true)
-	str("end", e.End, false)
-	str("account", e.Account, true)
-	str("context_id", e.ContextID, true)
-	str("caller", e.Caller, true)
-	b = append(b, `,"started":"`...)
-	b = e.Started.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","duration_ms":`...)
-	b = strconv.AppendFloat(b, e.DurationMS, 'f', -1, 64)
-	return append(b, '}')
+	return append(b, data...)
 }
