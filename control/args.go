@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -23,7 +24,7 @@ func DecodeArgs(args json.RawMessage, v any) error {
 	if len(args) == 0 {
 		return nil
 	}
-	err := jsonv2.Unmarshal(args, v, jsonv2.RejectUnknownMembers(true))
+	err := jsonv2.Unmarshal(args, v, strictOptions(args))
 	if err == nil {
 		return nil
 	}
@@ -172,4 +173,13 @@ func typeWords(t reflect.Type) string {
 		return "an object"
 	}
 	return t.String()
+}
+
+// strictOptions reads data strictly: no member a Go type does not name.
+// A \u escape of half a surrogate pair is taken (as U+FFFD) when data is
+// otherwise UTF-8, as encoding/json has always taken it and as the hub
+// does (docs/protocol.md), so that a value an app wrote reaches the
+// kernel and comes back.
+func strictOptions(data []byte) jsonv2.Options {
+	return jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(utf8.Valid(data)))
 }

@@ -56,3 +56,18 @@ func TestDecodeArgsWordsEachRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeArgsTakesHalfASurrogatePair: args take a \u escape of half a
+// surrogate pair, as the hub does, and still refuse a byte that is not
+// UTF-8.
+func TestDecodeArgsTakesHalfASurrogatePair(t *testing.T) {
+	var a struct {
+		Event json.RawMessage `json:"event"`
+	}
+	if err := DecodeArgs(json.RawMessage(`{"event":{"text":"\ud800"}}`), &a); err != nil || string(a.Event) != `{"text":"\ud800"}` {
+		t.Fatalf("DecodeArgs: %v, event %s", err, a.Event)
+	}
+	if err := DecodeArgs(json.RawMessage("{\"event\":\"\xff\"}"), &a); err == nil {
+		t.Fatal("DecodeArgs took a byte that is not UTF-8")
+	}
+}

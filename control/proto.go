@@ -12,6 +12,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"octosup/internal/strictjson"
 	"octosup/internal/suggest"
 )
 
@@ -418,7 +419,7 @@ type requestLine struct {
 // carries as "id": null. The request's Args are a copy.
 func DecodeRequest(line []byte) (Request, error) {
 	var w requestLine
-	err := jsonv2.Unmarshal(line, &w, jsonv2.RejectUnknownMembers(true))
+	err := jsonv2.Unmarshal(line, &w, strictOptions(line))
 	k := w.Args.Kind()
 	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || tooDeep(line) {
 		return refuse(line, err)
@@ -451,8 +452,15 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		return req, badRequest("the line is not a JSON object: %s", requestShape)
 	}
 	var syn *jsontext.SyntacticError
-	if errors.As(strictErr, &syn) && syn.Err == jsontext.ErrDuplicateName && syn.JSONPointer.Parent() == "" {
-		return req, badRequest("the request has %q twice: send each member once", syn.JSONPointer.LastToken())
+	errors.As(strictErr, &syn)
+	// A member twice leaves no id to answer with, whatever the strict
+	// reading stopped at first: the lenient one below keeps the last.
+	if name, twice := topDuplicate(line); twice {
+		return req, badRequest("the request has %q twice: send each member once", name)
+	}
+	if strictjson.PastMaxDepth(strictErr) {
+		// Deeper than jsontext reads at all: no member can be read.
+		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
 	}
 	// Only the first value: what follows it is a refusal of its own.
 	var w rawRequest
@@ -509,6 +517,31 @@ func refuse(line []byte, strictErr error) (Request, error) {
 // jsonSpace is the space JSON allows around a value.
 const jsonSpace = " \t\r\n"
 
+// topDuplicate is a name the line's object has twice, read leniently
+// and only as far as it is well-formed.
+func topDuplicate(line []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		name := tok.String()
+		if seen[name] {
+			return name, true
+		}
+		seen[name] = true
+		if dec.SkipValue() != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
 // syntaxCause is what jsontext found wrong, without its offset: the
 // words a refusal quotes ("unexpected EOF").
 func syntaxCause(err error) error {
@@ -535,7 +568,7 @@ func tooDeep(v []byte) bool {
 	if bytes.Count(v, []byte("{"))+bytes.Count(v, []byte("[")) <= maxDepth {
 		return false // the usual line: too few to nest that deep
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(v))
+	dec := jsontext.NewDecoder(bytes.NewReader(v), lenient)
 	for dec.StackDepth() <= maxDepth {
 		if _, err := dec.ReadToken(); err != nil {
 			return false

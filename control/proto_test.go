@@ -27,6 +27,18 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "string id", line: `{"id":"1","op":"status"}`, wantErr: `id must be a positive integer (up to 2^63-1), got "1": this answer's id is null`},
 		{name: "case variant id", line: `{"Id":3,"op":"status"}`, wantErr: `the request has no member "Id" (rename it to "id": names are exact)`},
 		{name: "twice", line: `{"id":3,"op":"status","id":4}`, wantErr: `the request has "id" twice`},
+		// A member twice refuses the line with id null whatever the strict
+		// reading stopped at first: the answer must not carry an id another
+		// request of the client's may have.
+		{name: "twice after an unknown member", line: `{"id":1,"x":0,"id":2,"op":"status"}`, wantErr: `the request has "id" twice`},
+		{name: "twice after a wrong op", line: `{"id":1,"op":5,"id":2}`, wantErr: `the request has "id" twice`},
+		{name: "twice after a twice deeper", line: `{"id":1,"args":{"a":1,"a":2},"id":2,"op":"status"}`, wantErr: `the request has "id" twice`},
+		{name: "twice after a byte not UTF-8", line: "{\"id\":1,\"op\":\"st\xffatus\",\"id\":2}", wantErr: `the request has "id" twice`},
+		{name: "twice, spelled apart", line: `{"id":1,"op":"status","\u0069d":2}`, wantErr: `the request has "id" twice`},
+		// Half a surrogate pair in an escape is taken, as on the hub: an
+		// app's text reaches the kernel and comes back.
+		{name: "half a surrogate pair", line: `{"id":19,"op":"request.event","args":{"event":{"text":"\ud800"}}}`, want: Request{ID: 19, Op: "request.event", Args: json.RawMessage(`{"event":{"text":"\ud800"}}`)}},
+		{name: "past jsontext's depth", line: `{"id":20,"op":"status","args":{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}}`, wantErr: "nested deeper than 32 levels"},
 		{name: "zero id", line: `{"id":0,"op":"status"}`, wantErr: "id must be a positive integer"},
 		{name: "negative id", line: `{"id":-4,"op":"status"}`, wantErr: "id must be a positive integer"},
 		{name: "fraction id", line: `{"id":1.5,"op":"status"}`, wantErr: "id must be a positive integer"},

@@ -236,6 +236,9 @@ func wrap(err error, data []byte) error {
 		name := serr.JSONPointer.LastToken()
 		return &Error{Kind: Duplicate, Offset: serr.ByteOffset, Name: name, msg: fmt.Sprintf("duplicate key %q", name)}
 	}
+	if PastMaxDepth(err) {
+		return &Error{Kind: TooDeep, Offset: serr.ByteOffset, msg: fmt.Sprintf("nested deeper than %d levels", MaxDepth)}
+	}
 	if errors.Is(serr.Err, io.ErrUnexpectedEOF) {
 		return &Error{Kind: Truncated, Offset: int64(len(data)), msg: "unexpected EOF"}
 	}
@@ -263,4 +266,12 @@ func invalidAt(data []byte) int {
 		i += n
 	}
 	return len(data)
+}
+
+// PastMaxDepth reports whether err is jsontext's refusal of nesting past
+// its own limit (10,000 levels), far past MaxDepth: the same refusal,
+// though jsontext does not export it.
+func PastMaxDepth(err error) bool {
+	var serr *jsontext.SyntacticError
+	return errors.As(err, &serr) && serr.Err.Error() == "exceeded max depth"
 }
