@@ -38,6 +38,9 @@ func DecodeArgs(method string, raw json.RawMessage) (Args, error) {
 		raw = json.RawMessage("{}")
 	}
 	a := Args{Raw: raw}
+	if jsontext.Value(raw).Kind() != '{' { // null too: jsonv2 would read it as {}
+		return a, errors.New("args: want an object")
+	}
 	var w argsWire
 	if err := unmarshal(raw, &w); err != nil {
 		return a, wireRefusal(err, "args")

@@ -1,7 +1,6 @@
 package frame
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,79 +19,63 @@ import (
 // pass-through (passthrough true, up nil) and its bytes go to the shell
 // unchanged. Anything else is a *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	// strictjson words what is not JSON and holds the depth limit, which
-	// jsonv2 leaves at 10,000; jsonv2 then reads the members.
-	if t := bytes.TrimLeft(line, " \t\r\n"); len(t) > 0 && t[0] != '{' {
-		return nil, false, &FrameError{Reason: "not a JSON object"}
-	}
-	if err := strictjson.Check(line); err != nil {
+	// strictjson checks the line, words what is not JSON, holds the depth
+	// limit (jsonv2 has none short of 10,000) and hands back the
+	// top-level members as written; jsonv2 reads the envelope.
+	var few [4]strictjson.Member
+	top, err := strictjson.Object(line, few[:0])
+	if err != nil {
 		return nil, false, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
-	var l lineWire
-	err = unmarshal(line, &l)
-	var se *jsonv2.SemanticError
-	switch {
-	case err == nil && l.Peer == nil && bytes.IndexByte(line, '"') >= 0:
-		// Any member but the envelope was refused as unknown: this one
-		// is the envelope, null.
-		return nil, false, &FrameError{Reason: Envelope + ": want an object"}
-	case err == nil && l.Peer == nil: // {}
-		return nil, true, nil
-	case err == nil:
-		up, err = l.Peer.decode()
-	case errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName) && len(slices.Collect(se.JSONPointer.Tokens())) == 1:
-		return otherMembers(line)
-	default:
-		err = wireRefusal(err)
-	}
-	if err != nil {
-		return nil, false, &FrameError{ReqID: attributableReqID(line, Envelope), Reason: err.Error()}
-	}
-	return up, false, nil
-}
-
-// otherMembers classifies a line with a member other than the envelope:
-// pass-through, unless the envelope is there too or is there but for
-// case.
-func otherMembers(line []byte) (Up, bool, error) {
-	var top map[string]jsontext.Value
-	if err := unmarshal(line, &top); err != nil {
-		return nil, false, &FrameError{Reason: wireRefusal(err).Error()}
-	}
-	if _, ok := top[Envelope]; ok {
-		return nil, false, &FrameError{ReqID: attributableReqID(line, Envelope), Reason: "unknown top-level member " + strconv.Quote(firstOther(top, Envelope)) + " beside " + Envelope}
-	}
-	for k := range top {
-		if strings.EqualFold(k, Envelope) {
+	for _, m := range top {
+		switch name := string(m.Name); {
+		case name == Envelope && len(top) > 1:
+			return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "unknown top-level member " + strconv.Quote(firstOther(top, Envelope)) + " beside " + Envelope}
+		case name == Envelope:
+			up, err := decodeEnvelope(m.Value)
+			if err != nil {
+				return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: err.Error()}
+			}
+			return up, false, nil
+		case strings.EqualFold(name, Envelope):
 			// A key that is the envelope but for case is a mistyped peer
 			// frame, not a pass-through one: the app hears bad_frame
 			// instead of its request vanishing into the shell, attributed
 			// as a correct key's would be.
-			return nil, false, &FrameError{ReqID: attributableReqID(line, k), Reason: "top-level key " + strconv.Quote(k) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+			return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "top-level key " + strconv.Quote(name) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
 		}
 	}
 	return nil, true, nil
 }
 
+// decodeEnvelope reads the envelope's value into an up frame.
+func decodeEnvelope(v []byte) (Up, error) {
+	if v[0] != '{' {
+		return nil, errors.New(Envelope + ": want an object")
+	}
+	var u upWire
+	if err := unmarshal(v, &u); err != nil {
+		return nil, wireRefusal(err, Envelope)
+	}
+	return u.decode()
+}
+
 // firstOther is the first name but except in sort order, so that a
 // refusal names the same member whatever the order written.
-func firstOther[V any](m map[string]V, except string) string {
+func firstOther(members []strictjson.Member, except string) string {
 	first := ""
-	for k := range m {
-		if k != except && (first == "" || k < first) {
+	for _, m := range members {
+		if k := string(m.Name); k != except && (first == "" || k < first) {
 			first = k
 		}
 	}
 	return first
 }
 
-// lineWire is a hub line that is a peer-link frame, upWire every member
-// an up frame may have and errorWire a tool result's error; text and flag
-// are a string and a boolean that remember being set and refuse null.
+// upWire is every member an up frame may have and errorWire a tool
+// result's error; text and flag are a string and a boolean that remember
+// being set and refuse null.
 type (
-	lineWire struct {
-		Peer *upWire `json:"octos_peer"`
-	}
 	upWire struct {
 		Type                 text           `json:"type"`
 		ReqID                text           `json:"req_id"`
@@ -277,6 +260,8 @@ func (u *upWire) outcome(r *ToolResult) error {
 	var e errorWire
 	const where = Envelope + ".error"
 	switch err := unmarshal(u.Error, &e); {
+	case u.Error.Kind() != '{': // null too: jsonv2 would read it as {}
+		return errors.New(where + ": want an object")
 	case err != nil:
 		return wireRefusal(err, Envelope, "error")
 	case !e.Code.set:
@@ -338,17 +323,14 @@ func frameJSONError(data []byte, err error) error {
 	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
-// attributableReqID returns the req_id of the line's member envelope when
-// it is a well-formed one, so that a refusal can name the request it
-// refuses.
-func attributableReqID(line []byte, envelope string) string {
-	var top map[string]jsontext.Value
-	var env struct {
+// attributableReqID returns the req_id of an envelope when it is a
+// well-formed one, so that a refusal can name the request it refuses.
+func attributableReqID(env []byte) string {
+	var e struct {
 		ReqID string `json:"req_id"`
 	}
-	if jsonv2.Unmarshal(line, &top, jsontext.AllowInvalidUTF8(true)) != nil ||
-		jsonv2.Unmarshal(top[envelope], &env, jsontext.AllowInvalidUTF8(true)) != nil || !ValidID(env.ReqID) {
+	if jsonv2.Unmarshal(env, &e, jsontext.AllowInvalidUTF8(true)) != nil || !ValidID(e.ReqID) {
 		return ""
 	}
-	return env.ReqID
+	return e.ReqID
 }

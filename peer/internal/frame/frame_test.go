@@ -64,6 +64,13 @@ func TestParseLine(t *testing.T) {
 		{name: "tool_result awaiting and ok", line: `{"octos_peer":{"type":"tool_result","call_id":"c1","awaiting_confirmation":true,"ok":true}}`, bad: "cannot go with"},
 		{name: "tool_result ok string", line: `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":"true"}}`, bad: "want true or false"},
 		{name: "tool_result error extra", line: `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":false,"error":{"code":"x","message":"m","app":"y"}}}`, bad: `unknown member "app"`},
+		{name: "tool_result error null", line: `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":false,"error":null}}`, bad: `octos_peer.error: want an object`},
+		{name: "tool_result error string", line: `{"octos_peer":{"type":"tool_result","call_id":"c1","ok":false,"error":"boom"}}`, bad: `octos_peer.error: want an object`},
+		{name: "envelope null", line: `{"octos_peer":null}`, bad: "octos_peer: want an object"},
+		{name: "past jsontext's depth", line: `{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, bad: "nested deeper than 32"},
+		// The first case variant as written is the one named, the same
+		// every time.
+		{name: "case variants", line: `{"Octos_Peer":{"req_id":"a"},"OCTOS_PEER":{"req_id":"b"},"OcToS_PeEr":{"req_id":"c"}}`, bad: `top-level key "Octos_Peer"`, reqID: "a"},
 		{name: "too deep", line: strings.Repeat(`{"a":`, 200) + `1` + strings.Repeat(`}`, 200), bad: "nested deeper"},
 	}
 	for _, tt := range tests {
