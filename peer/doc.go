@@ -93,7 +93,8 @@
 // callback, in one step) is published after it. The outcomes kept while
 // no relay is installed are bounded in number (Config.RelayQueue) and in
 // bytes (relayQueueBytes, half of what a control connection holds
-// unread), so that a next kernel's attach can take them all at once. Attach and Detach
-// never wait for a teardown: a new process's link handles no line before
-// the old link's teardown is done.
+// unread), so that a next kernel's attach can take them all at once.
+// Detach only shuts the link and Attach waits at most for its peer's step
+// in progress: neither waits for a link's end, and a new process's link
+// reads no line before the old link's teardown is done.
 package peer

@@ -171,6 +171,14 @@ type testApp struct {
 
 // attach makes a socketpair, hands the daemon its end as the supervisor
 // does, and returns the app's end.
+// holdPeer locks app's peer as a step does, so that nothing of the app
+// runs (a link's teardown included) until release.
+func (h *harness) holdPeer(app string) (release func()) {
+	p := h.m.peerOf(app)
+	p.mu.Lock()
+	return p.mu.Unlock
+}
+
 func (h *harness) attach(app policy.App) *testApp {
 	h.t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)

@@ -217,57 +217,67 @@ func TestContextsCap(t *testing.T) {
 	a.open(nil)
 }
 
-// TestDetachAttachDoNotWait: Detach and Attach return while the old
-// link's teardown has not run (the supervisor calls them from its app
-// goroutine), and the new link handles nothing before that teardown ends.
-func TestDetachAttachDoNotWait(t *testing.T) {
+// TestDetachDoesNotWait: Detach returns while its peer is busy, so the
+// link's teardown cannot have run (the supervisor calls it from its app
+// goroutine, which must not wait on a peer); the teardown runs once the
+// peer is free, and the app's next process, attached meanwhile, is
+// served after it.
+func TestDetachDoesNotWait(t *testing.T) {
 	h := newHarness(t, nil)
 	k, _ := h.kernel()
-	gate := make(chan struct{})
-	h.m.beforeTeardown = func() { <-gate }
 	a := h.attach(notesApp("notes"))
 	h.grant(a)
-	returned := make(chan *testApp, 1)
+	release := h.holdPeer("notes")
+	detached := make(chan struct{})
 	go func() {
 		h.m.Detach("notes")
-		returned <- h.attach(notesApp("notes"))
+		close(detached)
 	}()
-	var b *testApp
 	select {
-	case b = <-returned:
+	case <-detached:
 	case <-time.After(wait):
-		close(gate)
-		t.Fatal("Detach or Attach waited for the old link's teardown")
+		release()
+		t.Fatal("Detach waited for the peer")
 	}
 	select {
 	case s := <-k.closed:
-		t.Fatalf("teardown ran past its gate: %s", s)
+		release()
+		t.Fatalf("teardown ran with the peer held: %s", s)
 	default:
 	}
-	close(gate)
+	// The next process attaches while the old link's teardown waits: its
+	// link reads nothing until that teardown is done (link.prev).
+	next := make(chan *testApp, 1)
+	go func() { next <- h.attach(notesApp("notes")) }()
+	release()
 	if got := k.nextClosed(t); !strings.HasSuffix(got, "app_exited") {
 		t.Fatalf("kernel got %q", got)
 	}
-	b.open(nil) // the new process is served once the old one is gone
+	(<-next).open(nil)
 }
 
 // TestApproveAfterShut: a consent prompt whose process is shut but not
 // yet torn down is cancelled by its answer, and nothing is persisted.
+// The answer's step runs with the peer held, between the shut and the
+// teardown, which waits behind it.
 func TestApproveAfterShut(t *testing.T) {
 	h := newHarness(t, nil)
-	gate := make(chan struct{})
-	h.m.beforeTeardown = func() { <-gate }
 	a := h.attach(notesApp("notes"))
 	a.request(policy.MethodSessionOpen, nil)
 	ap := h.events.nextApproval(t)
+	p := h.m.peerOf("notes")
+	p.mu.Lock()
 	h.m.Detach("notes")
-	err := h.m.Approve(ap.ApprovalID, policy.Allow, false)
-	close(gate)
+	_, err := p.beginDecide(ap.ApprovalID) // Approve's step
+	p.mu.Unlock()
 	if !errors.Is(err, ErrUnknownApproval) {
 		t.Fatalf("approve after the process ended: %v", err)
 	}
 	if s := h.events.nextApproval(t); s.ApprovalID != ap.ApprovalID || s.State != ApprovalCancelled {
 		t.Fatalf("%+v", s)
+	}
+	if err := h.m.Approve(ap.ApprovalID, policy.Allow, false); !errors.Is(err, ErrUnknownApproval) {
+		t.Fatalf("a second answer: %v", err)
 	}
 	if _, ok, _ := h.store.Consent("notes"); ok {
 		t.Fatal("persisted a decision for a dead process")

@@ -234,9 +234,6 @@ func (l *link) readLoop() {
 		l.handleLine(line)
 	}
 	<-l.wrote
-	if f := l.m.beforeTeardown; f != nil {
-		f()
-	}
 	// Close waits for done before it closes the peer.
 	l.p.run(func() { l.p.teardown(l) })
 	close(l.done)

@@ -175,9 +175,6 @@ type Manager struct {
 	relay relay
 
 	audit *auditLog
-	// beforeTeardown, when a test sets it before attaching, runs on a
-	// link's reader between its hub closing and its teardown.
-	beforeTeardown func()
 	// liveTimers counts call deadlines not yet stopped or done firing,
 	// and timers waits for them: none once no call is outstanding and a
 	// timer that fired as its call ended has run (the tests hold it to
