@@ -1,0 +1,220 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"octosup/internal/strictjson"
+	"octosup/internal/suggest"
+)
+
+// The reading of request lines: strict, and every refusal worded with
+// what to send instead and, when the line has a usable one, the id to
+// answer with.
+
+// ErrBadRequest is matched (errors.Is) by every error DecodeRequest
+// returns. Their messages do not repeat it: the answer's code already says
+// bad_request.
+var ErrBadRequest = errors.New("bad request")
+
+// requestError is a refused request line.
+type requestError struct{ err error }
+
+func (e *requestError) Error() string        { return e.err.Error() }
+func (e *requestError) Unwrap() error        { return e.err }
+func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{err: fmt.Errorf(format, args...)}
+}
+
+// requestShape is what every refusal of a line's form ends with.
+const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
+
+// maxDepth is how deep a request line's objects and arrays may nest, its
+// own object counted (docs/control.md). jsontext's own limit is far
+// deeper.
+const maxDepth = 32
+
+// requestLine is a request line as DecodeRequest reads it.
+type requestLine struct {
+	ID   int64          `json:"id"`
+	Op   string         `json:"op"`
+	Args jsontext.Value `json:"args"`
+}
+
+// DecodeRequest decodes one request line (without its newline) strictly:
+// one JSON object with a positive integer id, a non-empty op, args an
+// object when present, no other member, nothing after it; no name twice
+// in any object, valid UTF-8, at most maxDepth levels deep. On error it
+// still returns the request's id when the line is a well-formed object
+// with a usable id and each of its members once (a name twice deeper in,
+// a byte that is not UTF-8 or text after the object keeps it), so that
+// the answer can be attributed; otherwise the ID is 0, which an answer
+// carries as "id": null. The request's Args are a copy.
+func DecodeRequest(line []byte) (Request, error) {
+	var w requestLine
+	err := jsonv2.Unmarshal(line, &w, strictOptions(line))
+	k := w.Args.Kind()
+	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || tooDeep(line) {
+		return refuse(line, err)
+	}
+	req := Request{ID: w.ID, Op: w.Op}
+	if k == '{' {
+		req.Args = json.RawMessage(w.Args)
+	}
+	return req, nil
+}
+
+// rawRequest is a refused line's members as written.
+type rawRequest struct {
+	ID   jsontext.Value `json:"id"`
+	Op   jsontext.Value `json:"op"`
+	Args jsontext.Value `json:"args"`
+}
+
+// lenient reads a refused line for its members, past what the strict
+// reading refuses in a well-formed object: a name twice, a byte that is
+// not UTF-8.
+var lenient = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// refuse words why DecodeRequest refuses line, one refusal in the order
+// of its doc, and finds the id to answer with. strictErr is the strict
+// reading's error, if any.
+func refuse(line []byte, strictErr error) (Request, error) {
+	var req Request
+	if start := bytes.TrimLeft(line, jsonSpace); len(start) == 0 || start[0] != '{' {
+		return req, badRequest("the line is not a JSON object: %s", requestShape)
+	}
+	var syn *jsontext.SyntacticError
+	errors.As(strictErr, &syn)
+	// A member twice leaves no id to answer with, whatever the strict
+	// reading stopped at first: the lenient one below keeps the last.
+	if name, twice := topDuplicate(line); twice {
+		return req, badRequest("the request has %q twice: send each member once", name)
+	}
+	if strictjson.PastMaxDepth(strictErr) {
+		// Deeper than jsontext reads at all: no member can be read.
+		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
+	}
+	// Only the first value: what follows it is a refusal of its own.
+	var w rawRequest
+	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
+	if err := jsonv2.UnmarshalDecode(dec, &w); err != nil {
+		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
+	}
+	// The id first: every later refusal can then be attributed.
+	id, idOK := parseID(w.ID)
+	if idOK {
+		req.ID = id
+	}
+	var sem *jsonv2.SemanticError
+	if errors.As(strictErr, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName) {
+		name, near := sem.JSONPointer.LastToken(), ""
+		if n := suggest.Nearest(name, []string{"id", "op", "args"}); n != "" {
+			near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
+		}
+		return req, badRequest("the request has no member %q%s: a request has only id, op and args", name, near)
+	}
+	if !idOK {
+		got := "none"
+		if len(w.ID) > 0 {
+			got = string(w.ID)
+			if len(got) > 40 {
+				got = got[:40] + "…"
+			}
+		}
+		return req, badRequest("id must be a positive integer (up to 2^63-1), got %s: this answer's id is null because the line has no id an answer could carry", got)
+	}
+	if len(bytes.TrimRight(line[dec.InputOffset():], jsonSpace)) > 0 {
+		return req, badRequest("more than one JSON value on the line: send one request a line")
+	}
+	if jsonv2.Unmarshal(w.Op, &req.Op, lenient) != nil || req.Op == "" {
+		return req, badRequest("op must be a non-empty string, the name of an op (the hello op lists them)")
+	}
+	switch k := w.Args.Kind(); k {
+	case '{':
+		req.Args = json.RawMessage(w.Args)
+	case 'n', 0: // null or absent: no args
+	default:
+		return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindWords(k, w.Args))
+	}
+	switch {
+	case syn != nil && syn.Err == jsontext.ErrDuplicateName:
+		return req, badRequest("%s is there twice: send each member once", strings.TrimPrefix(dotted(syn.JSONPointer), "."))
+	case strictErr != nil:
+		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
+	}
+	// What is left of DecodeRequest's checks is the nesting.
+	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
+}
+
+// jsonSpace is the space JSON allows around a value.
+const jsonSpace = " \t\r\n"
+
+// topDuplicate is a name the line's object has twice, read leniently
+// and only as far as it is well-formed.
+func topDuplicate(line []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		name := tok.String()
+		if seen[name] {
+			return name, true
+		}
+		seen[name] = true
+		if dec.SkipValue() != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// syntaxCause is what jsontext found wrong, without its offset: the
+// words a refusal quotes ("unexpected EOF").
+func syntaxCause(err error) error {
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) {
+		return syn.Err
+	}
+	return err
+}
+
+// parseID is the id a request's raw id member holds, when it is a usable
+// one.
+func parseID(raw jsontext.Value) (int64, bool) {
+	if raw.Kind() != '0' {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(raw), 10, 64)
+	return id, err == nil && id > 0
+}
+
+// tooDeep reports whether the JSON text v nests objects and arrays more
+// than maxDepth levels deep.
+func tooDeep(v []byte) bool {
+	if bytes.Count(v, []byte("{"))+bytes.Count(v, []byte("[")) <= maxDepth {
+		return false // the usual line: too few to nest that deep
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(v), lenient)
+	for dec.StackDepth() <= maxDepth {
+		if _, err := dec.ReadToken(); err != nil {
+			return false
+		}
+	}
+	return true
+}
