@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -97,11 +98,14 @@ func refuse(line []byte, strictErr error) (Request, error) {
 	errors.As(strictErr, &syn)
 	// A member twice leaves no id to answer with, whatever the strict
 	// reading stopped at first: the lenient one below keeps the last.
-	if name, twice := topDuplicate(line); twice {
-		return req, badRequest("the request has %q twice: send each member once", name)
+	twice, rawID := topLevel(line)
+	if twice != "" {
+		return req, badRequest("the request has %q twice: send each member once", twice)
 	}
 	if strictjson.PastMaxDepth(strictErr) {
-		// Deeper than jsontext reads at all: no member can be read.
+		// Deeper than jsontext reads at all: only the members before
+		// the deep one can be read, the id among them or not.
+		req.ID, _ = parseID(rawID)
 		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
 	}
 	// Only the first value: what follows it is a refusal of its own.
@@ -159,29 +163,39 @@ func refuse(line []byte, strictErr error) (Request, error) {
 // jsonSpace is the space JSON allows around a value.
 const jsonSpace = " \t\r\n"
 
-// topDuplicate is a name the line's object has twice, read leniently
-// and only as far as it is well-formed.
-func topDuplicate(line []byte) (string, bool) {
+// topLevel reads the line's object leniently, member by member, as far
+// as it is well-formed: the first name given twice, and the id's value
+// when it was read. Names are compared unescaped, but a name with bytes
+// that are not UTF-8 as written: two such names are two names.
+func topLevel(line []byte) (twice string, id jsontext.Value) {
 	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return "", false
+		return "", nil
 	}
 	seen := map[string]bool{}
 	for dec.PeekKind() == '"' {
-		tok, err := dec.ReadToken()
+		raw, err := dec.ReadValue()
 		if err != nil {
-			return "", false
+			return "", id
 		}
-		name := tok.String()
+		name := string(raw)
+		if utf8.Valid(raw) {
+			u, _ := jsontext.AppendUnquote(nil, raw) // read: it unquotes
+			name = string(u)
+		}
 		if seen[name] {
-			return name, true
+			return name, nil
 		}
 		seen[name] = true
-		if dec.SkipValue() != nil {
-			return "", false
+		v, err := dec.ReadValue()
+		if err != nil {
+			return "", id
+		}
+		if name == "id" {
+			id = v.Clone()
 		}
 	}
-	return "", false
+	return "", id
 }
 
 // syntaxCause is what jsontext found wrong, without its offset: the
