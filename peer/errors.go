@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"octosup/control"
 	"octosup/peer/internal/frame"
 )
 
@@ -107,3 +108,12 @@ func (r *refusal) Unwrap() []error { return []error{r.kind, r.msg} }
 func refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: fmt.Errorf(format, args...)}
 }
+
+// relayRoom is the most bytes a value the daemon relays to a control
+// connection (an app's pass-through frame, a tool's result, a request's
+// args) may take once re-encoded (frame.RelayedLen): a control line's
+// limit less 4 KiB for the line's other members (ids and names of at most
+// 128 bytes each). Past it the line would be one its reader refuses, and
+// a control client drops the connection that sent it. (A kernel's value
+// bound for an app is held to the frame it is written into, encoded.)
+const relayRoom = control.MaxLine - 4096

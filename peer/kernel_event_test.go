@@ -148,3 +148,28 @@ func TestTurnIDsUniquePerSession(t *testing.T) {
 		t.Fatalf("history turn ids %v, want T1,T2,T3", ids)
 	}
 }
+
+// TestKernelValuesFitAFrame: a kernel's value the daemon writes into an
+// app's frame must fit one once re-encoded, where each <, > and & takes
+// six bytes; past that the kernel's reply is refused and the request
+// stays open for one that fits.
+func TestKernelValuesFitAFrame(t *testing.T) {
+	h := newHarness(t, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	r := a.request(policy.MethodTurnInterrupt, map[string]any{"context_id": ctx, "turn_id": "T9"})
+	k.nextRequest(t)
+	big := json.RawMessage(`{"text":"` + strings.Repeat("<", 200<<10) + `"}`) // 200 KiB, 1.2 MiB escaped
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: r, OK: true, Data: big}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "over the 1048576-byte cap") {
+		t.Fatalf("a reply of 200 KiB of '<': %v", err)
+	}
+	small := json.RawMessage(`{"text":"` + strings.Repeat("<", 20<<10) + `"}`)
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: r, OK: true, Data: small}); err != nil {
+		t.Fatalf("a reply of 20 KiB of '<': %v", err)
+	}
+	if got := a.okReply(r); len(got["text"].(string)) != 20<<10 {
+		t.Fatalf("the app got %d bytes of text", len(got["text"].(string)))
+	}
+}

@@ -254,6 +254,12 @@ func (l *link) handleLine(line []byte) {
 		l.toPeer(func() {
 			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
+	case pass && frame.RelayedLen(line) > relayRoom:
+		l.toPeer(func() {
+			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf(
+				"a pass-through frame of %d bytes would take %d on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may: send less",
+				len(line), frame.RelayedLen(line), relayRoom)})
+		})
 	case pass:
 		frame := json.RawMessage(bytes.Clone(line))
 		l.toPeer(func() { l.m.cfg.Events.AppFrame(l.appID, frame) })

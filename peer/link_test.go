@@ -209,8 +209,12 @@ func TestFramingOnLink(t *testing.T) {
 	go a.conn.Write(over) // the daemon reads it while we wait for the answer
 	a.errorFrame(frame.CodeBadFrame, "")
 	ctx := a.open(nil)
-	// An exact-cap pass-through frame reaches the shell whole.
-	exact := passthroughOfSize(frame.MaxFrame)
+	// A pass-through frame at the cap fits a hub line but not a control
+	// line once wrapped in its app.frame event: refused. One of the most
+	// a relayed value may take reaches the shell whole.
+	go a.conn.Write(append(passthroughOfSize(frame.MaxFrame), '\n'))
+	a.errorFrame(frame.CodeBadFrame, "")
+	exact := passthroughOfSize(relayRoom)
 	go a.conn.Write(append(bytes.Clone(exact), '\n'))
 	select {
 	case f := <-h.events.frames:

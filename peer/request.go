@@ -185,6 +185,10 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 		p.fail(l, f.ReqID, frame.Errorf(frame.CodeBadFrame, "%s args: %v", f.Method, err))
 		return
 	}
+	if n := frame.RelayedLen(f.Args); n > relayRoom {
+		p.fail(l, f.ReqID, frame.Errorf(frame.CodeBadFrame, "%s args take %d bytes on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may: send less", f.Method, n, relayRoom))
+		return
+	}
 	r := &request{link: l, id: f.ReqID, method: f.Method, args: args}
 	switch {
 	case p.m.policyErr != nil:

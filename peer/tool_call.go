@@ -390,6 +390,11 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 	if !f.OK {
 		r = Result{Outcome: OutcomeError, Error: f.Error}
 	}
+	if n := resultLen(r); n > relayRoom {
+		r = Result{Outcome: OutcomeError, Error: frame.Errorf(frame.CodeQuotaExceeded,
+			"app %s answered %s with a result that takes %d bytes on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may", p.id, c.name, n, relayRoom)}
+		p.m.log.Warn("tool result too large to relay", zap.String("app", p.id), zap.String("call_id", c.id), zap.Int("bytes", n))
+	}
 	p.endCall(c, callFinished, r, "")
 }
 
@@ -492,4 +497,15 @@ func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 	}
 	p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeDeclined,
 		"the person declined %s for app %s", c.name, p.id)}, "")
+}
+
+// resultLen bounds the bytes r's data and error take in the kernel's
+// tool.finished line.
+func resultLen(r Result) int {
+	n := frame.RelayedLen(r.Data)
+	if r.Error != nil {
+		b, _ := json.Marshal(r.Error)
+		n += len(b)
+	}
+	return n
 }

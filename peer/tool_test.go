@@ -699,3 +699,56 @@ func TestNothingBeforePlace(t *testing.T) {
 		t.Fatalf("a duplicate: %v", err)
 	}
 }
+
+// TestRelayedValuesFitALine: what an app writes that the daemon relays (a
+// pass-through frame, a tool's result, a request's args) must fit a
+// control line once re-encoded, where each <, > and & takes six bytes:
+// 200 KiB of '<' fits a hub line but would be 1.2 MiB on the control
+// socket, whose clients drop a connection that sends a longer line. The
+// app hears bad_frame, or the kernel an error outcome; the same values
+// at a tenth of the size go through.
+func TestRelayedValuesFitALine(t *testing.T) {
+	h, relay := newToolHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	seen := 0 // the relay's events so far
+	for _, tt := range []struct {
+		size int
+		fits bool
+	}{{20 << 10, true}, {200 << 10, false}} {
+		big := strings.Repeat("<", tt.size)
+		a.write(`{"shell":"` + big + `"}` + "\n")
+		if tt.fits {
+			if f := <-h.events.frames; len(f.frame) != tt.size+len(`{"shell":""}`) {
+				t.Fatalf("pass-through frame of %d bytes relayed as %d", tt.size, len(f.frame))
+			}
+		} else if e, ok := a.next().(*frame.ErrorFrame); !ok || e.Code != frame.CodeBadFrame || !strings.Contains(e.Message, "pass-through frame") {
+			t.Fatalf("a pass-through frame of %d bytes of '<': got %#v, want bad_frame", tt.size, e)
+		}
+
+		id := fmt.Sprintf("c%d", tt.size)
+		h.call("notes", kc(ctx, id, "notes.search", RiskRead, ConfirmNone))
+		a.nextToolCall(id)
+		a.write(`{"octos_peer":{"type":"tool_result","call_id":"` + id + `","ok":true,"data":"` + big + `"}}` + "\n")
+		seen += 2 // ack and fin
+		fin := relay.WaitFor(seen, wait)
+		if len(fin) < seen {
+			t.Fatalf("no outcome for a result of %d bytes", tt.size)
+		}
+		if r := fin[seen-1].Finished; r == nil || (r.Outcome == OutcomeOK) != tt.fits || (!tt.fits && r.Error.Code != frame.CodeQuotaExceeded) {
+			t.Fatalf("a result of %d bytes of '<': %v", tt.size, fin[seen-1])
+		}
+
+		req := fmt.Sprintf("t%d", tt.size)
+		a.write(`{"octos_peer":{"type":"request","req_id":"` + req + `","method":"` + policy.MethodTurnStart + `","args":{"context_id":"` + ctx + `","input":{"text":"` + big + `"}}}}` + "\n")
+		if tt.fits {
+			a.failReply(req, frame.CodeNoKernel) // it went on, to the kernel this harness lacks
+		} else if e := a.failReply(req, frame.CodeBadFrame); !strings.Contains(e.Message, "control socket") {
+			t.Fatalf("args of %d bytes of '<': %v", tt.size, e)
+		}
+	}
+	select {
+	case f := <-h.events.frames:
+		t.Fatalf("relayed a frame of %d bytes", len(f.frame))
+	default:
+	}
+}
