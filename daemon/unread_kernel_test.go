@@ -164,14 +164,17 @@ func TestAFullRelayBacklogReachesTheNextKernel(t *testing.T) {
 
 // TestABigRelayBacklogKeepsTheKernel: outcomes kept while no kernel was
 // attached are bounded in bytes too, below what a connection holds, so
-// that large ones (400 of 64 KiB here, 25 MiB) do not drop the next
+// that large ones (400 of 64 KiB here, 25 MiB, 150 MiB as the kernel's
+// lines write them) do not drop the next
 // kernel with them: the oldest are dropped (and logged) instead, the
 // kernel gets the rest right after its attach's answer, and its
 // connection serves on.
 func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
 	rig := newToolRig(t)
 	rig.hub.SetReadDeadline(time.Time{})
-	blob := strings.Repeat("x", 64<<10)
+	// 64 KiB of '<', written as they are: the kernel's line has each
+	// as \u003c, 384 KiB, and the bound must count those.
+	blob := strings.Repeat("<", 64<<10)
 	go func() { // the app: every call answered with 64 KiB
 		for {
 			line, err := rig.r.ReadBytes('\n')
@@ -187,9 +190,8 @@ func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
 			if json.Unmarshal(line, &f) != nil || f.Peer.Type != "tool_call" {
 				continue
 			}
-			b, _ := json.Marshal(map[string]any{"octos_peer": map[string]any{
-				"type": "tool_result", "call_id": f.Peer.CallID, "ok": true, "data": map[string]any{"blob": blob}}})
-			if _, err := rig.hub.Write(append(b, '\n')); err != nil {
+			b := `{"octos_peer":{"type":"tool_result","call_id":"` + f.Peer.CallID + `","ok":true,"data":{"blob":"` + blob + `"}}}` + "\n"
+			if _, err := rig.hub.Write([]byte(b)); err != nil {
 				return
 			}
 		}

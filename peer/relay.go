@@ -82,13 +82,11 @@ type relayRing struct {
 	dropped int
 }
 
-// noteBytes is about what a callback's event line takes.
+// noteBytes is about what a callback's event line takes as the kernel's
+// connection writes it: its result counted as written (resultLen), each
+// <, > and & as six bytes.
 func noteBytes(n relayNote) int {
-	b := 128 + len(n.app) + len(n.callID) + len(n.r.Data)
-	if n.r.Error != nil {
-		b += len(n.r.Error.Code) + len(n.r.Error.Message)
-	}
-	return b
+	return 128 + len(n.app) + len(n.callID) + resultLen(n.r)
 }
 
 func (q *relayRing) push(n relayNote) {

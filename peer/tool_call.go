@@ -500,7 +500,8 @@ func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 }
 
 // resultLen bounds the bytes r's data and error take in the kernel's
-// tool.finished line.
+// tool.finished line (relayRoom holds an app's result to it, and the
+// relay's backlog counts its bytes by it).
 func resultLen(r Result) int {
 	n := frame.RelayedLen(r.Data)
 	if r.Error != nil {
