@@ -39,11 +39,6 @@ func badRequest(format string, args ...any) error {
 // requestShape is what every refusal of a line's form ends with.
 const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
-// maxDepth is how deep a request line's objects and arrays may nest, its
-// own object counted (docs/control.md). jsontext's own limit is far
-// deeper.
-const maxDepth = 32
-
 // requestLine is a request line as DecodeRequest reads it.
 type requestLine struct {
 	ID   int64          `json:"id"`
@@ -54,7 +49,8 @@ type requestLine struct {
 // DecodeRequest decodes one request line (without its newline) strictly:
 // one JSON object with a positive integer id, a non-empty op, args an
 // object when present, no other member, nothing after it; no name twice
-// in any object, valid UTF-8, at most maxDepth levels deep. On error it
+// in any object, valid UTF-8, at most strictjson.MaxDepth levels deep
+// (docs/control.md). On error it
 // still returns the request's id when the line is a well-formed object
 // with a usable id and each of its members once (a name twice deeper in,
 // a byte that is not UTF-8 or text after the object keeps it), so that
@@ -64,7 +60,7 @@ func DecodeRequest(line []byte) (Request, error) {
 	var w requestLine
 	err := jsonv2.Unmarshal(line, &w, strictOptions(line))
 	k := w.Args.Kind()
-	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || tooDeep(line) {
+	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || strictjson.NestsTooDeep(line) {
 		return refuse(line, err)
 	}
 	req := Request{ID: w.ID, Op: w.Op}
@@ -106,7 +102,7 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		// Deeper than jsontext reads at all: only the members before
 		// the deep one can be read, the id among them or not.
 		req.ID, _ = parseID(rawID)
-		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
+		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 	}
 	// Only the first value: what follows it is a refusal of its own.
 	var w rawRequest
@@ -157,7 +153,7 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
 	}
 	// What is left of DecodeRequest's checks is the nesting.
-	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", maxDepth, requestShape)
+	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 }
 
 // jsonSpace is the space JSON allows around a value.
@@ -216,19 +212,4 @@ func parseID(raw jsontext.Value) (int64, bool) {
 	}
 	id, err := strconv.ParseInt(string(raw), 10, 64)
 	return id, err == nil && id > 0
-}
-
-// tooDeep reports whether the JSON text v nests objects and arrays more
-// than maxDepth levels deep.
-func tooDeep(v []byte) bool {
-	if bytes.Count(v, []byte("{"))+bytes.Count(v, []byte("[")) <= maxDepth {
-		return false // the usual line: too few to nest that deep
-	}
-	dec := jsontext.NewDecoder(bytes.NewReader(v), lenient)
-	for dec.StackDepth() <= maxDepth {
-		if _, err := dec.ReadToken(); err != nil {
-			return false
-		}
-	}
-	return true
 }

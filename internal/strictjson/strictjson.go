@@ -188,6 +188,17 @@ func readValue(d *jsontext.Decoder, data []byte, depth int) (int, error) {
 	return start, nil
 }
 
+// NestsTooDeep reports whether v, one valid JSON text, nests objects and
+// arrays more than MaxDepth levels deep (the outermost counted), for a
+// reader that checked it otherwise (jsonv2 has no depth option short of
+// its own 10,000 levels).
+func NestsTooDeep(v []byte) bool {
+	if bytes.Count(v, []byte("{"))+bytes.Count(v, []byte("[")) <= MaxDepth {
+		return false // the usual text: too few to nest that deep
+	}
+	return tooDeep(v, 0) >= 0
+}
+
 // tooDeep returns the offset in v, a valid JSON value inside depth
 // levels, of the first '{' or '[' past MaxDepth, or -1.
 func tooDeep(v []byte, depth int) int {

@@ -166,3 +166,24 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestNestsTooDeep(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	tests := []struct {
+		v    string
+		want bool
+	}{
+		{nest(MaxDepth), false},
+		{nest(MaxDepth + 1), true},
+		{`{"a":` + nest(MaxDepth-1) + `}`, false},
+		{`{"a":` + nest(MaxDepth) + `}`, true},
+		{`"` + strings.Repeat("[", 100) + `"`, false},     // in a string
+		{"[" + strings.Repeat("[],", 100) + "[]]", false}, // many, not deep
+		{`["\"` + strings.Repeat("[", 100) + `"]`, false}, // after an escaped quote
+	}
+	for _, tt := range tests {
+		if got := NestsTooDeep([]byte(tt.v)); got != tt.want {
+			t.Errorf("NestsTooDeep(%.60s…) = %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
