@@ -76,8 +76,10 @@ func DecodeArgs(method string, raw json.RawMessage) (Args, error) {
 		v    text
 		name string
 	}{{w.ContextID, "context_id"}, {w.TurnID, "turn_id"}} {
-		if id.v.set && !ValidID(id.v.s) {
-			return a, fmt.Errorf("args: %q: want 1 to 128 printable ASCII characters", id.name)
+		if id.v.set { // whether it must be is the method's, checked above
+			if err := id.v.id("args", id.name); err != nil {
+				return a, err
+			}
 		}
 	}
 	a.ContextID, a.TurnID = w.ContextID.s, w.TurnID.s

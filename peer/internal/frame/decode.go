@@ -174,15 +174,16 @@ func (u *upWire) decode() (Up, error) {
 		return nil, fmt.Errorf("%s: unknown member %q", Envelope, n)
 	}
 	if t == TypeToolResult {
-		if err := u.CallID.id("call_id"); err != nil {
+		if err := u.CallID.id(Envelope, "call_id"); err != nil {
 			return nil, err
 		}
 		r := &ToolResult{CallID: u.CallID.s}
 		return r, u.outcome(r)
 	}
+	if err := u.ReqID.id(Envelope, "req_id"); err != nil {
+		return nil, err
+	}
 	switch {
-	case u.ReqID.id("req_id") != nil:
-		return nil, u.ReqID.id("req_id")
 	case !u.Method.set:
 		return nil, errors.New(Envelope + `: missing "method"`)
 	case u.Method.s == "":
@@ -216,13 +217,14 @@ func (u *upWire) stray(t string) string {
 	return ""
 }
 
-// id refuses an id that is missing or not valid.
-func (t text) id(name string) error {
+// id refuses an id, the member name of the object where, that is
+// missing or not valid.
+func (t text) id(where, name string) error {
 	switch {
 	case !t.set:
-		return fmt.Errorf("%s: missing %q", Envelope, name)
+		return fmt.Errorf("%s: missing %q", where, name)
 	case !ValidID(t.s):
-		return fmt.Errorf("%s: %q: want 1 to 128 printable ASCII characters", Envelope, name)
+		return fmt.Errorf("%s: %q: want 1 to 128 printable ASCII characters", where, name)
 	}
 	return nil
 }
