@@ -39,11 +39,10 @@ type peer struct {
 	// sessionTurns are the turn_ids used in each session an open context
 	// holds, shared by its contexts: a turn_id is unique within a session.
 	sessionTurns map[uint64]*sessionTurns
-	// consent is the person's persisted decision ("" never asked) and
-	// rules the standing rules by tool: loaded with the peer, written
-	// through by Approve and the revokes after the store has them.
-	consent   policy.Decision
-	rules     map[string]policy.Decision
+	// choices is the person's persisted consent and standing rules:
+	// loaded with the peer, written through by Approve and the revokes
+	// after the store has them.
+	choices   appPolicy
 	ask       *approval            // the pending consent prompt, if any
 	waiting   []*request           // requests waiting for that prompt, in arrival order
 	approvals map[string]*approval // pending, by id
@@ -56,12 +55,11 @@ type peer struct {
 }
 
 func newPeer(m *Manager, id string, kept appPolicy) *peer {
-	p := &peer{m: m, id: id, app: policy.App{ID: id}, consent: kept.consent, rules: kept.rules,
-		contexts: map[string]*appContext{}, approvals: map[string]*approval{}, sessionTurns: map[uint64]*sessionTurns{}}
-	if p.rules == nil {
-		p.rules = map[string]policy.Decision{}
+	if kept.rules == nil {
+		kept.rules = map[string]policy.Decision{}
 	}
-	return p
+	return &peer{m: m, id: id, app: policy.App{ID: id}, choices: kept,
+		contexts: map[string]*appContext{}, approvals: map[string]*approval{}, sessionTurns: map[uint64]*sessionTurns{}}
 }
 
 // run runs f with the peer locked; false, f not run, once the Manager

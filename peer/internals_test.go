@@ -27,5 +27,5 @@ func (h *harness) setRule(r policy.Rule) {
 	if err := h.store.SetRule(r); err != nil {
 		h.t.Fatal(err)
 	}
-	h.m.inspect(r.App, func(p *peer) { p.rules[r.Tool] = r.Decision })
+	h.m.inspect(r.App, func(p *peer) { p.choices.rules[r.Tool] = r.Decision })
 }

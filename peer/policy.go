@@ -87,11 +87,9 @@ func (p *peer) writePolicy(write func() error, change func(ap *appPolicy), then 
 		if !p.run(func() {
 			switch {
 			case rerr == nil:
-				p.consent, p.rules = ap.consent, ap.rules
+				p.choices = ap
 			case err == nil && change != nil:
-				cur := appPolicy{consent: p.consent, rules: p.rules}
-				change(&cur)
-				p.consent = cur.consent
+				change(&p.choices)
 			}
 			if then != nil {
 				then(err)

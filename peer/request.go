@@ -193,9 +193,9 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 	switch {
 	case p.m.policyErr != nil:
 		p.fail(l, f.ReqID, frame.Errorf(frame.CodeInternal, "the daemon could not read its consent records at start: restart it once its state file reads (its log says why)"))
-	case p.consent == policy.Deny:
+	case p.choices.consent == policy.Deny:
 		p.fail(l, f.ReqID, consentDenied(p.id))
-	case p.consent == policy.Allow:
+	case p.choices.consent == policy.Allow:
 		p.dispatch(r)
 	default:
 		r.move(reqWaitingConsent)

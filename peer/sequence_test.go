@@ -199,7 +199,7 @@ func TestRevokeWaitsForTheApproveBeforeIt(t *testing.T) {
 	a.nextToolCall("h1")
 	stored, _ := h.m.Rules("notes")
 	var held map[string]policy.Decision
-	h.m.inspect("notes", func(p *peer) { held = maps.Clone(p.rules) })
+	h.m.inspect("notes", func(p *peer) { held = maps.Clone(p.choices.rules) })
 	want := map[string]policy.Decision{}
 	for _, r := range stored {
 		want[r.Tool] = r.Decision

@@ -214,7 +214,7 @@ func (p *peer) place(c *call) {
 // raises its sheet.
 func (p *peer) confirmHost(c *call) {
 	m := p.m
-	switch rule, ok := p.rules[c.name]; {
+	switch rule, ok := p.choices.rules[c.name]; {
 	case ok && rule == policy.Allow:
 		c.decision, c.approved = policy.AuditDecisionRule, policy.Allow
 		p.deliver(c)
