@@ -77,11 +77,14 @@
 //   - peerLink.kmu: the kernel session of each kernel connection.
 //   - instance.reloadMu: one reload at a time.
 //
-// Lock order: the supervisor's lock, an app's ring lock or an app's peer
-// lock (peer/doc.go), then fanout.mu, then a queue lock; Conn.subMu, then
-// a queue lock, then fanout.mu (a subscribe's step); a publisher lets go
-// of fanout.mu before it puts. No lock is held
-// across a wait on a socket: a line put on an idle connection is written
-// by its putter at once, without blocking, and the rest by the
-// connection's writer loop, off every lock.
+// Lock order: fanout.mu and a connection's queue lock come under
+// whatever lock a step holds (the supervisor's, an app's ring lock, an
+// app's peer lock, Conn.subMu), one at a time: a publisher takes the
+// streams under fanout.mu and lets go before it puts, and subscribe's
+// step queues its answer, then adds its stream. instance.reloadMu is
+// outside them all (a reload narrows the links and applies the manifest
+// under it); Server.mu, Conn.hookMu and peerLink.kmu are taken alone. No
+// lock is held across a wait on a socket: a line put on an idle
+// connection is written by its putter at once, without blocking, and the
+// rest by the connection's writer loop, off every lock.
 package daemon

@@ -40,61 +40,51 @@
 //
 // # Concurrency
 //
-// One mutex per app orders everything of that app: a peer's mu guards
-// its state (its link, requests, contexts, tool calls, approvals,
-// consent and standing rules, duplicate window), and every step that
-// touches it runs with mu held: a line from the app's hub (on the link's
-// reader, one line at a time), a kernel's reply or event, a tool call,
-// an answer, a timer. No step waits: what it sends is queued (a line on
-// the hub's linewriter, a call of the Kernel or the ToolRelay, which
-// queue on the kernel's connection or drop it, a store job), so one
-// app's steps never wait on another's, and what each app sends, to its
-// hub and to the kernel, leaves in the order its steps ran.
-//
-// The app's store I/O (sessions, history, turns) runs off mu, in order,
-// on the app's own jobs goroutine (jobs.go), and comes back as a step: a
-// stalled store stalls that app's store requests alone. Its consent and
-// standing rules are read once, when the Manager starts, so every check
-// is a lookup; Approve writes the store (fsync'd, no lock held) on the
-// app's jobs and reads the app's decisions back into the peer in the same
-// job, and a revoke writes the store and then has the jobs read them back
-// behind anything queued before it: per app, the peer ends with what the
-// store holds, whatever the order approves and revokes ran in
-// (policy.go). If the Manager could not read them at start, every request
-// that needs a consent fails internal until the daemon restarts.
-//
-// The other mutexes guard maps and one queue: Manager.mu the registry of
-// peers, the manifest, closed and the kernel's attach (it is held around
-// a peer's step where the peers must see manifests and attaches in one
-// order); Manager.amu the index of pending approvals; relay.mu the tool
-// relay and the outcomes kept while none is installed, held across the
-// relay's callbacks; auditLog.mu the audit entries waiting for their
-// batch (written by the audit log's one goroutine); a jobs' mu its
-// queue. Lock order: Manager.mu, then a peer's mu, then amu, relay.mu,
-// auditLog.mu or a jobs' mu (none of which takes another, but relay.mu
-// the callbacks'), then what the callbacks take (the daemon's: its
-// fanout's locks and a connection's queue lock) or a hub's queue lock.
-// No lock is held across a wait on disk or socket: a line put on an idle
-// linewriter is written by its putter at once, without blocking. Log
-// lines are written in steps, as they were on the app's serial before:
-// a stalled log sink stalls the app that logs (and, for the two kinds of
-// step taken under Manager.mu, a reload's narrowing and a detach's
-// sweep, the Manager); Attach and AttachKernel log after they let go.
-//
-// AttachKernel runs its caller's answered (the control socket queues
-// kernel.attach's answer there) before the kernel is visible, so the
-// kernel hears that answer before anything else. Detach unsets the
-// kernel and ends its requests in one step under Manager.mu: once it
-// returns, every peer has been locked after the kernel went, and the
-// kernel hears nothing more; no next kernel attaches in between.
-// Events.Approval, Events.AppFrame and the Kernel and ToolRelay
-// callbacks run with the app's peer locked and must not block nor call
-// the Manager: an app's reply to a frame Send wrote (with its sent
-// callback, in one step) is published after it. The outcomes kept while
-// no relay is installed are bounded in number (Config.RelayQueue) and in
-// bytes (relayQueueBytes, half of what a control connection holds
-// unread), so that a next kernel's attach can take them all at once.
-// Detach only shuts the link and Attach waits at most for its peer's step
-// in progress: neither waits for a link's end, and a new process's link
-// reads no line before the old link's teardown is done.
+//  1. One mutex per app. A peer's mu guards all of its app's state (link,
+//     requests, contexts, tool calls, approvals, choices, duplicate
+//     window), and every step that touches it holds mu (peer.run): a
+//     line from the hub (the link's reader, one at a time), a kernel's
+//     reply or event, a tool call, an answer, a timer.
+//  2. No step waits. What it sends is queued: a line on the hub's
+//     linewriter, a Kernel or ToolRelay call (which queue on the
+//     kernel's connection or drop it), a store job. So no app waits on
+//     another, and what an app sends, to its hub and to the kernel,
+//     leaves in the order its steps ran. Log lines are the exception:
+//     written in steps, a stalled log sink stalls the app that logs (and
+//     the Manager, for the two steps taken under Manager.mu: a reload's
+//     narrowing and a detach's sweep).
+//  3. Store I/O runs off mu, in order, on the app's jobs goroutine
+//     (jobs.go), and comes back as a step. Consent and standing rules are
+//     read once, when the Manager starts; Approve and the revokes write
+//     the store and then read the app's decisions back into its peer on
+//     those jobs (policy.go), so the peer ends with what the store holds.
+//  4. The other locks guard maps and queues: Manager.mu the peers, the
+//     manifest, closed and the kernel's attach (held around a peer's
+//     step where every peer must see manifests and attaches in one
+//     order); Manager.amu the index of pending approvals; relay.mu the
+//     tool relay and the outcomes kept while none is installed (held
+//     across its callbacks); auditLog.mu the entries waiting for their
+//     batch; a jobs' mu its queue.
+//  5. Lock order: Manager.mu, a peer's mu, then amu, relay.mu,
+//     auditLog.mu or a jobs' mu (none of which takes another, but
+//     relay.mu the callbacks'), then the callbacks' (the daemon's fanout
+//     and connection queue locks) or a hub's queue lock. No lock is held
+//     across a wait on disk or socket: a line put on an idle linewriter
+//     is written by its putter at once, without blocking.
+//  6. Callbacks (Events.Approval, Events.AppFrame, the Kernel's and the
+//     ToolRelay's) run with the app's peer locked and must neither block
+//     nor call the Manager. AttachKernel runs its caller's answered
+//     before the kernel is visible, so the kernel hears that answer
+//     first; KernelSession.Detach unsets the kernel and ends its requests
+//     in one step under Manager.mu, after which the kernel hears nothing. Attach and
+//     AttachKernel log after they let go.
+//  7. Goroutines: each link's reader and writer (started by Attach; once
+//     the link is shut the reader waits for the writer, then tears the
+//     link down, and Close waits for every teardown), each app's jobs
+//     goroutine (alive while jobs are queued; Close waits for the
+//     queue), the audit log's loop (ended by Close), and Ping's, which
+//     waits with a peer that stays locked. Manager.Detach only shuts a
+//     link; Attach waits at most for its peer's step in progress, and a
+//     new process's link reads no line before the old link's teardown is
+//     done.
 package peer
