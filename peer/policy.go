@@ -122,8 +122,8 @@ func (m *Manager) RevokeConsent(app string) (found bool, err error) {
 func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rules(app) }
 
 // RevokeRules forgets app's standing rule for tool (every rule of app when
-// tool is ""; of every app when app is ""): its next host-confirmed call
-// asks the person again. It returns the rules removed.
+// tool is ""): its next host-confirmed call asks the person again. It
+// returns the rules removed.
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 	rules, err := m.store.RevokeRules(app, tool)
 	if err != nil {

@@ -42,13 +42,34 @@ func (s *Store) Consent(app string) (c Consent, ok bool, err error) {
 		if v == nil {
 			return nil
 		}
-		ok = true
-		return json.Unmarshal(v, &c)
+		// One that cannot be read counts as never made (fails closed:
+		// the app is asked again); the store noted it at open.
+		var derr error
+		c, derr = decodeConsent([]byte(app), v)
+		ok = derr == nil
+		return nil
 	})
 	if err != nil {
 		return Consent{}, false, fmt.Errorf("read consent of %s: %w", app, err)
 	}
 	return c, ok, nil
+}
+
+// decodeConsent reads the consent stored under key k: one that does not
+// decode, holds no decision, or names another app than its key cannot
+// be used.
+func decodeConsent(k, v []byte) (Consent, error) {
+	var c Consent
+	if err := json.Unmarshal(v, &c); err != nil {
+		return Consent{}, err
+	}
+	if _, err := ParseDecision(string(c.Decision)); err != nil {
+		return Consent{}, err
+	}
+	if c.App != string(k) {
+		return Consent{}, fmt.Errorf("it names app %q", c.App)
+	}
+	return c, nil
 }
 
 // SetConsent persists a decision; when it returns nil the decision is on
@@ -87,16 +108,15 @@ func (s *Store) RevokeConsent(app string) (found bool, err error) {
 	return found, nil
 }
 
-// Consents lists every persisted decision, by app id.
+// Consents lists every persisted decision, by app id, but those that
+// cannot be read (Health.Unreadable).
 func (s *Store) Consents() ([]Consent, error) {
 	var out []Consent
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketConsent).ForEach(func(_, v []byte) error {
-			var c Consent
-			if err := json.Unmarshal(v, &c); err != nil {
-				return err
+		return tx.Bucket(bucketConsent).ForEach(func(k, v []byte) error {
+			if c, err := decodeConsent(k, v); err == nil {
+				out = append(out, c)
 			}
-			out = append(out, c)
 			return nil
 		})
 	})

@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
 	"syscall"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Health is what the store has to say about itself, for the daemon's
@@ -33,6 +36,12 @@ type Health struct {
 	// BackupAt; empty once a later one was.
 	BackupError string
 	BackupAt    time.Time
+	// Unreadable says, a line each, which consents and standing rules
+	// were found at start that cannot be read (a value damaged where the
+	// file's own check does not look, or written by hand). Each counts as
+	// never made, so the person is asked again, and stays in the file
+	// until an answer replaces it.
+	Unreadable []string
 }
 
 // Damage is what was wrong with the state file at start, and what the
@@ -59,7 +68,7 @@ type Restored struct {
 
 // Healthy reports whether there is nothing for a person to read.
 func (h Health) Healthy() bool {
-	return h.Damage == nil && h.Temporary == "" && h.Restored == nil && h.AuditDropped == 0 && h.BackupError == ""
+	return h.Damage == nil && h.Temporary == "" && h.Restored == nil && h.AuditDropped == 0 && h.BackupError == "" && len(h.Unreadable) == 0
 }
 
 // Notes says the store's health for a person, a line each; none for a
@@ -100,6 +109,26 @@ func (h Health) Notes() []string {
 	if h.BackupError != "" {
 		out = append(out, fmt.Sprintf("good copy: not written: %s", h.BackupError))
 	}
+	return append(out, h.Unreadable...)
+}
+
+// unreadableDecisions is Health.Unreadable: the consents and rules in tx
+// that cannot be read.
+func unreadableDecisions(tx *bolt.Tx) []string {
+	var out []string
+	_ = tx.Bucket(bucketConsent).ForEach(func(k, v []byte) error {
+		if _, err := decodeConsent(k, v); err != nil {
+			out = append(out, fmt.Sprintf("consent of app %q cannot be read (%v): it counts as never given, and the app asks again", k, err))
+		}
+		return nil
+	})
+	_ = tx.Bucket(bucketRules).ForEach(func(k, v []byte) error {
+		if _, err := decodeRule(k, v); err != nil {
+			app, tool, _ := bytes.Cut(k, []byte{0})
+			out = append(out, fmt.Sprintf("standing rule of app %q for tool %q cannot be read (%v): it counts as none, and the tool asks again", app, tool, err))
+		}
+		return nil
+	})
 	return out
 }
 

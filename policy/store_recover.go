@@ -307,6 +307,10 @@ func openStore(cfg StoreConfig, path string, dmg *Damage, restored *Restored) (*
 		db.Close()
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		s.health.Unreadable = unreadableDecisions(tx)
+		return nil
+	})
 	if path == cfg.Path {
 		s.good = path + GoodCopySuffix
 		if _, err := os.Lstat(s.good); errors.Is(err, fs.ErrNotExist) {

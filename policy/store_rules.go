@@ -29,6 +29,23 @@ func ruleKey(app, tool string) []byte {
 	return append(k, tool...)
 }
 
+// decodeRule reads the rule stored under key k: one that does not
+// decode, holds no decision, or names another app or tool than its key
+// cannot be used.
+func decodeRule(k, v []byte) (Rule, error) {
+	var r Rule
+	if err := json.Unmarshal(v, &r); err != nil {
+		return Rule{}, err
+	}
+	if _, err := ParseDecision(string(r.Decision)); err != nil {
+		return Rule{}, err
+	}
+	if !bytes.Equal(ruleKey(r.App, r.Tool), k) {
+		return Rule{}, fmt.Errorf("it names app %q and tool %q", r.App, r.Tool)
+	}
+	return r, nil
+}
+
 // Rule returns the standing rule for app and tool; ok is false when there
 // is none.
 func (s *Store) Rule(app, tool string) (r Rule, ok bool, err error) {
@@ -37,8 +54,11 @@ func (s *Store) Rule(app, tool string) (r Rule, ok bool, err error) {
 		if v == nil {
 			return nil
 		}
-		ok = true
-		return json.Unmarshal(v, &r)
+		// As for a consent: one that cannot be read is no rule.
+		var derr error
+		r, derr = decodeRule(ruleKey(app, tool), v)
+		ok = derr == nil
+		return nil
 	})
 	if err != nil {
 		return Rule{}, false, fmt.Errorf("read rule for %s %s: %w", app, tool, err)
@@ -66,7 +86,8 @@ func (s *Store) SetRule(r Rule) error {
 }
 
 // RevokeRules forgets standing rules: app's rule for tool, or every rule
-// of app when tool is "". It returns the rules it removed.
+// of app when tool is "". It returns the rules it removed; one that could
+// not be read is removed too, and not returned (it was no rule).
 func (s *Store) RevokeRules(app, tool string) ([]Rule, error) {
 	var out []Rule
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -77,22 +98,18 @@ func (s *Store) RevokeRules(app, tool string) ([]Rule, error) {
 			if v == nil {
 				return nil
 			}
-			var r Rule
-			if err := json.Unmarshal(v, &r); err != nil {
-				return err
+			if r, err := decodeRule(k, v); err == nil {
+				out = append(out, r)
 			}
-			out = append(out, r)
 			return b.Delete(k)
 		}
 		prefix := ruleKey(app, "")
 		var keys [][]byte
 		c := b.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			var r Rule
-			if err := json.Unmarshal(v, &r); err != nil {
-				return err
+			if r, err := decodeRule(k, v); err == nil {
+				out = append(out, r)
 			}
-			out = append(out, r)
 			keys = append(keys, bytes.Clone(k))
 		}
 		for _, k := range keys {
@@ -112,16 +129,13 @@ func (s *Store) RevokeRules(app, tool string) ([]Rule, error) {
 }
 
 // Rules lists the standing rules, by app then tool; app "" lists every
-// app's.
+// app's. Those that cannot be read are left out (Health.Unreadable).
 func (s *Store) Rules(app string) ([]Rule, error) {
 	out := []Rule{}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRules).ForEach(func(_, v []byte) error {
-			var r Rule
-			if err := json.Unmarshal(v, &r); err != nil {
-				return err
-			}
-			if app == "" || r.App == app {
+		return tx.Bucket(bucketRules).ForEach(func(k, v []byte) error {
+			r, err := decodeRule(k, v)
+			if err == nil && (app == "" || r.App == app) {
 				out = append(out, r)
 			}
 			return nil

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestUnreadableDecisions holds a state file whose consent and rule
+// values are damaged where bbolt's check does not look (the values,
+// which it does not checksum): each such decision counts as never made
+// and is named in the store's health; the readable ones, and the store,
+// go on as before. Before, one such value failed every list of consents
+// or rules, so the peer link refused every app's requests (internal) at
+// every start, and a revoke could not remove it.
+func TestUnreadableDecisions(t *testing.T) {
+	s, path := openTestStore(t)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []Consent{{App: "clock", Decision: Allow, At: at}, {App: "notes", Decision: Allow, At: at}} {
+		if err := s.SetConsent(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []Rule{{App: "notes", Tool: "notes.append", Decision: Allow, At: at}, {App: "notes", Tool: "notes.wipe", Decision: Deny, At: at}} {
+		if err := s.SetRule(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+
+	damage := []struct {
+		bucket, key []byte
+		value       string
+		note        string // what the store's note says of it
+	}{
+		{bucketConsent, []byte("notes"), `{"app":"notes","decision":"allow","at":"2026-01-02T03:04:05Z"` + "\x00garbage", `consent of app "notes" cannot be read (invalid character`},
+		{bucketConsent, []byte("mail"), `{"app":"mail","decision":"maybe","at":"2026-01-02T03:04:05Z"}`, `consent of app "mail" cannot be read (decision "maybe"`},
+		// A value that names another app than its key must not grant that
+		// app anything.
+		{bucketConsent, []byte("paint"), `{"app":"clock","decision":"deny","at":"2026-01-02T03:04:05Z"}`, `consent of app "paint" cannot be read (it names app "clock")`},
+		{bucketRules, ruleKey("notes", "notes.wipe"), `{"app":"notes","tool":"notes.wipe","decision":`, `standing rule of app "notes" for tool "notes.wipe" cannot be read (unexpected end of JSON input)`},
+		{bucketRules, ruleKey("clock", "clock.set"), `{"app":"notes","tool":"notes.append","decision":"allow","at":"2026-01-02T03:04:05Z"}`, `standing rule of app "clock" for tool "clock.set" cannot be read (it names app "notes" and tool "notes.append")`},
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, d := range damage {
+			if err := tx.Bucket(d.bucket).Put(d.key, []byte(d.value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err = OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Health()
+	if h.Healthy() || len(h.Unreadable) != len(damage) {
+		t.Fatalf("health %+v: want %d unreadable decisions", h, len(damage))
+	}
+	notes := strings.Join(h.Notes(), "\n")
+	for _, d := range damage {
+		if !strings.Contains(notes, d.note) {
+			t.Errorf("the store's notes do not say %q:\n%s", d.note, notes)
+		}
+	}
+
+	consents, err := s.Consents()
+	if err != nil {
+		t.Fatalf("consents: %v", err)
+	}
+	if len(consents) != 1 || consents[0].App != "clock" || consents[0].Decision != Allow {
+		t.Fatalf("consents %+v: want clock's alone, allow", consents)
+	}
+	for _, app := range []string{"notes", "mail", "paint"} {
+		if c, ok, err := s.Consent(app); ok || err != nil {
+			t.Errorf("consent of %s: %+v %v %v: want none, no error", app, c, ok, err)
+		}
+	}
+	rules, err := s.Rules("")
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	if len(rules) != 1 || rules[0].Tool != "notes.append" {
+		t.Fatalf("rules %+v: want notes.append's alone", rules)
+	}
+	if r, ok, err := s.Rule("notes", "notes.wipe"); ok || err != nil {
+		t.Errorf("rule notes.wipe: %+v %v %v: want none, no error", r, ok, err)
+	}
+
+	// The person's next answer replaces a damaged consent; a revoke
+	// removes a damaged rule (returning the readable ones it removed).
+	if err := s.SetConsent(Consent{App: "notes", Decision: Deny, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, err := s.Consent("notes"); !ok || err != nil || c.Decision != Deny {
+		t.Fatalf("consent of notes after an answer: %+v %v %v", c, ok, err)
+	}
+	gone, err := s.RevokeRules("notes", "")
+	if err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if len(gone) != 1 || gone[0].Tool != "notes.append" {
+		t.Fatalf("revoked %+v: want notes.append's alone", gone)
+	}
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketRules).Get(ruleKey("notes", "notes.wipe")); v != nil {
+			t.Errorf("the damaged rule is still there after a revoke of the app's rules: %q", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
