@@ -556,7 +556,7 @@ func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func(
 	if !s.attached() {
 		return ErrKernelDetached
 	}
-	return s.m.toolCall(app, kc, accepted)
+	return s.m.toolCall(app, kc, s, accepted)
 }
 
 // ToolCancel is Manager.ToolCancel for the kernel (op tool.cancel).

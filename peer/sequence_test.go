@@ -66,6 +66,32 @@ func TestDetachIsTheLastCallback(t *testing.T) {
 	expectRelay(t, next, "fin notes c1 ok")
 }
 
+// TestNoCallAfterDetach: a kernel's tool call that passed its check of
+// the kernel before a Detach, and reaches the app's peer after it, is
+// refused there: the kernel hears nothing after Detach returned (not
+// even its answer "accepted"), and the app gets no call. It used to be
+// placed.
+func TestNoCallAfterDetach(t *testing.T) {
+	h := newHarness(t, nil)
+	a, ctx := h.toolApp(toolEntry("notes"))
+	k, ks := h.relayKernel()
+	ks.Detach()
+	// What KernelSession.ToolCall does past its own check, as a call that
+	// raced the Detach does.
+	err := h.m.toolCall("notes", kc(ctx, "c1", "notes.search", RiskRead, ConfirmNone), ks, func() {
+		t.Error("the call was accepted after its kernel detached")
+	})
+	if !errors.Is(err, ErrKernelDetached) {
+		t.Fatalf("a call after its kernel's Detach: %v, want ErrKernelDetached", err)
+	}
+	if got := a.framesUntilSync(); len(got) != 0 {
+		t.Fatalf("the app was sent %v", got)
+	}
+	if got := k.RecordingToolRelay.Events(); len(got) != 0 {
+		t.Fatalf("the detached kernel heard %v", got)
+	}
+}
+
 // TestPolicyIsReadOnce: the consent decisions and standing rules in the
 // store are read when the Manager starts, and every check after is a
 // lookup: an app with consent is served without a prompt, a tool with a

@@ -109,21 +109,29 @@ func (m *Manager) SetToolRelay(r ToolRelay) {
 // A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
 // ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
 func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
-	return m.toolCall(app, kc, nil)
+	return m.toolCall(app, kc, nil, nil)
 }
 
 // toolCall accepts a call and places it in one step, the app's peer
 // locked. accepted, when set, runs in between, and must not block: after
 // it, nothing else of the call can come first (the relay's callbacks
 // come from the placing, and the app, its sheet and its store hear of
-// the call only once it is placed).
-func (m *Manager) toolCall(app string, kc control.ToolCall, accepted func()) error {
+// the call only once it is placed). ks is the kernel that hands the
+// call over, nil for the relay seam.
+func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, accepted func()) error {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
 		return err
 	}
 	err = ErrClosed
 	p.run(func() {
+		// A kernel's call is checked again in its step: a detach that
+		// came since has swept this peer already, and the kernel must
+		// hear nothing after it (doc.go).
+		if ks != nil && !ks.attached() {
+			err = ErrKernelDetached
+			return
+		}
 		var c *call
 		if c, err = p.acceptCall(kc, args, confirm); err != nil {
 			return
