@@ -44,15 +44,20 @@
 //     goroutine), its writer's loop (linewriter.Writer.Run) and one
 //     goroutine per request in flight (at most maxInflight; ordered ops
 //     run on the reader). serveConn waits for the requests, runs the
-//     onClose hooks, closes the writer and waits for its loop.
+//     onClose hooks, closes the writer and waits for its loop. The
+//     server's shutdown closes each connection's socket from a
+//     context.AfterFunc goroutine, which nothing waits for (it only
+//     closes).
 //
 // No goroutine stands between a source of events and the connections:
 // the supervisor hands each event to supervisorEvent in the step that
 // makes it (a move under its lock, before the op that moved the app
 // hears of it; a log line under its app's ring lock), the peer Manager
 // its approvals, app frames and kernel events with the app's peer
-// locked, and each is put on every subscribed connection's queue at
-// once, never waiting (a connection with no room is dropped).
+// locked (peer/doc.go, rule 6), and each is put on every subscribed
+// connection's queue at once, never waiting for room: a connection with
+// no room is dropped there and then, which logs a line and closes its
+// socket under the publisher's lock.
 //
 // One way keeps events behind the answer that announces them: a handler
 // whose answer starts something (a subscription, logs with follow,
@@ -63,7 +68,8 @@
 // answer holds the lines before, the stream gets every line after), the
 // peer Manager for a kernel, a call or a frame. Such an answer never
 // waits for room, as its step may hold an app's lock; but subscribe's
-// (a waitStep), whose step holds no lock another takes.
+// (a waitStep), whose step holds only Conn.subMu, which only another
+// subscribe on the same connection takes (and then waits too).
 //
 // Locks, and what each guards:
 //   - the queue lock of each connection's linewriter.Writer (Conn.w): the
@@ -78,13 +84,20 @@
 //   - instance.reloadMu: one reload at a time.
 //
 // Lock order: fanout.mu and a connection's queue lock come under
-// whatever lock a step holds (the supervisor's, an app's ring lock, an
-// app's peer lock, Conn.subMu), one at a time: a publisher takes the
-// streams under fanout.mu and lets go before it puts, and subscribe's
-// step queues its answer, then adds its stream. instance.reloadMu is
-// outside them all (a reload narrows the links and applies the manifest
-// under it); Server.mu, Conn.hookMu and peerLink.kmu are taken alone. No
-// lock is held across a wait on a socket: a line put on an idle
-// connection is written by its putter at once, without blocking, and the
-// rest by the connection's writer loop, off every lock.
+// whatever lock a step holds (the supervisor's, an app's ring lock, the
+// peer Manager's or an app's peer lock, relay.mu, Conn.subMu), one at a
+// time: a publisher takes the streams under fanout.mu and lets go
+// before it puts, and subscribe's step queues its answer, then adds its
+// stream. instance.reloadMu is outside them all (a reload narrows the
+// links and applies the manifest under it); Server.mu, Conn.hookMu and
+// peerLink.kmu are taken alone. The queue locks, fanout.mu, Server.mu,
+// hookMu and kmu are never held across a wait: a queue lock is let go
+// before any write, and a line put on an idle connection that is not
+// corked (linewriter.Writer.Hold) is written by its putter with a write
+// that does not wait, the rest by the connection's writer loop, off
+// every lock. Two locks are held across
+// one on purpose: Conn.subMu while subscribe's answer waits for room
+// (that connection's subscribes alone wait on it), and reloadMu for a
+// whole reload (one at a time). Log lines are written under whatever
+// lock their writer holds.
 package daemon

@@ -49,7 +49,8 @@ type toolKernel struct {
 }
 
 // toolEvents is a peer.ToolRelay that writes events on a connection. Its
-// methods run with an app's peer locked (peer/doc.go): send never
+// methods run with the relay and (mostly) an app's peer locked
+// (peer/doc.go, rule 6): send never
 // blocks (a kernel that does not read is dropped). Every call makes two
 // events, so they are encoded by appends (control.AppendToolEvent), not
 // by json.Marshal.

@@ -44,47 +44,62 @@
 //     requests, contexts, tool calls, approvals, choices, duplicate
 //     window), and every step that touches it holds mu (peer.run): a
 //     line from the hub (the link's reader, one at a time), a kernel's
-//     reply or event, a tool call, an answer, a timer.
-//  2. No step waits. What it sends is queued: a line on the hub's
-//     linewriter, a Kernel or ToolRelay call (which queue on the
-//     kernel's connection or drop it), a store job. So no app waits on
-//     another, and what an app sends, to its hub and to the kernel,
-//     leaves in the order its steps ran. Log lines are the exception:
-//     written in steps, a stalled log sink stalls the app that logs (and
-//     the Manager, for the two steps taken under Manager.mu: a reload's
-//     narrowing and a detach's sweep).
-//  3. Store I/O runs off mu, in order, on the app's jobs goroutine
-//     (jobs.go), and comes back as a step. Consent and standing rules are
-//     read once, when the Manager starts; Approve and the revokes write
-//     the store and then read the app's decisions back into its peer on
-//     those jobs (policy.go), so the peer ends with what the store holds.
+//     reply or event, a tool call, an answer, a timer. (Approve's store
+//     job reads an approval's kind, app and tool off mu: they are fixed
+//     when it is raised.)
+//  2. No step waits for room or for a peer. What it sends is queued: a
+//     line on the hub's linewriter, a Kernel or ToolRelay call (which
+//     queue on the kernel's connection or drop it), a store job. A queue
+//     that overflows shuts its link or connection there and then, closing
+//     its socket. Log lines are written in steps: a stalled log sink
+//     stalls the app that logs. So what an app sends, to its hub and to
+//     the kernel, leaves in the order its steps ran, and an app's step
+//     waits on no other app's but through Manager.mu (rule 5).
+//  3. Store I/O that follows an app's steps (sessions, history, turns,
+//     Approve's write, every read-back of the app's decisions) runs off
+//     mu, in order, on the app's jobs goroutine (jobs.go), and comes back
+//     as a step. Consent and standing rules are read once, by New; a
+//     revoke writes the store on its caller's goroutine and queues the
+//     read-back behind what the app's jobs hold (policy.go), so the peer
+//     ends with what the store holds. Lists (Consents, Rules, Audit) read
+//     on the caller's goroutine; the audit trail is written by the audit
+//     loop, in batches.
 //  4. The other locks guard maps and queues: Manager.mu the peers, the
-//     manifest, closed and the kernel's attach (held around a peer's
-//     step where every peer must see manifests and attaches in one
-//     order); Manager.amu the index of pending approvals; relay.mu the
-//     tool relay and the outcomes kept while none is installed (held
-//     across its callbacks); auditLog.mu the entries waiting for their
-//     batch; a jobs' mu its queue.
+//     decisions kept for apps with no peer yet, the manifest, closed and
+//     the kernel's attach; Manager.amu the index of pending approvals;
+//     relay.mu the tool relay and the outcomes kept while none is
+//     installed (held across its callbacks); auditLog.mu the entries
+//     waiting for their batch; a jobs' mu its queue.
 //  5. Lock order: Manager.mu, a peer's mu, then amu, relay.mu,
 //     auditLog.mu or a jobs' mu (none of which takes another, but
 //     relay.mu the callbacks'), then the callbacks' (the daemon's fanout
-//     and connection queue locks) or a hub's queue lock. No lock is held
-//     across a wait on disk or socket: a line put on an idle linewriter
-//     is written by its putter at once, without blocking.
+//     and connection queue locks) or a hub's queue lock. Manager.mu is
+//     held around Attach's step, a reload's narrowing and a kernel
+//     detach's sweep (each peer's step in turn), and AttachKernel's
+//     answered and relay drain: these wait for the steps in progress, and
+//     whatever takes Manager.mu (Attach, a call's or a frame's lookup of
+//     its peer) waits for them. No lock is held across a wait on disk or
+//     socket: a queue lock is let go before any write; a line put with
+//     Opt.Now on an idle, uncorked writer is written by its putter with a
+//     write that does not wait, every other by the writer's goroutine.
 //  6. Callbacks (Events.Approval, Events.AppFrame, the Kernel's and the
-//     ToolRelay's) run with the app's peer locked and must neither block
-//     nor call the Manager. AttachKernel runs its caller's answered
-//     before the kernel is visible, so the kernel hears that answer
-//     first; KernelSession.Detach unsets the kernel and ends its requests
-//     in one step under Manager.mu, after which the kernel hears nothing. Attach and
-//     AttachKernel log after they let go.
-//  7. Goroutines: each link's reader and writer (started by Attach; once
-//     the link is shut the reader waits for the writer, then tears the
-//     link down, and Close waits for every teardown), each app's jobs
-//     goroutine (alive while jobs are queued; Close waits for the
-//     queue), the audit log's loop (ended by Close), and Ping's, which
-//     waits with a peer that stays locked. Manager.Detach only shuts a
-//     link; Attach waits at most for its peer's step in progress, and a
-//     new process's link reads no line before the old link's teardown is
-//     done.
+//     ToolRelay's) must neither block nor call the Manager. They run with
+//     the app's peer locked, but for the outcomes a relay's install hands
+//     over, which run under relay.mu (and Manager.mu in AttachKernel).
+//     AttachKernel runs its caller's answered before the kernel is
+//     visible, so the kernel hears that answer first; KernelSession.Detach
+//     unsets the kernel and ends its requests in one step under
+//     Manager.mu, and a kernel's call or reply is checked against it in
+//     its own step, so once Detach returns the kernel hears nothing more.
+//     Attach and AttachKernel log after they let go.
+//  7. Goroutines: the audit log's loop (started by New, ended by Close);
+//     each link's reader and writer (started by Attach; once the link is
+//     shut the reader waits for the writer, then tears the link down, and
+//     Close waits for every teardown); each app's jobs goroutine (alive
+//     while jobs are queued; Close waits for the queue); the timers of a
+//     consent prompt, a kernel request and a tool call (time.AfterFunc),
+//     each running one step, which finds its object ended if a teardown
+//     or Close came first; and Ping's, which waits with a peer that stays
+//     locked. Manager.Detach only shuts a link, and a new process's link
+//     reads no line before the old link's teardown is done.
 package peer

@@ -190,7 +190,8 @@ type pendingApproval struct {
 }
 
 // New returns a Manager, with every app's consent and standing rules
-// read from the store. It starts no goroutine until an app is attached.
+// read from the store, and starts its audit log's goroutine (ended by
+// Close).
 func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	log := cfg.Log.Named("peer")
@@ -338,7 +339,8 @@ func (m *Manager) peerOf(app string) *peer {
 // reading. The peer is created on the app's first Attach and kept after.
 // A link still attached for the app (a Detach that never came) is shut;
 // the new link handles no line before the old one is torn down. Attach
-// never waits (the supervisor calls it from its app's goroutine).
+// waits for no socket and no store; it takes Manager.mu and the peer's
+// lock, so it waits for the steps taken under them (doc.go, rule 5).
 func (m *Manager) Attach(app policy.App, hub *os.File) {
 	conn, err := net.FileConn(hub)
 	hub.Close() // FileConn dup'ed it

@@ -73,7 +73,8 @@ type Result struct {
 // ToolRelay receives the life of the calls handed to ToolCall: exactly one
 // Acknowledged, then exactly one Finished, per accepted call. Its methods
 // are called one at a time, in the order things happened (per app), with
-// the app's peer and the relay locked (relay.go): they must not block
+// the relay locked and, but for the outcomes an install hands over, the
+// app's peer (relay.go): they must not block
 // (queue the event, or drop it for a client too slow) and must not call
 // the Manager.
 type ToolRelay interface {
