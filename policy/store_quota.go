@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -127,10 +128,18 @@ func (q *quota) evictOldest(idx *bolt.Bucket, prefix []byte, except uint64, busy
 		if id == except || (busy != nil && busy(id)) {
 			continue
 		}
-		return true, q.deleteSession(id)
+		// One whose record cannot be read (its identity and cost are in
+		// it) is passed over, and keeps its place: the next is evicted.
+		if err := q.deleteSession(id); !errors.Is(err, errUnreadableSession) {
+			return true, err
+		}
 	}
 	return false, nil
 }
+
+// errUnreadableSession is a session record that does not decode: a
+// value damaged where the store's check does not look.
+var errUnreadableSession = errors.New("its record cannot be read")
 
 // deleteSession removes a session, its turns and its index entries, and
 // refunds its counts.
@@ -142,7 +151,7 @@ func (q *quota) deleteSession(id uint64) error {
 	}
 	var se Session
 	if err := json.Unmarshal(v, &se); err != nil {
-		return fmt.Errorf("evict session %d: %w", id, err)
+		return fmt.Errorf("evict session %d: %w: %w", id, errUnreadableSession, err)
 	}
 	cost := sessionCost(se, len(v))
 	if tb := q.turns.Bucket(sk); tb != nil {

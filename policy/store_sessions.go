@@ -110,10 +110,12 @@ func (s *Store) OpenSession(app, account, title string, now time.Time, lim Limit
 				if v == nil {
 					return fmt.Errorf("index names session %x, which is missing", id)
 				}
-				if err := json.Unmarshal(v, &out); err != nil {
-					return fmt.Errorf("session %x: %w", id, err)
+				// A record that cannot be read is passed over: the title
+				// gets a new session (the index names it), and the old
+				// record keeps its place and its cost.
+				if json.Unmarshal(v, &out) == nil {
+					return nil
 				}
-				return nil
 			}
 		}
 		id, err := q.sessions.NextSequence()

@@ -122,3 +122,55 @@ func TestUnreadableDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnreadableSessionsArePassedOver: a session record damaged in the
+// file no longer stops its app. Eviction passes it over (it used to fail
+// every open of the account at its limit, for good), and its title gets
+// a new session (it used to fail every open of that title).
+func TestUnreadableSessionsArePassedOver(t *testing.T) {
+	s, path := openTestStore(t)
+	lim := Limits{Sessions: 3}
+	titled := mustOpen(t, s, "notes", "personal", "groceries", lim, nil)
+	u1 := mustOpen(t, s, "notes", "personal", "", lim, nil)
+	u2 := mustOpen(t, s, "notes", "personal", "", lim, nil)
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		for _, id := range []uint64{titled.ID, u1.ID} {
+			if err := b.Put(u64(id), []byte(`{"id":`)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err = OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	u3, err := s.OpenSession("notes", "personal", "", time.Now(), lim, nil)
+	if err != nil {
+		t.Fatalf("open at the limit with the oldest record damaged: %v", err)
+	}
+	if !exists(t, s, u1.ID) || exists(t, s, u2.ID) || !exists(t, s, u3.ID) {
+		t.Fatalf("eviction: want the damaged u1 kept, u2 evicted, u3 there")
+	}
+	again, err := s.OpenSession("notes", "personal", "groceries", time.Now(), Limits{}, nil)
+	if err != nil {
+		t.Fatalf("reopen a title whose record is damaged: %v", err)
+	}
+	if again.ID == titled.ID || again.Title != "groceries" {
+		t.Fatalf("reopened %+v: want a new session for the title", again)
+	}
+	if next, err := s.OpenSession("notes", "personal", "groceries", time.Now(), Limits{}, nil); err != nil || next.ID != again.ID {
+		t.Fatalf("the title's new session is not the one reopened: %+v %v", next, err)
+	}
+}
