@@ -53,9 +53,10 @@
 // the supervisor hands each event to supervisorEvent in the step that
 // makes it (a move under its lock, before the op that moved the app
 // hears of it; a log line under its app's ring lock), the peer Manager
-// its approvals, app frames and kernel events with the app's peer
-// locked (peer/doc.go, rule 6), and each is put on every subscribed
-// connection's queue at once, never waiting for room: a connection with
+// its approvals and app frames with the app's peer locked, and a
+// kernel's events with its peer or relay locked (peer/doc.go, rule 6);
+// each is put on every subscribed connection's queue (a kernel's, on the
+// kernel's connection) at once, never waiting for room: a connection with
 // no room is dropped there and then, which logs a line and closes its
 // socket under the publisher's lock.
 //
@@ -92,10 +93,11 @@
 // links and applies the manifest under it); Server.mu, Conn.hookMu and
 // peerLink.kmu are taken alone. The queue locks, fanout.mu, Server.mu,
 // hookMu and kmu are never held across a wait: a queue lock is let go
-// before any write, and a line put on an idle connection that is not
-// corked (linewriter.Writer.Hold) is written by its putter with a write
-// that does not wait, the rest by the connection's writer loop, off
-// every lock. Two locks are held across
+// before any write; a line put on an idle connection that is not corked
+// (linewriter.Writer.Hold) is written by its putter, and what a Hold
+// queued by its last Release, with a write that does not wait (under
+// whatever locks the putter holds); the rest by the connection's writer
+// loop, off every lock. Two locks are held across
 // one on purpose: Conn.subMu while subscribe's answer waits for room
 // (that connection's subscribes alone wait on it), and reloadMu for a
 // whole reload (one at a time). Log lines are written under whatever

@@ -47,23 +47,30 @@
 //     reply or event, a tool call, an answer, a timer. (Approve's store
 //     job reads an approval's kind, app and tool off mu: they are fixed
 //     when it is raised.)
-//  2. No step waits for room or for a peer. What it sends is queued: a
-//     line on the hub's linewriter, a Kernel or ToolRelay call (which
-//     queue on the kernel's connection or drop it), a store job. A queue
-//     that overflows shuts its link or connection there and then, closing
-//     its socket. Log lines are written in steps: a stalled log sink
-//     stalls the app that logs. So what an app sends, to its hub and to
-//     the kernel, leaves in the order its steps ran, and an app's step
-//     waits on no other app's but through Manager.mu (rule 5).
+//  2. No step waits for room or for a peer. What it sends is queued (or,
+//     rule 5, written without waiting): a line on the hub's linewriter, a
+//     Kernel or ToolRelay call (which queue on the kernel's connection or
+//     drop it), a store job. A writer past its hard bound shuts its link
+//     or connection there and then, closing its socket; a push past a
+//     hub's soft bound is refused (ErrQueueFull); the relay's backlog
+//     drops its oldest outcomes, the audit log its newest entries; the
+//     jobs queue is not bounded. Log lines are written in steps: a
+//     stalled log sink stalls the app that logs. So what an app sends,
+//     to its hub and to the kernel, leaves in the order its steps ran;
+//     an app's step waits on another app's only for the short locks they
+//     share (amu, relay.mu, auditLog.mu, the kernel connection's queue
+//     lock), and relay.mu is held across the relay's callbacks, so one
+//     that logs holds up every app's tool-call steps.
 //  3. Store I/O that follows an app's steps (sessions, history, turns,
 //     Approve's write, every read-back of the app's decisions) runs off
-//     mu, in order, on the app's jobs goroutine (jobs.go), and comes back
-//     as a step. Consent and standing rules are read once, by New; a
-//     revoke writes the store on its caller's goroutine and queues the
-//     read-back behind what the app's jobs hold (policy.go), so the peer
-//     ends with what the store holds. Lists (Consents, Rules, Audit) read
-//     on the caller's goroutine; the audit trail is written by the audit
-//     loop, in batches.
+//     mu, in order, on the app's jobs goroutine (jobs.go), and what it
+//     brings back is applied in a step. Every app's consent and standing
+//     rules are read once, by New; a revoke writes the store on its
+//     caller's goroutine and queues the read-back behind what the app's
+//     jobs hold (policy.go), so the peer ends with what the store holds.
+//     Lists (Consents, Rules, Audit) read on the caller's goroutine; the
+//     audit trail is written in batches by the audit loop (by Close's
+//     goroutine, once the loop ended).
 //  4. The other locks guard maps and queues: Manager.mu the peers, the
 //     decisions kept for apps with no peer yet, the manifest, closed and
 //     the kernel's attach; Manager.amu the index of pending approvals;
@@ -78,10 +85,12 @@
 //     detach's sweep (each peer's step in turn), and AttachKernel's
 //     answered and relay drain: these wait for the steps in progress, and
 //     whatever takes Manager.mu (Attach, a call's or a frame's lookup of
-//     its peer) waits for them. No lock is held across a wait on disk or
-//     socket: a queue lock is let go before any write; a line put with
-//     Opt.Now on an idle, uncorked writer is written by its putter with a
-//     write that does not wait, every other by the writer's goroutine.
+//     its peer) waits for them. No lock is held across store I/O or a
+//     socket write that waits: a queue lock is let go before any write; a
+//     line put with Opt.Now on an idle writer is written by its putter
+//     with a write that does not wait, every other by the writer's
+//     goroutine. Log lines are written under whatever lock their writer
+//     holds.
 //  6. Callbacks (Events.Approval, Events.AppFrame, the Kernel's and the
 //     ToolRelay's) must neither block nor call the Manager. They run with
 //     the app's peer locked, but for the outcomes a relay's install hands
@@ -89,8 +98,9 @@
 //     AttachKernel runs its caller's answered before the kernel is
 //     visible, so the kernel hears that answer first; KernelSession.Detach
 //     unsets the kernel and ends its requests in one step under
-//     Manager.mu, and a kernel's call or reply is checked against it in
-//     its own step, so once Detach returns the kernel hears nothing more.
+//     Manager.mu, and a kernel's reply, event, call or cancel is checked
+//     against it in its own step, so once Detach returns the kernel hears
+//     nothing more and changes nothing.
 //     Attach and AttachKernel log after they let go.
 //  7. Goroutines: the audit log's loop (started by New, ended by Close);
 //     each link's reader and writer (started by Attach; once the link is

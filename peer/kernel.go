@@ -564,7 +564,7 @@ func (s *KernelSession) ToolCancel(app, callID string) error {
 	if !s.attached() {
 		return ErrKernelDetached
 	}
-	return s.m.ToolCancel(app, callID)
+	return s.m.toolCancel(app, callID, s)
 }
 
 func (s *KernelSession) attached() bool {

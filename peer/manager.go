@@ -466,8 +466,8 @@ func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 	return err
 }
 
-// LinkStatus reports an app's link for status. A peer's mu is never held
-// across a wait, so status never waits on an app.
+// LinkStatus reports an app's link for status. It waits for no socket or
+// store: a peer's mu is held only for steps (doc.go, rules 2 and 5).
 func (m *Manager) LinkStatus(appID string) control.LinkStatus {
 	var st control.LinkStatus
 	if p := m.peerOf(appID); p != nil {

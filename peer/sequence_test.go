@@ -66,11 +66,11 @@ func TestDetachIsTheLastCallback(t *testing.T) {
 	expectRelay(t, next, "fin notes c1 ok")
 }
 
-// TestNoCallAfterDetach: a kernel's tool call that passed its check of
-// the kernel before a Detach, and reaches the app's peer after it, is
-// refused there: the kernel hears nothing after Detach returned (not
-// even its answer "accepted"), and the app gets no call. It used to be
-// placed.
+// TestNoCallAfterDetach: a kernel's tool call (or cancel) that passed
+// its check of the kernel before a Detach, and reaches the app's peer
+// after it, is refused there: the kernel hears nothing after Detach
+// returned (not even its answer "accepted"), and the app gets no call
+// (no tool_cancel). Both used to go through.
 func TestNoCallAfterDetach(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ctx := h.toolApp(toolEntry("notes"))
@@ -89,6 +89,21 @@ func TestNoCallAfterDetach(t *testing.T) {
 	}
 	if got := k.RecordingToolRelay.Events(); len(got) != 0 {
 		t.Fatalf("the detached kernel heard %v", got)
+	}
+
+	// A cancel likewise: the call it names stays the next kernel's.
+	k2, ks2 := h.relayKernel()
+	h.call("notes", kc(ctx, "c2", "notes.search", RiskRead, ConfirmNone))
+	a.nextToolCall("c2")
+	ks2.Detach()
+	if err := h.m.toolCancel("notes", "c2", ks2); !errors.Is(err, ErrKernelDetached) {
+		t.Fatalf("a cancel after its kernel's Detach: %v, want ErrKernelDetached", err)
+	}
+	if got := a.framesUntilSync(); len(got) != 0 {
+		t.Fatalf("the app was sent %v after a detached kernel's cancel", got)
+	}
+	if got := k2.RecordingToolRelay.Events(); len(got) != 1 {
+		t.Fatalf("the detached kernel heard %v, want c2's ack alone", got)
 	}
 }
 

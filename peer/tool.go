@@ -167,10 +167,20 @@ func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessag
 // was sent the call, and the relay the call's outcome (OutcomeUnknown if
 // the app may have acted on it, else Error{cancelled}). A call that is not
 // outstanding (finished, never made) is ErrUnknownCall.
-func (m *Manager) ToolCancel(app, callID string) error {
+func (m *Manager) ToolCancel(app, callID string) error { return m.toolCancel(app, callID, nil) }
+
+// toolCancel is ToolCancel for ks (nil: the relay seam), which is
+// checked again in the step, as toolCall does.
+func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 	err := ErrUnknownCall
 	if p := m.peerOf(app); p != nil {
-		p.run(func() { err = p.cancelCall(callID) })
+		p.run(func() {
+			if ks != nil && !ks.attached() {
+				err = ErrKernelDetached
+				return
+			}
+			err = p.cancelCall(callID)
+		})
 	}
 	return err
 }

@@ -186,7 +186,12 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	m := p.m
 	m.liveTimers.Add(1)
 	m.timers.Add(1)
-	c.timer = time.AfterFunc(c.deadline.Sub(now), func() { p.run(func() { p.callTimeout(c) }) })
+	c.timer = time.AfterFunc(c.deadline.Sub(now), func() {
+		if !p.run(func() { p.callTimeout(c) }) { // the Manager closed first
+			m.liveTimers.Add(-1)
+			m.timers.Done()
+		}
+	})
 	l.calls[c.id] = c
 	return c, nil
 }
