@@ -207,8 +207,8 @@ func (p *peer) kernelTimeout(r *request) {
 // is not the attached kernel, ErrUnknownRequest when app never had a
 // process.
 func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
-	if !s.attached() {
-		return ErrKernelDetached
+	if err := s.check(); err != nil {
+		return err
 	}
 	p := s.m.peerOf(app)
 	if p == nil {
@@ -221,8 +221,8 @@ func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
 
 // openRequest finds a request of the app the kernel may still answer.
 func (p *peer) openRequest(s *KernelSession, reqID string) (*request, error) {
-	if !s.attached() {
-		return nil, ErrKernelDetached
+	if err := s.check(); err != nil {
+		return nil, err
 	}
 	if p.link == nil {
 		return nil, refuse(ErrUnknownRequest, "the app is not connected: its requests ended with its process")
@@ -553,20 +553,25 @@ func endReason(data json.RawMessage) string {
 // block (a full connection is dropped, not waited for), and ToolCall
 // returns after it. A refusal returns the error, and accepted does not run.
 func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func()) error {
-	if !s.attached() {
-		return ErrKernelDetached
+	if err := s.check(); err != nil {
+		return err
 	}
 	return s.m.toolCall(app, kc, s, accepted)
 }
 
 // ToolCancel is Manager.ToolCancel for the kernel (op tool.cancel).
 func (s *KernelSession) ToolCancel(app, callID string) error {
-	if !s.attached() {
-		return ErrKernelDetached
+	if err := s.check(); err != nil {
+		return err
 	}
 	return s.m.toolCancel(app, callID, s)
 }
 
-func (s *KernelSession) attached() bool {
-	return !s.detached.Load() && s.m.kernel.Load() == s
+// check is ErrKernelDetached once s is not the attached kernel. A nil s
+// (a call of the relay seam, which no kernel made) always passes.
+func (s *KernelSession) check() error {
+	if s != nil && (s.detached.Load() || s.m.kernel.Load() != s) {
+		return ErrKernelDetached
+	}
+	return nil
 }

@@ -129,8 +129,7 @@ func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, a
 		// A kernel's call is checked again in its step: a detach that
 		// came since has swept this peer already, and the kernel must
 		// hear nothing after it (doc.go).
-		if ks != nil && !ks.attached() {
-			err = ErrKernelDetached
+		if err = ks.check(); err != nil {
 			return
 		}
 		var c *call
@@ -175,8 +174,7 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 	err := ErrUnknownCall
 	if p := m.peerOf(app); p != nil {
 		p.run(func() {
-			if ks != nil && !ks.attached() {
-				err = ErrKernelDetached
+			if err = ks.check(); err != nil {
 				return
 			}
 			err = p.cancelCall(callID)
