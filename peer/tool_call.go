@@ -188,8 +188,7 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	m.timers.Add(1)
 	c.timer = time.AfterFunc(c.deadline.Sub(now), func() {
 		if !p.run(func() { p.callTimeout(c) }) { // the Manager closed first
-			m.liveTimers.Add(-1)
-			m.timers.Done()
+			m.timerSettled()
 		}
 	})
 	l.calls[c.id] = c
@@ -286,8 +285,7 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	m := p.m
 	if c.timer != nil {
 		if c.timer.Stop() {
-			m.liveTimers.Add(-1)
-			m.timers.Done()
+			m.timerSettled()
 		}
 		c.timer = nil
 	}
@@ -344,8 +342,7 @@ func (p *peer) rememberCall(id string, window int) {
 func (p *peer) callTimeout(c *call) {
 	// Fired: endCall's Stop will report false, so the count is this
 	// function's to settle, once it is done with the call.
-	defer p.m.timers.Done()
-	defer p.m.liveTimers.Add(-1)
+	defer p.m.timerSettled()
 	if c.state.terminal() {
 		return // ended while its timer fired
 	}
@@ -357,6 +354,12 @@ func (p *peer) callTimeout(c *call) {
 	}
 	p.m.log.Info("tool call timed out", zap.String("app", p.id), zap.String("call_id", c.id), zap.Stringer("state", c.state))
 	p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, why), "timeout")
+}
+
+// timerSettled counts a call deadline as stopped or done firing.
+func (m *Manager) timerSettled() {
+	m.liveTimers.Add(-1)
+	m.timers.Done()
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit
