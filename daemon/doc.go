@@ -97,9 +97,8 @@
 // (linewriter.Writer.Hold) is written by its putter, and what a Hold
 // queued by its last Release, with a write that does not wait (under
 // whatever locks the putter holds); the rest by the connection's writer
-// loop, off every lock. Two locks are held across
-// one on purpose: Conn.subMu while subscribe's answer waits for room
-// (that connection's subscribes alone wait on it), and reloadMu for a
-// whole reload (one at a time). Log lines are written under whatever
-// lock their writer holds.
+// loop, off every lock. Two locks are held across a wait on purpose:
+// Conn.subMu while subscribe's answer waits for room (that connection's
+// subscribes alone wait on it), and reloadMu for a whole reload (one at
+// a time). Log lines are written under whatever lock their writer holds.
 package daemon

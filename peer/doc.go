@@ -100,8 +100,8 @@
 //     unsets the kernel and ends its requests in one step under
 //     Manager.mu, and a kernel's reply, event, call or cancel is checked
 //     against it in its own step, so once Detach returns the kernel hears
-//     nothing more and changes nothing.
-//     Attach and AttachKernel log after they let go.
+//     nothing more and changes nothing. Attach and AttachKernel log after
+//     they let go.
 //  7. Goroutines: the audit log's loop (started by New, ended by Close);
 //     each link's reader and writer (started by Attach; once the link is
 //     shut the reader waits for the writer, then tears the link down, and
