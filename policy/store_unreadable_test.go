@@ -43,23 +43,11 @@ func TestUnreadableDecisions(t *testing.T) {
 		{bucketRules, ruleKey("notes", "notes.wipe"), `{"app":"notes","tool":"notes.wipe","decision":`, `standing rule of app "notes" for tool "notes.wipe" cannot be read (unexpected end of JSON input)`},
 		{bucketRules, ruleKey("clock", "clock.set"), `{"app":"notes","tool":"notes.append","decision":"allow","at":"2026-01-02T03:04:05Z"}`, `standing rule of app "clock" for tool "clock.set" cannot be read (it names app "notes" and tool "notes.append")`},
 	}
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, d := range damage {
+		putRaw(t, path, d.bucket, d.key, d.value)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, d := range damage {
-			if err := tx.Bucket(d.bucket).Put(d.key, []byte(d.value)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 
-	s, err = OpenStore(path)
+	s, err := OpenStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,23 +122,10 @@ func TestUnreadableSessionsArePassedOver(t *testing.T) {
 	u1 := mustOpen(t, s, "notes", "personal", "", lim, nil)
 	u2 := mustOpen(t, s, "notes", "personal", "", lim, nil)
 	s.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, id := range []uint64{titled.ID, u1.ID} {
+		putRaw(t, path, bucketSessions, u64(id), `{"id":`)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSessions)
-		for _, id := range []uint64{titled.ID, u1.ID} {
-			if err := b.Put(u64(id), []byte(`{"id":`)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	s, err = OpenStore(path)
+	s, err := OpenStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,5 +147,19 @@ func TestUnreadableSessionsArePassedOver(t *testing.T) {
 	}
 	if next, err := s.OpenSession("notes", "personal", "groceries", time.Now(), Limits{}, nil); err != nil || next.ID != again.ID {
 		t.Fatalf("the title's new session is not the one reopened: %+v %v", next, err)
+	}
+}
+
+// putRaw writes value under key in bucket of the (closed) state file at
+// path, as a damaged disk or a hand edit would: past the store's checks.
+func putRaw(t *testing.T, path string, bucket, key []byte, value string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(key, []byte(value)) }); err != nil {
+		t.Fatal(err)
 	}
 }
