@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -75,6 +76,25 @@ func (p *peer) run(f func()) bool {
 	return true
 }
 
+// after arms a deadline: step runs in a step of p once d has passed,
+// unless the deadline is stopped first (Manager.stop) or p is closed.
+// Manager.timers counts it until then, so that Close can wait for it.
+func (p *peer) after(d time.Duration, step func()) *time.Timer {
+	p.m.timers.Add(1)
+	return time.AfterFunc(d, func() {
+		defer p.m.timers.Done()
+		p.run(step)
+	})
+}
+
+// stop stops a deadline armed by after (nil: none). One that has fired
+// is left to settle its own count.
+func (m *Manager) stop(t *time.Timer) {
+	if t != nil && t.Stop() {
+		m.timers.Done()
+	}
+}
+
 // linkStatus is what LinkStatus reports. mu is held.
 func (p *peer) linkStatus() control.LinkStatus {
 	if l := p.link; l != nil && p.serviceGranted(p.app) {
@@ -109,9 +129,7 @@ func (p *peer) setEntry(entry policy.App, dev bool, narrow bool) {
 // stopTimers stops what could still fire once the Manager is closed.
 func (p *peer) stopTimers() {
 	for id, a := range p.approvals {
-		if a.timer != nil {
-			a.timer.Stop()
-		}
+		p.m.stop(a.timer)
 		delete(p.approvals, id)
 		p.m.unindex(id)
 	}

@@ -59,7 +59,7 @@ func (p *peer) askConsent(r *request) {
 		},
 		link: r.link,
 	}
-	a.timer = time.AfterFunc(m.cfg.ConsentTimeout, func() { p.run(func() { p.expire(a) }) })
+	a.timer = p.after(m.cfg.ConsentTimeout, func() { p.expire(a) })
 	p.ask = a
 	p.raise(a)
 	m.log.Info("asking for consent", zap.String("app", p.id), zap.String("approval_id", a.ApprovalID))
@@ -86,9 +86,7 @@ func (m *Manager) unindex(id string) {
 
 // settle closes an approval with a final state and publishes it.
 func (p *peer) settle(a *approval, state string) {
-	if a.timer != nil {
-		a.timer.Stop()
-	}
+	p.m.stop(a.timer)
 	if p.approvals[a.ApprovalID] == a {
 		if a.Kind == KindTool {
 			p.sheets--

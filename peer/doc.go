@@ -106,10 +106,11 @@
 //     each link's reader and writer (started by Attach; once the link is
 //     shut the reader waits for the writer, then tears the link down, and
 //     Close waits for every teardown); each app's jobs goroutine (alive
-//     while jobs are queued; Close waits for the queue); the timers of a
-//     consent prompt, a kernel request and a tool call (time.AfterFunc),
+//     while jobs are queued; Close waits for the queue); the deadlines of
+//     a consent prompt, a kernel request and a tool call (time.AfterFunc),
 //     each running one step, which finds its object ended if a teardown
-//     or Close came first; and Ping's, which waits with a peer that stays
+//     or Close came first (Close stops those still armed and waits for
+//     those that fired); and Ping's, which waits with a peer that stays
 //     locked. Manager.Detach only shuts a link, and a new process's link
 //     reads no line before the old link's teardown is done.
 package peer

@@ -141,10 +141,24 @@ func newHarness(t testing.TB, tweak func(*Config)) *harness {
 	}
 	h.m = New(cfg)
 	t.Cleanup(func() {
-		h.m.Close()
+		h.close()
 		h.store.Close()
 	})
 	return h
+}
+
+// close closes the Manager, failing the test if that takes over 10s:
+// Close waits for every deadline not stopped, and one a test left armed
+// would hold it up until it fires.
+func (h *harness) close() {
+	h.t.Helper()
+	closed := make(chan struct{})
+	go func() { h.m.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("Manager.Close waited over 10s: a deadline is still armed")
+	}
 }
 
 // notesApp is a manifest entry with everything granted.

@@ -7,7 +7,6 @@ import (
 	"octosup/internal/strictjson"
 	"octosup/peer/internal/frame"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -179,7 +178,7 @@ func (p *peer) toKernel(r *request) {
 	if r.method == policy.MethodTurnStart {
 		r.turn = &policy.Turn{Input: r.args.Input, Started: m.cfg.Now().UTC(), Events: []json.RawMessage{}}
 	}
-	r.timer = time.AfterFunc(m.cfg.KernelTimeout, func() { p.run(func() { p.kernelTimeout(r) }) })
+	r.timer = p.after(m.cfg.KernelTimeout, func() { p.kernelTimeout(r) })
 	kr := KernelRequest{
 		App: p.id, ReqID: r.id, Method: r.method, Args: r.args.Raw,
 		ContextID: r.ctx.id, Account: r.ctx.account,

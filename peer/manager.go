@@ -175,12 +175,9 @@ type Manager struct {
 	relay relay
 
 	audit *auditLog
-	// liveTimers counts call deadlines not yet stopped or done firing,
-	// and timers waits for them: none once no call is outstanding and a
-	// timer that fired as its call ended has run (the tests hold it to
-	// that).
-	liveTimers atomic.Int64
-	timers     sync.WaitGroup
+	// timers counts the deadlines (peer.after) not yet stopped or done
+	// firing: Close waits for them, so that none's goroutine outlives it.
+	timers sync.WaitGroup
 }
 
 // pendingApproval is an entry of Manager.approvals.
@@ -424,6 +421,10 @@ func (m *Manager) Close() {
 			p.closed = true
 		})
 	}
+	// The teardowns and stopTimers stopped every deadline still armed;
+	// one that fired before is finishing its step, or finds its peer
+	// closed.
+	m.timers.Wait()
 	m.audit.close()
 }
 

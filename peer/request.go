@@ -79,7 +79,7 @@ func (r *request) move(to reqState) bool {
 	}
 	r.state = to
 	if to != reqAtKernel && r.timer != nil {
-		r.timer.Stop()
+		r.link.m.stop(r.timer)
 		r.timer = nil
 	}
 	if to == reqDone {

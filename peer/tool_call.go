@@ -183,14 +183,7 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 		started: now, at: p.m.cfg.Now(), deadline: now.Add(time.Duration(kc.TimeoutMS) * time.Millisecond),
 		decision: policy.AuditDecisionNone,
 	}
-	m := p.m
-	m.liveTimers.Add(1)
-	m.timers.Add(1)
-	c.timer = time.AfterFunc(c.deadline.Sub(now), func() {
-		if !p.run(func() { p.callTimeout(c) }) { // the Manager closed first
-			m.timerSettled()
-		}
-	})
+	c.timer = p.after(c.deadline.Sub(now), func() { p.callTimeout(c) })
 	l.calls[c.id] = c
 	return c, nil
 }
@@ -283,12 +276,8 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 		return
 	}
 	m := p.m
-	if c.timer != nil {
-		if c.timer.Stop() {
-			m.timerSettled()
-		}
-		c.timer = nil
-	}
+	m.stop(c.timer)
+	c.timer = nil
 	l := c.link
 	if a := c.approval; a != nil {
 		c.approval = nil
@@ -340,9 +329,6 @@ func (p *peer) rememberCall(id string, window int) {
 }
 
 func (p *peer) callTimeout(c *call) {
-	// Fired: endCall's Stop will report false, so the count is this
-	// function's to settle, once it is done with the call.
-	defer p.m.timerSettled()
 	if c.state.terminal() {
 		return // ended while its timer fired
 	}
@@ -354,12 +340,6 @@ func (p *peer) callTimeout(c *call) {
 	}
 	p.m.log.Info("tool call timed out", zap.String("app", p.id), zap.String("call_id", c.id), zap.Stringer("state", c.state))
 	p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, why), "timeout")
-}
-
-// timerSettled counts a call deadline as stopped or done firing.
-func (m *Manager) timerSettled() {
-	m.liveTimers.Add(-1)
-	m.timers.Done()
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit

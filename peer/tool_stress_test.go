@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -301,15 +300,8 @@ func TestRandomizedExactlyOneOutcome(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d calls or sheets left", left)
 	}
-	// A deadline that fired as its call ended may still be running its
-	// (no-op) callback: wait for it, not for one that stays armed.
-	idle := make(chan struct{})
-	go func() { h.m.timers.Wait(); close(idle) }()
-	select {
-	case <-idle:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%d call timers still armed 10s after the last outcome", h.m.liveTimers.Load())
-	}
-	h.m.Close()
+	// A deadline that fired as its call ended finishes at once; one
+	// whose count was never settled holds Close up.
+	h.close()
 	goleak.VerifyNone(t, ignore)
 }
