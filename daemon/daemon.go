@@ -50,11 +50,6 @@ type Config struct {
 
 	// newApps replaces the real supervisor in tests.
 	newApps func(supervisor.Config) (Apps, func(context.Context) error, error)
-	// ready is told when the daemon told systemd READY=1 (tests).
-	ready func()
-	// watchedParts edits the parts the watchdog hears from (tests wedge
-	// one).
-	watchedParts func([]watchedPart) []watchedPart
 }
 
 // Run is the daemon: it returns when ctx is done (after stopping every
@@ -306,21 +301,14 @@ func (d *instance) ready() {
 	line := statusLine(all, d.links.storeNotes())
 	notify(d.log, "READY=1\nSTATUS="+line)
 	d.log.Info("ready", zap.String("status", line))
-	if d.cfg.ready != nil {
-		d.cfg.ready()
-	}
 }
 
 // watched are the parts the watchdog hears from before each ping.
 func (d *instance) watched() []watchedPart {
-	parts := []watchedPart{
+	return []watchedPart{
 		{"supervisor", d.apps.Ping},
 		{"peer links", d.links.m.Ping},
 	}
-	if d.cfg.watchedParts != nil {
-		parts = d.cfg.watchedParts(parts)
-	}
-	return parts
 }
 
 // changeIDs are the apps of a reload's changes, for its log line.

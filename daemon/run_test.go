@@ -82,6 +82,40 @@ func (e testEnv) writeManifest(t testing.TB, b []byte) {
 type runningDaemon struct {
 	client *control.Client
 	stop   func() error // cancels Run and returns its error
+	// ready is the READY=1 datagram the daemon sent to NOTIFY_SOCKET,
+	// and notify is that socket, where the later ones wait (next).
+	ready  string
+	notify *net.UnixConn
+}
+
+// next is the next datagram the daemon sent systemd, waiting up to
+// wait; false: none came.
+func (d *runningDaemon) next(wait time.Duration) (string, bool) {
+	got, err := readNotify(d.notify, time.Now().Add(wait))
+	return got, err == nil
+}
+
+// listenNotify is a socket in systemd's place: NOTIFY_SOCKET names it
+// for the rest of the test, and it is closed after the test's other
+// cleanups (those registered later run first).
+func listenNotify(t testing.TB) *net.UnixConn {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", sock)
+	return conn
+}
+
+// readNotify reads a datagram by deadline (zero: none).
+func readNotify(conn *net.UnixConn, deadline time.Time) (string, error) {
+	buf := make([]byte, 4096)
+	conn.SetReadDeadline(deadline)
+	n, err := conn.Read(buf)
+	return string(buf[:n]), err
 }
 
 // startDaemonProcess starts cmd, this test binary run as the daemon in
@@ -112,38 +146,43 @@ func startDaemon(t testing.TB, env testEnv) *runningDaemon {
 // startDaemonLogging is startDaemon logging to log.
 func startDaemonLogging(t testing.TB, env testEnv, log *zap.Logger) *runningDaemon {
 	t.Helper()
-	return startDaemonWith(t, env, log, nil)
+	return startDaemonConfig(t, env, func(c *Config) { c.Log = log })
 }
 
-// startDaemonWith is startDaemonLogging with the watchdog's parts edited
-// by parts (nil: as they are).
-func startDaemonWith(t testing.TB, env testEnv, log *zap.Logger, parts func([]watchedPart) []watchedPart) *runningDaemon {
-	t.Helper()
-	return startDaemonConfig(t, env, func(c *Config) { c.Log, c.watchedParts = log, parts })
-}
-
-// startDaemonConfig is startDaemon with its Config edited by edit.
+// startDaemonConfig is startDaemon with its Config edited by edit. It
+// is ready when it says so to systemd: NOTIFY_SOCKET is the test's.
 func startDaemonConfig(t testing.TB, env testEnv, edit func(*Config)) *runningDaemon {
 	t.Helper()
+	notify := listenNotify(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
 	done := make(chan error, 1)
 	cfg := Config{
 		Getenv:    env.getenv,
 		Environ:   env.environ(),
 		Log:       testLogger(t),
 		StopGrace: time.Second,
-		ready:     func() { close(ready) },
 	}
 	edit(&cfg)
 	go func() { done <- Run(ctx, cfg) }()
+	d := &runningDaemon{client: &control.Client{Path: env.dirs.ControlSocket()}, notify: notify}
+	ready := make(chan string, 1)
+	go func() { // ends at READY=1, or when notify is closed
+		for {
+			got, err := readNotify(notify, time.Time{})
+			if err != nil || strings.HasPrefix(got, "READY=1") {
+				ready <- got
+				return
+			}
+		}
+	}()
 	select {
-	case <-ready:
+	case d.ready = <-ready:
 	case err := <-done:
-		cancel()
+		notify.Close()
 		t.Fatalf("Run ended before it was ready: %v", err)
 	case <-time.After(30 * time.Second):
 		cancel()
+		notify.Close()
 		t.Fatal("the daemon was not ready within 30s")
 	}
 	var stopped bool
@@ -157,7 +196,8 @@ func startDaemonConfig(t testing.TB, env testEnv, edit func(*Config)) *runningDa
 		return stopErr
 	}
 	t.Cleanup(func() { stop() })
-	return &runningDaemon{client: &control.Client{Path: env.dirs.ControlSocket()}, stop: stop}
+	d.stop = stop
+	return d
 }
 
 func status(t *testing.T, c *control.Client) map[string]control.AppStatus {
@@ -378,28 +418,19 @@ func TestListenUnix(t *testing.T) {
 func TestRunNotify(t *testing.T) {
 	env := newTestEnv(t)
 	env.installManifest(t, "two-apps.json")
-	sockPath := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", sockPath)
 	t.Setenv("WATCHDOG_USEC", "200000")
 	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
 
 	d := startDaemon(t, env)
 	read := func() string {
 		t.Helper()
-		buf := make([]byte, 4096)
-		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, err := conn.Read(buf)
-		if err != nil {
-			t.Fatalf("no datagram: %v", err)
+		got, ok := d.next(10 * time.Second)
+		if !ok {
+			t.Fatal("no datagram within 10s")
 		}
-		return string(buf[:n])
+		return got
 	}
-	if got, want := read(), "READY=1\nSTATUS=2 apps: 1 running, 1 stopped"; got != want {
+	if got, want := d.ready, "READY=1\nSTATUS=2 apps: 1 running, 1 stopped"; got != want {
 		t.Fatalf("first datagram %q, want %q", got, want)
 	}
 	for got := read(); got != "WATCHDOG=1"; got = read() {

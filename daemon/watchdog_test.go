@@ -3,9 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,67 +14,68 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// TestWatchdogStopsForAWedgedPart: the daemon pings systemd's watchdog
-// only while every part answers within the bound; with one wedged (its
-// ping does not return), WATCHDOG=1 stops and the log names the part,
-// which is what has systemd restart the daemon; once it answers again
-// the pings resume. (supervisor's and peer's TestPing wedge the parts
-// themselves: a launch that does not return, an app runner in a
-// LinkHandler call, the peer links' lock held.)
+// TestWatchdogStopsForAWedgedPart: the watchdog pings systemd only
+// while every part the daemon watches answers within the bound; with one
+// wedged (its ping does not return), WATCHDOG=1 stops and the log names
+// the part, which is what has systemd restart the daemon; once it answers
+// again the pings resume. The parts are the daemon's (instance.watched,
+// over a fake supervisor and real peer links), one wrapped so that the
+// test can wedge it; supervisor's and peer's TestPing wedge the parts
+// themselves (a launch that does not return, an app runner in a
+// LinkHandler call, the peer links' lock held), and TestRunNotify has a
+// running daemon's watchdog ping with every part real.
 func TestWatchdogStopsForAWedgedPart(t *testing.T) {
 	for _, part := range []string{"supervisor", "peer links"} {
 		t.Run(part, func(t *testing.T) {
 			env := newTestEnv(t)
-			env.installManifest(t, "two-apps.json")
-			sockPath := filepath.Join(t.TempDir(), "notify.sock")
-			conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+			notify := listenNotify(t)
+			links, err := openPeerLink(env.dirs, testLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
-			t.Setenv("NOTIFY_SOCKET", sockPath)
-			t.Setenv("WATCHDOG_USEC", "200000") // pings every 100ms, each part within 50ms
-			t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
+			defer links.Close()
+			parts := (&instance{apps: newFakeApps(), links: links}).watched()
+			var names []string
+			for _, p := range parts {
+				names = append(names, p.name)
+			}
+			if !slices.Equal(names, []string{"supervisor", "peer links"}) {
+				t.Fatalf("the watchdog hears from %q", names)
+			}
 
 			var mu sync.Mutex
 			wedged := make(chan struct{}) // closed: the part answers again
 			isWedged := false
 			asked := make(chan struct{}, 1)
+			i := slices.Index(names, part)
+			real := parts[i].ping
+			parts[i].ping = func(ctx context.Context) error {
+				mu.Lock()
+				w, gate := isWedged, wedged
+				mu.Unlock()
+				if w {
+					select {
+					case asked <- struct{}{}:
+					default:
+					}
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return fmt.Errorf("wedged by the test: %w", ctx.Err())
+					}
+				}
+				return real(ctx)
+			}
 			core, logged := observer.New(zapcore.ErrorLevel)
-			startDaemonWith(t, env, zap.New(zapcore.NewTee(core, testLogger(t).Core())), func(parts []watchedPart) []watchedPart {
-				for i, p := range parts {
-					if p.name != part {
-						continue
-					}
-					real := p.ping
-					parts[i].ping = func(ctx context.Context) error {
-						mu.Lock()
-						w, gate := isWedged, wedged
-						mu.Unlock()
-						if w {
-							select {
-							case asked <- struct{}{}:
-							default:
-							}
-							select {
-							case <-gate:
-							case <-ctx.Done():
-								return fmt.Errorf("wedged by the test: %w", ctx.Err())
-							}
-						}
-						return real(ctx)
-					}
-				}
-				return parts
-			})
+			log := zap.New(zapcore.NewTee(core, testLogger(t).Core()))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { watchdog(ctx, log, parts, 100*time.Millisecond, 50*time.Millisecond); close(done) }()
+			defer func() { cancel(); <-done }()
+
 			read := func(wait time.Duration) (string, bool) {
-				buf := make([]byte, 4096)
-				conn.SetReadDeadline(time.Now().Add(wait))
-				n, err := conn.Read(buf)
-				if err != nil {
-					return "", false
-				}
-				return string(buf[:n]), true
+				got, err := readNotify(notify, time.Now().Add(wait))
+				return got, err == nil
 			}
 			waitPing := func(why string) {
 				t.Helper()
