@@ -141,7 +141,10 @@ type Conn struct {
 	done   chan struct{} // closed when the reader returned
 	closed chan struct{} // closed by the first fail
 
-	wmu sync.Mutex // serializes writes of whole lines
+	// wmu serializes writes of whole lines: it is held across the
+	// write, as net.Conn's own lock is, so that each write's deadline
+	// is its own.
+	wmu sync.Mutex
 
 	mu      sync.Mutex
 	nextID  int64
@@ -240,6 +243,9 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 	}
 	line = append(line, '\n')
 	if err := c.write(ctx, line); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			<-ctx.Done() // the write's deadline was ctx's
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -277,6 +283,9 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 	}
 }
 
+// write writes a whole line. One cut short by ctx's deadline leaves
+// part of a line on the connection, which would make the next request's
+// line malformed: the Conn ends there.
 func (c *Conn) write(ctx context.Context, line []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -284,7 +293,10 @@ func (c *Conn) write(ctx context.Context, line []byte) error {
 		c.nc.SetWriteDeadline(dl)
 		defer c.nc.SetWriteDeadline(noDeadline)
 	}
-	_, err := c.nc.Write(line)
+	n, err := c.nc.Write(line)
+	if err != nil && n > 0 {
+		c.fail(fmt.Errorf("a request's line was cut short after %d of its %d bytes (%w): the connection cannot carry another", n, len(line), err))
+	}
 	return err
 }
 

@@ -164,3 +164,63 @@ func TestClientDo(t *testing.T) {
 		t.Fatalf("Err = %v", conn.Err())
 	}
 }
+
+// TestCutWriteEndsConn: a request whose context ends while its line is
+// still being written (the daemon is not reading) leaves part of a line
+// on the connection: the Conn ends there, instead of sending its next
+// request glued to that part, which the daemon would read as one
+// malformed line.
+func TestCutWriteEndsConn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	read := make(chan struct{}) // closed: the daemon reads
+	lines := make(chan string, 8)
+	go func() {
+		defer close(lines)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		<-read
+		r := bufio.NewReader(nc)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := NewConn(nc)
+	defer conn.Close()
+
+	// More than the socket's buffers hold, under MaxLine; the deadline
+	// leaves time to encode it (under -race) before its write starts.
+	big := json.RawMessage(`"` + strings.Repeat("x", 900<<10) + `"`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := conn.Do(ctx, "app.send", big, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do of a line the daemon does not read = %v, want deadline exceeded", err)
+	}
+	close(read)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := conn.Do(ctx2, OpStatus, nil, nil); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Fatalf("Do after a cut write = %v, want the connection ended, saying why", err)
+	}
+	for line := range lines {
+		var v any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("the daemon read a malformed line of %d bytes: %v", len(line), err)
+		}
+	}
+}
