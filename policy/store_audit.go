@@ -124,7 +124,9 @@ func trimAudit(c *bolt.Cursor, floor uint64) error {
 }
 
 // Audit returns the last limit entries (every one when limit <= 0) of app
-// ("" for every app), oldest first.
+// ("" for every app), oldest first. An entry that does not decode (a
+// value damaged where bbolt's check does not look) is left out and named
+// in Health.Unreadable: one must not hide the rest of the trail.
 func (s *Store) Audit(app string, limit int) ([]AuditEntry, error) {
 	out := []AuditEntry{}
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -132,7 +134,8 @@ func (s *Store) Audit(app string, limit int) ([]AuditEntry, error) {
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
 			var e AuditEntry
 			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("audit entry %d: %w", binary.BigEndian.Uint64(k), err)
+				s.noteUnreadable(fmt.Sprintf("audit entry %d cannot be read (%v): it is left out of the trail", binary.BigEndian.Uint64(k), err))
+				continue
 			}
 			if app != "" && e.App != app {
 				continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,9 +39,11 @@ type Health struct {
 	BackupAt    time.Time
 	// Unreadable says, a line each, which consents and standing rules
 	// were found at start that cannot be read (a value damaged where the
-	// file's own check does not look, or written by hand). Each counts as
-	// never made, so the person is asked again, and stays in the file
-	// until an answer replaces it.
+	// file's own check does not look, or written by hand), and which
+	// audit entries a read of the trail has passed over since. Such a
+	// decision counts as never made, so the person is asked again, and
+	// stays in the file until an answer replaces it; such an entry stays
+	// until the trail's trim drops it.
 	Unreadable []string
 }
 
@@ -145,6 +148,7 @@ func (s *Store) Health() Health {
 		r := *h.Restored
 		h.Restored = &r
 	}
+	h.Unreadable = slices.Clone(h.Unreadable)
 	return h
 }
 
@@ -154,6 +158,15 @@ func (s *Store) noteAuditDropped(n int, err error) {
 	s.health.AuditDropped += n
 	s.health.AuditError = errText(err)
 	s.health.AuditAt = s.now()
+}
+
+// noteUnreadable adds note to Health.Unreadable, once.
+func (s *Store) noteUnreadable(note string) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !slices.Contains(s.health.Unreadable, note) {
+		s.health.Unreadable = append(s.health.Unreadable, note)
+	}
 }
 
 func (s *Store) noteBackup(err error) {

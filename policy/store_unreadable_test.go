@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,45 @@ func TestUnreadableSessionsArePassedOver(t *testing.T) {
 }
 
 // putRaw writes value under key in bucket of the (closed) state file at
+// TestUnreadableAuditEntry: an audit entry that does not decode is left
+// out of the trail and named in the store's health; the entries around
+// it are listed as before. Before, one such entry failed every read of
+// the trail (octosupctl audit) until a hundred thousand newer entries
+// pushed it out.
+func TestUnreadableAuditEntry(t *testing.T) {
+	s, path := openTestStore(t)
+	var entries []AuditEntry
+	for _, call := range []string{"c1", "c2", "c3"} {
+		entries = append(entries, AuditEntry{App: "notes", Tool: "notes.append", CallID: call, Outcome: "ok", End: "finished"})
+	}
+	if err := s.AppendAudit(entries, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], entries[1].Seq)
+	putRaw(t, path, bucketAudit, key[:], `{"seq":2,"app":"notes","tool":`)
+
+	s, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 2 { // a second read names it once
+		got, err := s.Audit("", 0)
+		if err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+		if len(got) != 2 || got[0].CallID != "c1" || got[1].CallID != "c3" {
+			t.Fatalf("audit %+v: want c1 and c3", got)
+		}
+	}
+	want := "audit entry 2 cannot be read (unexpected end of JSON input): it is left out of the trail"
+	if h := s.Health(); h.Healthy() || len(h.Unreadable) != 1 || h.Unreadable[0] != want {
+		t.Fatalf("health %+v: want the one note %q", h, want)
+	}
+}
+
 // path, as a damaged disk or a hand edit would: past the store's checks.
 func putRaw(t *testing.T, path string, bucket, key []byte, value string) {
 	t.Helper()
