@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -316,15 +315,9 @@ func TestControlGolden(t *testing.T) {
 	// every run.
 	setup := approvalEvents(t, d.client)
 	consent := pendingConsent(t, d.client, setup, "notes")
-	var clockLines control.LogsData
-	clockLogs, err := d.client.Stream(ctx, control.OpLogs, control.LogsArgs{App: "clock", Follow: true}, &clockLines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(clockLines.Lines, func(l control.LogLine) bool { return l.Text == "clock started" }) {
-		appSaw(t, clockLogs, "clock started")
-	}
-	clockLogs.Close()
+	clockLogs := followLogs(t, d.client, "clock")
+	appSaw(t, clockLogs, "clock started")
+	clockLogs.conn.Close()
 
 	schemas, err := wireschema.Load()
 	if err != nil {

@@ -66,25 +66,39 @@ const hubAppManifest = `{
 }`
 
 // appSaw waits until the app printed a frame that contains every part.
-func appSaw(t *testing.T, logs *control.Conn, parts ...string) string {
+func appSaw(t *testing.T, logs *logFollow, parts ...string) string {
 	t.Helper()
 	for {
-		ev := nextEvent(t, logs)
-		var l control.LogLine
-		if err := ev.Decode(&l); err != nil || ev.Name != control.TopicLog {
-			continue
+		var text string
+		if len(logs.backlog) > 0 {
+			text, logs.backlog = logs.backlog[0].Text, logs.backlog[1:]
+		} else {
+			ev := nextEvent(t, logs.conn)
+			var l control.LogLine
+			if err := ev.Decode(&l); err != nil || ev.Name != control.TopicLog {
+				continue
+			}
+			text = l.Text
 		}
 		all := true
 		for _, p := range parts {
-			all = all && strings.Contains(l.Text, p)
+			all = all && strings.Contains(text, p)
 		}
 		if all {
-			return l.Text
+			return text
 		}
 	}
 }
 
-func followLogs(t *testing.T, c *control.Client, app string) *control.Conn {
+// logFollow is logs -f of an app: the lines it had when the follow
+// began (an autostart app may have said what a test waits for before
+// the test could follow it), then the stream's.
+type logFollow struct {
+	conn    *control.Conn
+	backlog []control.LogLine
+}
+
+func followLogs(t *testing.T, c *control.Client, app string) *logFollow {
 	t.Helper()
 	var d control.LogsData
 	logs, err := c.Stream(context.Background(), control.OpLogs, control.LogsArgs{App: app, Lines: 100, Follow: true}, &d)
@@ -92,7 +106,7 @@ func followLogs(t *testing.T, c *control.Client, app string) *control.Conn {
 		t.Fatalf("logs -f %s: %v", app, err)
 	}
 	t.Cleanup(func() { logs.Close() })
-	return logs
+	return &logFollow{conn: logs, backlog: d.Lines}
 }
 
 // pendingConsent returns the consent approval of app: one already

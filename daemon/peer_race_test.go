@@ -204,7 +204,7 @@ func mustJSON(v any) json.RawMessage {
 // raceOutcomes reads the rounds of raceApp from its log until "race
 // done", and fails the test on any round that was answered. It returns
 // the refusals' messages.
-func raceOutcomes(t *testing.T, logs *control.Conn, rounds int) []string {
+func raceOutcomes(t *testing.T, logs *logFollow, rounds int) []string {
 	t.Helper()
 	var refusals []string
 	for {

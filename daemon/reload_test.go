@@ -53,7 +53,7 @@ type reloadRig struct {
 	d     *runningDaemon
 	ln    net.Listener
 	conns chan net.Conn
-	logs  *control.Conn
+	logs  *logFollow
 }
 
 func newReloadRig(t *testing.T, manifest, app string) *reloadRig {
