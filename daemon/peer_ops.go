@@ -118,16 +118,6 @@ func (p *peerLink) register(s *Server) {
 	registerToolOps(s, p.m, p.kernelOf)
 }
 
-// peerError puts a peer error on the wire with its stable code. The
-// message does not name the op: the client knows what it asked.
-func peerError(err error) error {
-	var cerr *control.Error
-	if errors.As(err, &cerr) {
-		return cerr
-	}
-	return control.Errorf(peer.Code(err), "%v", err)
-}
-
 func (p *peerLink) opApprovals(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
 	var args struct{}
 	if err := control.DecodeArgs(raw, &args); err != nil {
@@ -154,7 +144,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
 	}
 	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
-		return nil, peerError(err)
+		return nil, err
 	}
 	return control.ApproveData{Decision: string(d)}, nil
 }
@@ -179,7 +169,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	case "list":
 		all, err := p.m.Consents()
 		if err != nil {
-			return nil, peerError(err)
+			return nil, err
 		}
 		out := []control.Consent{}
 		for _, c := range all {
@@ -194,7 +184,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		}
 		found, err := p.m.RevokeConsent(args.App)
 		if err != nil {
-			return nil, peerError(err)
+			return nil, err
 		}
 		return control.ConsentData{Revoked: &found}, nil
 	default:
@@ -215,10 +205,7 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	// the answer on this connection; a frame that could not go is the
 	// answer.
 	return step(func(queue func(any)) error {
-		if err := p.m.Send(args.App, args.Frame, func() { queue(nil) }); err != nil {
-			return peerError(err)
-		}
-		return nil
+		return p.m.Send(args.App, args.Frame, func() { queue(nil) })
 	}), nil
 }
 
@@ -287,7 +274,7 @@ func (a *kernelAttach) at(queue func(any)) error {
 	k := &connKernel{c: c}
 	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine), func() { queue(control.AttachData{Attached: true}) })
 	if err != nil {
-		return peerError(err)
+		return err
 	}
 	p.kmu.Lock()
 	p.kernels[c] = ks
@@ -321,10 +308,7 @@ func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessag
 	if err := control.DecodeArgs(raw, &r); err != nil {
 		return nil, err
 	}
-	if err := ks.Reply(r); err != nil {
-		return nil, peerError(err)
-	}
-	return nil, nil
+	return nil, ks.Reply(r)
 }
 
 func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -336,10 +320,7 @@ func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessag
 	if err := control.DecodeArgs(raw, &e); err != nil {
 		return nil, err
 	}
-	if err := ks.Event(e); err != nil {
-		return nil, peerError(err)
-	}
-	return nil, nil
+	return nil, ks.Event(e)
 }
 
 // hasMember says whether the JSON object raw has the member name, with

@@ -16,6 +16,7 @@ import (
 	"octosup/control"
 	"octosup/internal/linewriter"
 	"octosup/jail"
+	"octosup/peer"
 	"octosup/supervisor"
 )
 
@@ -353,7 +354,8 @@ func asControlError(err error) *control.Error {
 		// client knows (docs/control.md, "Error codes").
 		return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
 	default:
-		return control.Errorf(control.CodeInternal, "%v", err)
+		// A peer refusal keeps its stable code; anything else is internal.
+		return control.Errorf(peer.Code(err), "%v", err)
 	}
 }
 

@@ -91,13 +91,6 @@ type toolOps struct {
 	kernelOf func(*Conn) *peer.KernelSession
 }
 
-// toolError is the control error of a peer refusal, with its stable code
-// (not_connected, duplicate, unknown_context, declined, bad_request, ...).
-// The message does not name the op: the client knows what it asked.
-func toolError(err error) error {
-	return control.Errorf(peer.Code(err), "%v", err)
-}
-
 func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 	ks := t.kernelOf(c)
 	if ks == nil {
@@ -141,10 +134,7 @@ type toolCallStep struct {
 }
 
 func (s *toolCallStep) at(queue func(any)) error {
-	if err := s.ks.ToolCall(s.args.App, s.args.Call, func() { queue(&s.data) }); err != nil {
-		return toolError(err)
-	}
-	return nil
+	return s.ks.ToolCall(s.args.App, s.args.Call, func() { queue(&s.data) })
 }
 
 func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
@@ -159,10 +149,7 @@ func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	if err := ks.ToolCancel(args.App, args.CallID); err != nil {
-		return nil, toolError(err)
-	}
-	return struct{}{}, nil
+	return struct{}{}, ks.ToolCancel(args.App, args.CallID)
 }
 
 func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
@@ -175,7 +162,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	}
 	o, err := t.m.ContextOwner(args.App, args.ContextID)
 	if err != nil {
-		return nil, toolError(err)
+		return nil, err
 	}
 	return control.ContextOwner(o), nil
 }
