@@ -4,15 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
-
-	"octosup/control"
 )
 
 // OpDebug reports the daemon's own footprint, for leak checks (make
@@ -41,11 +38,7 @@ type DebugData struct {
 // collector has not swept yet (none right after a GC).
 const heapObjects = "/memory/classes/heap/objects:bytes"
 
-func (s *Server) opDebug(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args DebugArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opDebug(_ context.Context, _ *Conn, args DebugArgs) (any, error) {
 	if args.GC {
 		debug.FreeOSMemory()
 	}

@@ -19,24 +19,20 @@ import (
 // are added with Server.handle (the peer link's, peer_ops.go).
 func builtinOps(s *Server) map[string]handler {
 	return map[string]handler{
-		control.OpStatus:    s.opStatus,
+		control.OpStatus:    withArgs(s.opStatus),
 		control.OpStart:     s.lifecycleOp(control.OpStart, Apps.Start),
 		control.OpStop:      s.lifecycleOp(control.OpStop, Apps.Stop),
 		control.OpRestart:   s.lifecycleOp(control.OpRestart, Apps.Restart),
-		control.OpLogs:      s.opLogs,
-		control.OpSubscribe: s.opSubscribe,
-		control.OpReload:    s.opReload,
-		control.OpJail:      s.opJail,
-		control.OpHello:     s.opHello,
-		OpDebug:             s.opDebug,
+		control.OpLogs:      withArgs(s.opLogs),
+		control.OpSubscribe: withArgs(s.opSubscribe),
+		control.OpReload:    withArgs(s.opReload),
+		control.OpJail:      withArgs(s.opJail),
+		control.OpHello:     withArgs(s.opHello),
+		OpDebug:             withArgs(s.opDebug),
 	}
 }
 
-func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AppArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp("jail", args.App); err != nil {
 		return nil, err
 	}
@@ -59,11 +55,7 @@ func (s *Server) opJail(_ context.Context, _ *Conn, raw json.RawMessage) (any, e
 
 // opHello tells a client which protocol it speaks and what this daemon
 // serves, so that it can use what is there rather than guess.
-func (s *Server) opHello(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args struct{}
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opHello(_ context.Context, _ *Conn, args struct{}) (any, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	data := control.HelloData{Protocol: control.ProtocolName, Version: control.ProtocolVersion,
@@ -71,11 +63,7 @@ func (s *Server) opHello(_ context.Context, _ *Conn, raw json.RawMessage) (any, 
 	return data, nil
 }
 
-func (s *Server) opStatus(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.StatusArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opStatus(_ context.Context, _ *Conn, args control.StatusArgs) (any, error) {
 	all, err := s.cfg.Apps.Status(args.App)
 	if err != nil {
 		if errors.Is(err, supervisor.ErrUnknownApp) {
@@ -163,11 +151,7 @@ func logLine(l supervisor.LogLine) control.LogLine {
 // lifecycleOp serves start, stop and restart: the answer comes once the
 // app reached the state (or could not).
 func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) handler {
-	return func(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-		var args control.AppArgs
-		if err := control.DecodeArgs(raw, &args); err != nil {
-			return nil, err
-		}
+	return withArgs(func(ctx context.Context, _ *Conn, args control.AppArgs) (any, error) {
 		if err := needApp(op, args.App); err != nil {
 			return nil, err
 		}
@@ -191,16 +175,12 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 		}
 		return control.StateData{State: string(st.State), App: s.appStatus(st)}, nil
-	}
+	})
 }
 
 // opLogs answers the last lines; with follow, log events of the app
 // follow the answer, with no line lost or repeated between the two.
-func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args control.LogsArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any, error) {
 	if err := needApp("logs", args.App); err != nil {
 		return nil, err
 	}
@@ -238,11 +218,7 @@ func (s *Server) opLogs(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 }
 
 // opSubscribe adds topics to the connection's subscription.
-func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args control.SubscribeArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opSubscribe(_ context.Context, c *Conn, args control.SubscribeArgs) (any, error) {
 	topics := args.Topics
 	if len(topics) == 0 {
 		topics = []string{control.TopicState}
@@ -279,11 +255,7 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, raw json.RawMessage) (a
 	}), nil
 }
 
-func (s *Server) opReload(ctx context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.ReloadArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (s *Server) opReload(ctx context.Context, _ *Conn, args control.ReloadArgs) (any, error) {
 	if s.cfg.Reload == nil {
 		return nil, control.Errorf(control.CodeInternal, "this daemon has no manifest to reload")
 	}

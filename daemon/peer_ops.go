@@ -106,23 +106,19 @@ func (p *peerLink) linkStatus(id string) control.LinkStatus {
 // events.
 func (p *peerLink) register(s *Server) {
 	p.srv.Store(s)
-	s.handle(control.OpApprovals, p.opApprovals)
+	s.handle(control.OpApprovals, withArgs(p.opApprovals))
 	s.handle(control.OpApprove, p.opApprove)
-	s.handle(control.OpConsent, p.opConsent)
-	s.handle(control.OpAppSend, p.opAppSend)
+	s.handle(control.OpConsent, withArgs(p.opConsent))
+	s.handle(control.OpAppSend, withArgs(p.opAppSend))
 	// A kernel's ops run in the order it sent them: a turn's reply, then
 	// its events, reach the app in that order (docs/protocol.md).
-	s.handleOrdered(control.OpKernelAttach, p.opKernelAttach)
+	s.handleOrdered(control.OpKernelAttach, withArgs(p.opKernelAttach))
 	s.handleOrdered(control.OpRequestReply, p.opRequestReply)
 	s.handleOrdered(control.OpRequestEvent, p.opRequestEvent)
 	registerToolOps(s, p.m, p.kernelOf)
 }
 
-func (p *peerLink) opApprovals(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args struct{}
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (p *peerLink) opApprovals(_ context.Context, _ *Conn, args struct{}) (any, error) {
 	return control.ApprovalsData{Approvals: p.m.Approvals()}, nil
 }
 
@@ -160,11 +156,7 @@ func (p *peerLink) isConsent(id string) bool {
 	return false
 }
 
-func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.ConsentArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (p *peerLink) opConsent(_ context.Context, _ *Conn, args control.ConsentArgs) (any, error) {
 	switch args.Action {
 	case "list":
 		all, err := p.m.Consents()
@@ -192,11 +184,7 @@ func (p *peerLink) opConsent(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	}
 }
 
-func (p *peerLink) opAppSend(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AppSendArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (p *peerLink) opAppSend(_ context.Context, _ *Conn, args control.AppSendArgs) (any, error) {
 	if args.App == "" || len(args.Frame) == 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.app and args.frame (one JSON object) are both needed")
 	}
@@ -251,11 +239,7 @@ func (p *peerLink) kernelOf(c *Conn) *peer.KernelSession {
 	return p.kernels[c]
 }
 
-func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args struct{}
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (any, error) {
 	if p.kernelOf(c) != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}

@@ -32,6 +32,18 @@ import (
 // is a *control.Error is answered as is; any other error is internal.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
+// withArgs is the handler of f: the request's args decoded strictly
+// into an A first (control.DecodeArgs), whose refusal is the answer.
+func withArgs[A any](f func(ctx context.Context, c *Conn, args A) (any, error)) handler {
+	return func(ctx context.Context, c *Conn, raw json.RawMessage) (any, error) {
+		var args A
+		if err := control.DecodeArgs(raw, &args); err != nil {
+			return nil, err
+		}
+		return f(ctx, c, args)
+	}
+}
+
 // Queue sizes. A connection queues at most connQueue lines for its
 // socket, and holds at most connQueueBytes bytes not yet written: an
 // event past either drops the connection, an answer waits for room (but

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"octosup/control"
@@ -25,14 +24,14 @@ func registerToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.Kern
 	t := toolOps{m: m, kernelOf: kernelOf}
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
-	s.handleOrdered(control.OpToolCall, t.call)
-	s.handleOrdered(control.OpToolCancel, t.cancel)
-	s.handleOrdered(control.OpContextOwner, t.contextOwner)
-	s.handleOrdered(control.OpContextList, t.contextList)
-	s.handleOrdered(control.OpLinkHas, t.linkHas)
-	s.handleOrdered(control.OpAccountClose, t.accountClose)
-	s.handle(control.OpRules, t.rules)
-	s.handle(control.OpAudit, t.audit)
+	s.handleOrdered(control.OpToolCall, withArgs(t.call))
+	s.handleOrdered(control.OpToolCancel, withArgs(t.cancel))
+	s.handleOrdered(control.OpContextOwner, withArgs(t.contextOwner))
+	s.handleOrdered(control.OpContextList, withArgs(t.contextList))
+	s.handleOrdered(control.OpLinkHas, withArgs(t.linkHas))
+	s.handleOrdered(control.OpAccountClose, withArgs(t.accountClose))
+	s.handle(control.OpRules, withArgs(t.rules))
+	s.handle(control.OpAudit, withArgs(t.audit))
 }
 
 // withToolEvents makes k the tool relay too: the outcomes of tool calls
@@ -99,11 +98,7 @@ func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
 	return ks, nil
 }
 
-func (t toolOps) call(_ context.Context, c *Conn, args json.RawMessage) (any, error) {
-	var ca control.ToolCallArgs
-	if err := control.DecodeArgs(args, &ca); err != nil {
-		return nil, err
-	}
+func (t toolOps) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any, error) {
 	if err := needApp(control.OpToolCall, ca.App); err != nil {
 		return nil, err
 	}
@@ -137,11 +132,7 @@ func (s *toolCallStep) at(queue func(any)) error {
 	return s.ks.ToolCall(s.args.App, s.args.Call, func() { queue(&s.data) })
 }
 
-func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	var args control.CallArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) cancel(_ context.Context, c *Conn, args control.CallArgs) (any, error) {
 	if err := needApp(control.OpToolCancel, args.App); err != nil {
 		return nil, err
 	}
@@ -152,11 +143,7 @@ func (t toolOps) cancel(_ context.Context, c *Conn, raw json.RawMessage) (any, e
 	return struct{}{}, ks.ToolCancel(args.App, args.CallID)
 }
 
-func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.ContextArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) contextOwner(_ context.Context, _ *Conn, args control.ContextArgs) (any, error) {
 	if err := needApp(control.OpContextOwner, args.App); err != nil {
 		return nil, err
 	}
@@ -167,11 +154,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, raw json.RawMessage) (
 	return control.ContextOwner(o), nil
 }
 
-func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AppArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(control.OpContextList, args.App); err != nil {
 		return nil, err
 	}
@@ -183,22 +166,14 @@ func (t toolOps) contextList(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	return data, nil
 }
 
-func (t toolOps) linkHas(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AppArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) linkHas(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(control.OpLinkHas, args.App); err != nil {
 		return nil, err
 	}
 	return control.LinkData{Connected: t.m.HasLink(args.App)}, nil
 }
 
-func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AccountArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) accountClose(_ context.Context, _ *Conn, args control.AccountArgs) (any, error) {
 	if err := needApp(control.OpAccountClose, args.App); err != nil {
 		return nil, err
 	}
@@ -208,11 +183,7 @@ func (t toolOps) accountClose(_ context.Context, _ *Conn, raw json.RawMessage) (
 	return control.AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
 }
 
-func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.RulesArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) rules(_ context.Context, _ *Conn, args control.RulesArgs) (any, error) {
 	var rules []policy.Rule
 	var err error
 	switch args.Action {
@@ -239,11 +210,7 @@ func (t toolOps) rules(_ context.Context, _ *Conn, raw json.RawMessage) (any, er
 	return data, nil
 }
 
-func (t toolOps) audit(_ context.Context, _ *Conn, raw json.RawMessage) (any, error) {
-	var args control.AuditArgs
-	if err := control.DecodeArgs(raw, &args); err != nil {
-		return nil, err
-	}
+func (t toolOps) audit(_ context.Context, _ *Conn, args control.AuditArgs) (any, error) {
 	if args.Limit < 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.limit must be positive (or absent for the last %d)", defaultAuditLimit)
 	}

@@ -71,7 +71,7 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config), wrap func(
 	// the connection ends), under the rig's own op name.
 	pl := &peerLink{store: store, m: rig.m, log: testLogger(t), kernels: map[*Conn]*peer.KernelSession{}}
 	rig.pl = pl
-	rig.ts.srv.handleOrdered(opTestAttach, pl.opKernelAttach)
+	rig.ts.srv.handleOrdered(opTestAttach, withArgs(pl.opKernelAttach))
 	registerToolOps(rig.ts.srv, rig.m, pl.kernelOf)
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
