@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"octosup/internal/linewriter"
+	"octosup/peer"
 )
 
 // Conn is one client connection, handed to each handler. Its lines
@@ -28,6 +30,9 @@ type Conn struct {
 	// subMu guards sub, the subscribe op's stream once subscribed.
 	subMu sync.Mutex
 	sub   *stream
+
+	// kernel is the session of kernel.attach, until the connection ends.
+	kernel atomic.Pointer[peer.KernelSession]
 
 	// hookMu guards hooks, onClose's, run at teardown.
 	hookMu sync.Mutex

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -27,11 +26,6 @@ type peerLink struct {
 	// srv is set once the server exists, before any app can start: an
 	// event with no server yet has nobody to reach and is dropped.
 	srv atomic.Pointer[Server]
-
-	// kmu guards kernels: the kernel session of each connection that ran
-	// kernel.attach, until it closes (the connection owns its session).
-	kmu     sync.Mutex
-	kernels map[*Conn]*peer.KernelSession
 }
 
 // openPeerLink opens the state store first of all: a second daemon on the
@@ -48,7 +42,7 @@ func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
 	if h := st.Health(); !h.Healthy() {
 		log.Error("the state store was not usable as it was: the daemon runs on", zap.String("path", h.Path), zap.Strings("notes", h.Notes()))
 	}
-	p := &peerLink{store: st, log: log, kernels: map[*Conn]*peer.KernelSession{}}
+	p := &peerLink{store: st, log: log}
 	p.m = peer.New(peer.Config{Store: st, Events: p, Log: log})
 	return p, nil
 }
@@ -115,7 +109,7 @@ func (p *peerLink) register(s *Server) {
 	s.handleOrdered(control.OpKernelAttach, withArgs(p.opKernelAttach))
 	s.handleOrdered(control.OpRequestReply, p.opRequestReply)
 	s.handleOrdered(control.OpRequestEvent, p.opRequestEvent)
-	registerToolOps(s, p.m, p.kernelOf)
+	p.registerToolOps(s)
 }
 
 func (p *peerLink) opApprovals(_ context.Context, _ *Conn, args struct{}) (any, error) {
@@ -231,16 +225,8 @@ func (k *connKernel) ContextClosed(app, contextID, reason string) {
 	}
 }
 
-// kernelOf is the kernel session of a connection that ran kernel.attach,
-// nil for any other.
-func (p *peerLink) kernelOf(c *Conn) *peer.KernelSession {
-	p.kmu.Lock()
-	defer p.kmu.Unlock()
-	return p.kernels[c]
-}
-
 func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (any, error) {
-	if p.kernelOf(c) != nil {
+	if c.kernel.Load() != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
 	return &kernelAttach{p: p, c: c}, nil
@@ -260,23 +246,21 @@ func (a *kernelAttach) at(queue func(any)) error {
 	if err != nil {
 		return err
 	}
-	p.kmu.Lock()
-	p.kernels[c] = ks
-	p.kmu.Unlock()
+	c.kernel.Store(ks)
 	// The connection owns the session: when it ends, for whatever reason,
 	// the kernel is detached (and the apps' open turns fail) before the
 	// connection is gone.
 	c.onClose(func() {
 		ks.Detach()
-		p.kmu.Lock()
-		delete(p.kernels, c)
-		p.kmu.Unlock()
+		c.kernel.Store(nil)
 	})
 	return nil
 }
 
-func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {
-	ks := p.kernelOf(c)
+// attached is the kernel session of a connection that ran kernel.attach;
+// any other is refused not_attached.
+func attached(c *Conn) (*peer.KernelSession, error) {
+	ks := c.kernel.Load()
 	if ks == nil {
 		return nil, control.Errorf(control.CodeNotAttached, "this connection is not the kernel: send kernel.attach first")
 	}
@@ -284,7 +268,7 @@ func (p *peerLink) attached(c *Conn, op string) (*peer.KernelSession, error) {
 }
 
 func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := p.attached(c, control.OpRequestReply)
+	ks, err := attached(c)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +280,7 @@ func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessag
 }
 
 func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := p.attached(c, control.OpRequestEvent)
+	ks, err := attached(c)
 	if err != nil {
 		return nil, err
 	}

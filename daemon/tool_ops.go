@@ -16,12 +16,10 @@ import (
 
 const defaultAuditLimit = 100
 
-// registerToolOps serves the tool-call ops with m. kernelOf returns the
-// kernel session a connection attached (kernel.attach), nil when it did
-// not: tool.call and tool.cancel need one, since the calls' events go to
-// the kernel's connection (withToolEvents).
-func registerToolOps(s *Server, m *peer.Manager, kernelOf func(*Conn) *peer.KernelSession) {
-	t := toolOps{m: m, kernelOf: kernelOf}
+// registerToolOps serves the tool-call ops. tool.call and tool.cancel
+// need the connection to be the attached kernel (kernel.attach), since
+// the calls' events go to the kernel's connection (withToolEvents).
+func (t *peerLink) registerToolOps(s *Server) {
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
 	s.handleOrdered(control.OpToolCall, withArgs(t.call))
@@ -85,20 +83,7 @@ func (e toolEvents) emit(topic string, ev control.ToolEvent) {
 	e.send(line)
 }
 
-type toolOps struct {
-	m        *peer.Manager
-	kernelOf func(*Conn) *peer.KernelSession
-}
-
-func (t toolOps) kernel(op string, c *Conn) (*peer.KernelSession, error) {
-	ks := t.kernelOf(c)
-	if ks == nil {
-		return nil, control.Errorf(control.CodeNotAttached, "this connection is not the agent kernel: send kernel.attach first (the call's events go to the kernel's connection)")
-	}
-	return ks, nil
-}
-
-func (t toolOps) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any, error) {
+func (t *peerLink) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any, error) {
 	if err := needApp(control.OpToolCall, ca.App); err != nil {
 		return nil, err
 	}
@@ -111,7 +96,7 @@ func (t toolOps) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any,
 	if ca.Call.Caller == "" {
 		return nil, control.Errorf(control.CodeBadRequest, "args.call.caller is missing: name who is calling (1 to 256 bytes), which the app is told")
 	}
-	ks, err := t.kernel(control.OpToolCall, c)
+	ks, err := attached(c)
 	if err != nil {
 		return nil, err
 	}
@@ -132,18 +117,18 @@ func (s *toolCallStep) at(queue func(any)) error {
 	return s.ks.ToolCall(s.args.App, s.args.Call, func() { queue(&s.data) })
 }
 
-func (t toolOps) cancel(_ context.Context, c *Conn, args control.CallArgs) (any, error) {
+func (t *peerLink) cancel(_ context.Context, c *Conn, args control.CallArgs) (any, error) {
 	if err := needApp(control.OpToolCancel, args.App); err != nil {
 		return nil, err
 	}
-	ks, err := t.kernel(control.OpToolCancel, c)
+	ks, err := attached(c)
 	if err != nil {
 		return nil, err
 	}
 	return struct{}{}, ks.ToolCancel(args.App, args.CallID)
 }
 
-func (t toolOps) contextOwner(_ context.Context, _ *Conn, args control.ContextArgs) (any, error) {
+func (t *peerLink) contextOwner(_ context.Context, _ *Conn, args control.ContextArgs) (any, error) {
 	if err := needApp(control.OpContextOwner, args.App); err != nil {
 		return nil, err
 	}
@@ -154,7 +139,7 @@ func (t toolOps) contextOwner(_ context.Context, _ *Conn, args control.ContextAr
 	return control.ContextOwner(o), nil
 }
 
-func (t toolOps) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
+func (t *peerLink) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(control.OpContextList, args.App); err != nil {
 		return nil, err
 	}
@@ -166,14 +151,14 @@ func (t toolOps) contextList(_ context.Context, _ *Conn, args control.AppArgs) (
 	return data, nil
 }
 
-func (t toolOps) linkHas(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
+func (t *peerLink) linkHas(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(control.OpLinkHas, args.App); err != nil {
 		return nil, err
 	}
 	return control.LinkData{Connected: t.m.HasLink(args.App)}, nil
 }
 
-func (t toolOps) accountClose(_ context.Context, _ *Conn, args control.AccountArgs) (any, error) {
+func (t *peerLink) accountClose(_ context.Context, _ *Conn, args control.AccountArgs) (any, error) {
 	if err := needApp(control.OpAccountClose, args.App); err != nil {
 		return nil, err
 	}
@@ -183,7 +168,7 @@ func (t toolOps) accountClose(_ context.Context, _ *Conn, args control.AccountAr
 	return control.AccountData{Closed: t.m.CloseAccount(args.App, args.Account)}, nil
 }
 
-func (t toolOps) rules(_ context.Context, _ *Conn, args control.RulesArgs) (any, error) {
+func (t *peerLink) rules(_ context.Context, _ *Conn, args control.RulesArgs) (any, error) {
 	var rules []policy.Rule
 	var err error
 	switch args.Action {
@@ -210,7 +195,7 @@ func (t toolOps) rules(_ context.Context, _ *Conn, args control.RulesArgs) (any,
 	return data, nil
 }
 
-func (t toolOps) audit(_ context.Context, _ *Conn, args control.AuditArgs) (any, error) {
+func (t *peerLink) audit(_ context.Context, _ *Conn, args control.AuditArgs) (any, error) {
 	if args.Limit < 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.limit must be positive (or absent for the last %d)", defaultAuditLimit)
 	}

@@ -69,10 +69,10 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config), wrap func(
 
 	// The real kernel.attach (no event before its answer, detach when
 	// the connection ends), under the rig's own op name.
-	pl := &peerLink{store: store, m: rig.m, log: testLogger(t), kernels: map[*Conn]*peer.KernelSession{}}
+	pl := &peerLink{store: store, m: rig.m, log: testLogger(t)}
 	rig.pl = pl
 	rig.ts.srv.handleOrdered(opTestAttach, withArgs(pl.opKernelAttach))
-	registerToolOps(rig.ts.srv, rig.m, pl.kernelOf)
+	pl.registerToolOps(rig.ts.srv)
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
