@@ -80,8 +80,8 @@
 //   - fanout.mu: the set of streams (subscriptions); a publisher takes
 //     the streams of a topic under it, lets go, then puts.
 //   - Conn.subMu: the connection's subscribe stream; Conn.hookMu: its
-//     onClose hooks.
-//   - peerLink.kmu: the kernel session of each kernel connection.
+//     onClose hooks. (Conn.kernel, the kernel session of a connection
+//     that attached, is an atomic pointer.)
 //   - instance.reloadMu: one reload at a time.
 //
 // Lock order: fanout.mu and a connection's queue lock come under
@@ -90,9 +90,9 @@
 // time: a publisher takes the streams under fanout.mu and lets go
 // before it puts, and subscribe's step queues its answer, then adds its
 // stream. instance.reloadMu is outside them all (a reload narrows the
-// links and applies the manifest under it); Server.mu, Conn.hookMu and
-// peerLink.kmu are taken alone. The queue locks, fanout.mu, Server.mu,
-// hookMu and kmu are never held across a wait: a queue lock is let go
+// links and applies the manifest under it); Server.mu and Conn.hookMu
+// are taken alone. The queue locks, fanout.mu, Server.mu and hookMu are
+// never held across a wait: a queue lock is let go
 // before any write; a line put on an idle connection that is not corked
 // (linewriter.Writer.Hold) is written by its putter, and what a Hold
 // queued by its last Release, with a write that does not wait (under
