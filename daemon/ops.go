@@ -33,7 +33,7 @@ func builtinOps(s *Server) map[string]handler {
 }
 
 func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
-	if err := needApp("jail", args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	if s.cfg.JailSpec == nil {
@@ -42,7 +42,7 @@ func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, 
 	spec, err := s.cfg.JailSpec(args.App)
 	if err != nil {
 		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return nil, unknownApp(args.App)
+			return nil, unknownApp()
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
@@ -66,10 +66,7 @@ func (s *Server) opHello(_ context.Context, _ *Conn, args struct{}) (any, error)
 func (s *Server) opStatus(_ context.Context, _ *Conn, args control.StatusArgs) (any, error) {
 	all, err := s.cfg.Apps.Status(args.App)
 	if err != nil {
-		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return nil, unknownApp(args.App)
-		}
-		return nil, err
+		return nil, err // an unknown app is asControlError's
 	}
 	data := control.StatusData{Apps: make([]control.AppStatus, 0, len(all))}
 	for _, st := range all {
@@ -152,7 +149,7 @@ func logLine(l supervisor.LogLine) control.LogLine {
 // app reached the state (or could not).
 func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) handler {
 	return withArgs(func(ctx context.Context, _ *Conn, args control.AppArgs) (any, error) {
-		if err := needApp(op, args.App); err != nil {
+		if err := needApp(args.App); err != nil {
 			return nil, err
 		}
 		// The supervisor published the state's event before it
@@ -161,7 +158,7 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 		if err != nil {
 			switch {
 			case errors.Is(err, supervisor.ErrUnknownApp):
-				return nil, unknownApp(args.App)
+				return nil, unknownApp()
 			case ctx.Err() != nil:
 				return nil, control.Errorf(control.CodeFailed, "cancelled before the app got there: %v", ctx.Err())
 			case errors.Is(err, supervisor.ErrStartFailed) && st.Reason != "":
@@ -181,7 +178,7 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 // opLogs answers the last lines; with follow, log events of the app
 // follow the answer, with no line lost or repeated between the two.
 func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any, error) {
-	if err := needApp("logs", args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	n := args.Lines
@@ -193,16 +190,10 @@ func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any,
 		data.Truncated = len(data.Lines) < len(lines)
 		return data
 	}
-	refused := func(err error) error {
-		if errors.Is(err, supervisor.ErrUnknownApp) {
-			return unknownApp(args.App)
-		}
-		return err
-	}
 	if !args.Follow {
 		lines, err := s.cfg.Apps.Logs(args.App, n)
 		if err != nil {
-			return nil, refused(err)
+			return nil, err // an unknown app is asControlError's
 		}
 		return logsData(lines), nil
 	}
@@ -213,7 +204,7 @@ func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any,
 			queue(logsData(lines))
 			s.fanout.add(newStream(c, args.App, []string{control.TopicLog}))
 		})
-		return refused(err)
+		return err
 	}), nil
 }
 
@@ -324,12 +315,12 @@ func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 
 // unknownApp is the one answer of every op about an app the manifest
 // does not have.
-func unknownApp(app string) *control.Error {
+func unknownApp() *control.Error {
 	return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
 }
 
 // needApp is the bad_request of an op whose args.app is missing.
-func needApp(op, app string) error {
+func needApp(app string) error {
 	if app == "" {
 		return control.Errorf(control.CodeBadRequest, "args.app is missing: name an app by the id of its manifest entry")
 	}

@@ -364,7 +364,7 @@ func asControlError(err error) *control.Error {
 	case errors.Is(err, supervisor.ErrUnknownApp):
 		// The supervisor's error names the op and the app, which the
 		// client knows (docs/control.md, "Error codes").
-		return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
+		return unknownApp()
 	default:
 		// A peer refusal keeps its stable code; anything else is internal.
 		return control.Errorf(peer.Code(err), "%v", err)

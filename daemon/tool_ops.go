@@ -84,7 +84,7 @@ func (e toolEvents) emit(topic string, ev control.ToolEvent) {
 }
 
 func (t *peerLink) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any, error) {
-	if err := needApp(control.OpToolCall, ca.App); err != nil {
+	if err := needApp(ca.App); err != nil {
 		return nil, err
 	}
 	// Both are the kernel's to say: a missing confirm must never mean
@@ -118,7 +118,7 @@ func (s *toolCallStep) at(queue func(any)) error {
 }
 
 func (t *peerLink) cancel(_ context.Context, c *Conn, args control.CallArgs) (any, error) {
-	if err := needApp(control.OpToolCancel, args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	ks, err := attached(c)
@@ -129,7 +129,7 @@ func (t *peerLink) cancel(_ context.Context, c *Conn, args control.CallArgs) (an
 }
 
 func (t *peerLink) contextOwner(_ context.Context, _ *Conn, args control.ContextArgs) (any, error) {
-	if err := needApp(control.OpContextOwner, args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	o, err := t.m.ContextOwner(args.App, args.ContextID)
@@ -140,7 +140,7 @@ func (t *peerLink) contextOwner(_ context.Context, _ *Conn, args control.Context
 }
 
 func (t *peerLink) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
-	if err := needApp(control.OpContextList, args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	open := t.m.Contexts(args.App)
@@ -152,14 +152,14 @@ func (t *peerLink) contextList(_ context.Context, _ *Conn, args control.AppArgs)
 }
 
 func (t *peerLink) linkHas(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
-	if err := needApp(control.OpLinkHas, args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	return control.LinkData{Connected: t.m.HasLink(args.App)}, nil
 }
 
 func (t *peerLink) accountClose(_ context.Context, _ *Conn, args control.AccountArgs) (any, error) {
-	if err := needApp(control.OpAccountClose, args.App); err != nil {
+	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
 	if args.Account == "" {
