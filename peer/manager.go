@@ -217,42 +217,22 @@ func New(cfg Config) *Manager {
 
 // setDefaults gives every zero field of cfg its default.
 func (cfg *Config) setDefaults() {
-	if cfg.ConsentTimeout <= 0 {
-		cfg.ConsentTimeout = DefaultConsentTimeout
-	}
-	if cfg.KernelTimeout <= 0 {
-		cfg.KernelTimeout = DefaultKernelTimeout
-	}
-	if cfg.QueueFrames <= 0 {
-		cfg.QueueFrames = DefaultQueueFrames
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
-	}
-	if cfg.MaxOpenRequests <= 0 {
-		cfg.MaxOpenRequests = DefaultMaxOpenRequests
-	}
-	if cfg.MaxContexts <= 0 {
-		cfg.MaxContexts = DefaultMaxContexts
-	}
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = DefaultMaxSessions
-	}
-	if cfg.MaxTurns <= 0 {
-		cfg.MaxTurns = DefaultMaxTurns
-	}
-	if cfg.MaxStoreBytes <= 0 {
-		cfg.MaxStoreBytes = DefaultMaxStoreBytes
-	}
-	if cfg.MaxPendingApprovals <= 0 {
-		cfg.MaxPendingApprovals = DefaultMaxPendingApprovals
-	}
-	if cfg.MaxCalls <= 0 {
-		cfg.MaxCalls = DefaultMaxCalls
-	}
+	orDefault(&cfg.ConsentTimeout, DefaultConsentTimeout)
+	orDefault(&cfg.KernelTimeout, DefaultKernelTimeout)
+	orDefault(&cfg.QueueFrames, DefaultQueueFrames)
+	orDefault(&cfg.QueueBytes, DefaultQueueBytes)
+	orDefault(&cfg.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&cfg.MaxOpenRequests, DefaultMaxOpenRequests)
+	orDefault(&cfg.MaxContexts, DefaultMaxContexts)
+	orDefault(&cfg.MaxSessions, DefaultMaxSessions)
+	orDefault(&cfg.MaxTurns, DefaultMaxTurns)
+	orDefault(&cfg.MaxStoreBytes, DefaultMaxStoreBytes)
+	orDefault(&cfg.MaxPendingApprovals, DefaultMaxPendingApprovals)
+	orDefault(&cfg.MaxCalls, DefaultMaxCalls)
+	orDefault(&cfg.MaxToolTimeout, DefaultMaxToolTimeout)
+	orDefault(&cfg.RelayQueue, DefaultRelayQueue)
+	orDefault(&cfg.DuplicateWindow, DefaultDuplicateWindow)
+	orDefault(&cfg.AuditInterval, DefaultAuditInterval)
 	if cfg.Nonce == "" {
 		b := make([]byte, 8)
 		rand.Read(b) // crypto/rand.Read never fails on Linux
@@ -267,17 +247,12 @@ func (cfg *Config) setDefaults() {
 	if cfg.Events == nil {
 		cfg.Events = nopEvents{}
 	}
-	if cfg.MaxToolTimeout <= 0 {
-		cfg.MaxToolTimeout = DefaultMaxToolTimeout
-	}
-	if cfg.RelayQueue <= 0 {
-		cfg.RelayQueue = DefaultRelayQueue
-	}
-	if cfg.DuplicateWindow <= 0 {
-		cfg.DuplicateWindow = DefaultDuplicateWindow
-	}
-	if cfg.AuditInterval <= 0 {
-		cfg.AuditInterval = DefaultAuditInterval
+}
+
+// orDefault sets *v to def when it is zero (or negative).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
