@@ -318,7 +318,8 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 	if data == nil {
 		return refuse(ErrInvalid, "missing event: send an object {\"type\": \"...\", ...}")
 	}
-	if err := checkTurnEvent(data, r); err != nil {
+	end, err := checkTurnEvent(data, r)
+	if err != nil {
 		return err
 	}
 	line, err := frame.EncodeDown(&frame.Event{ReqID: r.id, Event: data})
@@ -340,8 +341,8 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 		return nil // the hub is gone: its teardown ends the turn
 	}
 	keepEvent(r, data)
-	if isTurnEnd(data) {
-		p.endTurn(r, endReason(data), false)
+	if end != "" {
+		p.endTurn(r, end, false)
 	}
 	return nil
 }
@@ -467,35 +468,19 @@ func turnIDOf(data json.RawMessage) (string, error) {
 	return id, nil
 }
 
-func eventType(data json.RawMessage) (typ, reason string) {
-	if len(data) == 0 || data[0] != '{' {
-		return "", ""
-	}
-	m, err := frame.Members(data) // exact keys: "Type" is not "type"
-	if err != nil {
-		return "", ""
-	}
-	if v := m["type"]; len(v) > 0 && v[0] == '"' {
-		json.Unmarshal(v, &typ)
-	}
-	if v := m["reason"]; len(v) > 0 && v[0] == '"' {
-		json.Unmarshal(v, &reason)
-	}
-	return typ, reason
-}
-
 // checkTurnEvent refuses a kernel event that is not well-formed, or not
 // of r's turn: it must be an object with a string type; a turn_id or
 // context_id in it must be the turn's; a turn.end must name the turn and
 // a reason, as the daemon's own turn.end does, so that an app reads every
-// end of a turn the same way.
-func checkTurnEvent(data json.RawMessage, r *request) error {
+// end of a turn the same way. end is a turn.end's reason ("" for any
+// other event).
+func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 	if data[0] != '{' {
-		return refuse(ErrInvalid, "event must be a JSON object {\"type\": \"...\", ...}, not %s", strictjson.KindOf(data))
+		return "", refuse(ErrInvalid, "event must be a JSON object {\"type\": \"...\", ...}, not %s", strictjson.KindOf(data))
 	}
 	m, err := frame.Members(data)
 	if err != nil {
-		return refuse(ErrInvalid, "event: %v", err)
+		return "", refuse(ErrInvalid, "event: %v", err)
 	}
 	str := func(name string) (string, bool) {
 		v, ok := m[name]
@@ -507,40 +492,30 @@ func checkTurnEvent(data json.RawMessage, r *request) error {
 	}
 	typ, ok := str("type")
 	if !ok || typ == "" || len(typ) > 128 {
-		return refuse(ErrInvalid, "event needs \"type\", a string of 1 to 128 bytes (e.g. \"text\", or %q to end the turn)", TurnEnd)
+		return "", refuse(ErrInvalid, "event needs \"type\", a string of 1 to 128 bytes (e.g. \"text\", or %q to end the turn)", TurnEnd)
 	}
 	turnID := r.turn.TurnID
 	if v, present := m["turn_id"]; present {
 		if id, ok := str("turn_id"); !ok || id != turnID {
-			return refuse(ErrInvalid, "event's turn_id is %s, but request %s streams turn %q", v, r.id, turnID)
+			return "", refuse(ErrInvalid, "event's turn_id is %s, but request %s streams turn %q", v, r.id, turnID)
 		}
 	}
 	if v, present := m["context_id"]; present {
 		if id, ok := str("context_id"); !ok || id != r.ctx.id {
-			return refuse(ErrInvalid, "event's context_id is %s, but turn %q is of context %s", v, turnID, r.ctx.id)
+			return "", refuse(ErrInvalid, "event's context_id is %s, but turn %q is of context %s", v, turnID, r.ctx.id)
 		}
 	}
 	if typ == TurnEnd {
 		if _, present := m["turn_id"]; !present {
-			return refuse(ErrInvalid, "a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", TurnEnd, turnID)
+			return "", refuse(ErrInvalid, "a %s event needs \"turn_id\": %q (the turn it ends) and a \"reason\"", TurnEnd, turnID)
 		}
-		if reason, ok := str("reason"); !ok || !frame.ValidID(reason) {
-			return refuse(ErrInvalid, "a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", TurnEnd)
+		reason, ok := str("reason")
+		if !ok || !frame.ValidID(reason) {
+			return "", refuse(ErrInvalid, "a %s event needs \"reason\", 1 to 128 printable ASCII characters (e.g. \"completed\")", TurnEnd)
 		}
+		return reason, nil
 	}
-	return nil
-}
-
-func isTurnEnd(data json.RawMessage) bool {
-	t, _ := eventType(data)
-	return t == TurnEnd
-}
-
-func endReason(data json.RawMessage) string {
-	if _, r := eventType(data); r != "" {
-		return r
-	}
-	return "completed"
+	return "", nil
 }
 
 // ToolCall is Manager.ToolCall for a call the kernel makes (op
