@@ -2,7 +2,6 @@ package peer
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,15 +145,10 @@ func (p *peer) teardown(l *link) {
 	if len(p.waiting) > 0 && p.waiting[0].link == l {
 		p.waiting = nil
 	}
-	contexts := make([]*appContext, 0, len(l.contexts))
-	for _, c := range l.contexts {
-		contexts = append(contexts, c)
-	}
-	slices.SortFunc(contexts, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
-	for _, c := range contexts {
+	for _, c := range sortedValues(l.contexts, nil) {
 		p.closeContext(c, "app_exited", false)
 	}
-	for _, r := range sortedRequests(l.requests) {
+	for _, r := range sortedValues(l.requests, nil) {
 		r.move(reqDone)
 	}
 	// Every call has a context, so none should be left; if one is, it

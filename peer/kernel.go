@@ -154,7 +154,7 @@ func (p *peer) kernelDetached() int {
 		return 0
 	}
 	n := 0
-	for _, r := range sortedRequests(p.link.requests) {
+	for _, r := range sortedValues(p.link.requests, nil) {
 		if r.state == reqAtKernel || r.state == reqStreaming {
 			p.endRequest(r, "kernel_detached", frame.Errorf(frame.CodeNoKernel, "the agent kernel detached before answering"))
 			n++

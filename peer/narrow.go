@@ -2,7 +2,6 @@ package peer
 
 import (
 	"slices"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -72,25 +71,13 @@ func (p *peer) narrow(old policy.App, oldDev bool) {
 
 	// Contexts: all of them without the service, else those of a revoked
 	// account.
-	var closing []*appContext
-	for _, c := range l.contexts {
-		if lost || slices.Contains(revoked, c.account) {
-			closing = append(closing, c)
-		}
-	}
-	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
+	closing := sortedValues(l.contexts, func(c *appContext) bool { return lost || slices.Contains(revoked, c.account) })
 	for _, c := range closing {
 		p.closeContext(c, ReasonGrantRevoked, true)
 	}
 
 	// Tool calls of a revoked tool, in the contexts left.
-	var ending []*call
-	for _, c := range l.calls {
-		if slices.Contains(tools, c.name) {
-			ending = append(ending, c)
-		}
-	}
-	slices.SortFunc(ending, func(a, b *call) int { return strings.Compare(a.id, b.id) })
+	ending := sortedValues(l.calls, func(c *call) bool { return slices.Contains(tools, c.name) })
 	for _, c := range ending {
 		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+l.appID+" (the manifest was reloaded)"), ReasonGrantRevoked)
 	}

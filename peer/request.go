@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -468,7 +468,7 @@ func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []st
 // (when tell, and its link is up) and the kernel context.closed.
 func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	p.endContextCalls(c, reason, tell)
-	for _, r := range sortedRequests(c.requests) {
+	for _, r := range sortedValues(c.requests, nil) {
 		p.endRequest(r, reason, frame.Errorf(frame.CodeCancelled, "context %s closed (%s)", c.id, reason))
 	}
 	delete(p.contexts, c.id)
@@ -484,13 +484,15 @@ func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	}
 }
 
-// sortedRequests orders requests by req_id so that teardown is
-// deterministic.
-func sortedRequests(rs map[string]*request) []*request {
-	out := make([]*request, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, r)
+// sortedValues are the values of m that keep takes (every one when keep
+// is nil) in the order of their keys, each an object's id: a teardown, a
+// narrowing and a close go through them in one order whatever the map's.
+func sortedValues[V any](m map[string]V, keep func(V) bool) []V {
+	out := make([]V, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if keep == nil || keep(m[k]) {
+			out = append(out, m[k])
+		}
 	}
-	slices.SortFunc(out, func(a, b *request) int { return strings.Compare(a.id, b.id) })
 	return out
 }

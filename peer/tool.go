@@ -257,13 +257,7 @@ func (p *peer) closeAccount(account string) int {
 	if p.link == nil {
 		return 0
 	}
-	var closing []*appContext
-	for _, c := range p.link.contexts {
-		if c.account == account {
-			closing = append(closing, c)
-		}
-	}
-	slices.SortFunc(closing, func(a, b *appContext) int { return strings.Compare(a.id, b.id) })
+	closing := sortedValues(p.link.contexts, func(c *appContext) bool { return c.account == account })
 	for _, c := range closing {
 		p.closeContext(c, "account_closed", true)
 	}

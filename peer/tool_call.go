@@ -392,11 +392,7 @@ func (p *peer) endContextCalls(ctx *appContext, reason string, tell bool) {
 	if len(ctx.calls) == 0 {
 		return
 	}
-	calls := make([]*call, 0, len(ctx.calls))
-	for _, c := range ctx.calls {
-		calls = append(calls, c)
-	}
-	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.id, b.id) })
+	calls := sortedValues(ctx.calls, nil)
 	cancel := ""
 	if tell {
 		cancel = reason
