@@ -77,7 +77,6 @@ const relayQueueBytes = 8 << 20
 type relayRing struct {
 	size    int
 	buf     []relayNote
-	head, n int
 	bytes   int
 	dropped int
 }
@@ -90,31 +89,19 @@ func noteBytes(n relayNote) int {
 }
 
 func (q *relayRing) push(n relayNote) {
-	if q.buf == nil {
-		q.buf = make([]relayNote, q.size)
-	}
-	for q.n > 0 && (q.n == len(q.buf) || q.bytes+noteBytes(n) > relayQueueBytes) {
-		q.pop()
+	for len(q.buf) > 0 && (len(q.buf) >= q.size || q.bytes+noteBytes(n) > relayQueueBytes) {
+		q.bytes -= noteBytes(q.buf[0])
+		q.buf[0] = relayNote{}
+		q.buf = q.buf[1:]
 		q.dropped++
 	}
-	q.buf[(q.head+q.n)%len(q.buf)] = n
-	q.n++
+	q.buf = append(q.buf, n)
 	q.bytes += noteBytes(n)
 }
 
-func (q *relayRing) pop() relayNote {
-	n := q.buf[q.head]
-	q.buf[q.head] = relayNote{}
-	q.head = (q.head + 1) % len(q.buf)
-	q.n--
-	q.bytes -= noteBytes(n)
-	return n
-}
-
 func (q *relayRing) drain(f func(relayNote)) {
-	for q.n > 0 {
-		f(q.pop())
+	for _, n := range q.buf {
+		f(n)
 	}
-	q.buf = nil // a backlog's array is not kept
-	q.head = 0
+	q.buf, q.bytes = nil, 0 // a backlog's array is not kept
 }
