@@ -3,6 +3,8 @@ package control
 import (
 	"encoding/json"
 	"time"
+
+	"octosup/policy"
 )
 
 // The tool-call ops (docs/control.md): the agent kernel's calls into apps, and
@@ -163,26 +165,9 @@ type AuditArgs struct {
 	Limit int    `json:"limit,omitempty"`
 }
 
-// AuditEntry is one finished call in the audit trail.
-type AuditEntry struct {
-	Seq       uint64    `json:"seq"`
-	App       string    `json:"app"`
-	Tool      string    `json:"tool"`
-	CallID    string    `json:"call_id"`
-	Risk      string    `json:"risk"`
-	Confirm   string    `json:"confirm"`
-	Decision  string    `json:"decision"`           // none, rule, sheet
-	Approved  string    `json:"approved,omitempty"` // allow or deny, when a rule or sheet answered
-	Outcome   string    `json:"outcome"`            // ok, error, outcome_unknown
-	Error     string    `json:"error,omitempty"`    // the error code of an error outcome
-	End       string    `json:"end"`                // finished, cancelled, timed_out
-	Account   string    `json:"account,omitempty"`
-	ContextID string    `json:"context_id,omitempty"`
-	Caller    string    `json:"caller,omitempty"`
-	Started   time.Time `json:"started"`
-	// DurationMS is from acceptance to the outcome.
-	DurationMS float64 `json:"duration_ms"`
-}
+// AuditEntry is one finished call in the audit trail, as the store
+// keeps it.
+type AuditEntry = policy.AuditEntry
 
 // AuditData answers audit, oldest first.
 type AuditData struct {

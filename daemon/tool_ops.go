@@ -136,19 +136,14 @@ func (t *peerLink) contextOwner(_ context.Context, _ *Conn, args control.Context
 	if err != nil {
 		return nil, err
 	}
-	return control.ContextOwner(o), nil
+	return o, nil
 }
 
 func (t *peerLink) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
-	open := t.m.Contexts(args.App)
-	data := control.ContextsData{Contexts: make([]control.ContextInfo, 0, len(open))}
-	for _, ci := range open {
-		data.Contexts = append(data.Contexts, control.ContextInfo(ci))
-	}
-	return data, nil
+	return control.ContextsData{Contexts: t.m.Contexts(args.App)}, nil
 }
 
 func (t *peerLink) linkHas(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
@@ -207,9 +202,8 @@ func (t *peerLink) audit(_ context.Context, _ *Conn, args control.AuditArgs) (an
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	data := control.AuditData{Entries: make([]control.AuditEntry, 0, len(entries))}
-	for _, e := range entries {
-		data.Entries = append(data.Entries, control.AuditEntry(e))
+	if entries == nil {
+		entries = []policy.AuditEntry{}
 	}
-	return data, nil
+	return control.AuditData{Entries: entries}, nil
 }

@@ -88,10 +88,7 @@ type ToolRelay interface {
 }
 
 // ContextOwner is whom a context belongs to (op context.owner).
-type ContextOwner struct {
-	Account string `json:"account"`
-	Client  string `json:"client"`
-}
+type ContextOwner = control.ContextOwner
 
 // SetToolRelay installs r as the relay of every call's outcome (nil
 // uninstalls it). Outcomes produced while none was installed are handed
@@ -217,11 +214,7 @@ func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
 }
 
 // ContextInfo is one open context of an app (op context.list).
-type ContextInfo struct {
-	ContextID string `json:"context_id"`
-	Account   string `json:"account"`
-	Client    string `json:"client"`
-}
+type ContextInfo = control.ContextInfo
 
 // Contexts lists app's open contexts, by id: what a kernel may name in a
 // tool call (octosupctl call picks one).
