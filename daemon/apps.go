@@ -22,8 +22,6 @@ type Apps interface {
 	// lock that orders its lines: the events of the lines after go out
 	// once join returns (supervisor.Supervisor.FollowLogs).
 	FollowLogs(id string, n int, join func([]supervisor.LogLine)) error
-	// Subscribe delivers the events of the given kinds (all when none).
-	Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription
 	// CheckCaller returns nil only when the process is positively outside
 	// every app (a *supervisor.CallerError otherwise): the control socket
 	// serves no other.
@@ -40,19 +38,5 @@ type Apps interface {
 	Ping(ctx context.Context) error
 }
 
-// Subscription is a supervisor event subscription.
-type Subscription interface {
-	Events() <-chan supervisor.Event
-	Close()
-	Done() <-chan struct{}
-	Err() error
-}
-
-// SupervisorApps adapts *supervisor.Supervisor to Apps.
-func SupervisorApps(s *supervisor.Supervisor) Apps { return supervisorApps{s} }
-
-type supervisorApps struct{ *supervisor.Supervisor }
-
-func (s supervisorApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription {
-	return s.Supervisor.Subscribe(buffer, kinds...)
-}
+// SupervisorApps is *supervisor.Supervisor as Apps.
+func SupervisorApps(s *supervisor.Supervisor) Apps { return s }

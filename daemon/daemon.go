@@ -103,11 +103,13 @@ type instance struct {
 	// go to it (supervisor.Config.Publish). Before, no client can be
 	// connected, and they go nowhere.
 	srv atomic.Pointer[Server]
+	// stateChanged is poked by every state event: keepStatus's cue.
+	stateChanged chan struct{}
 }
 
 // load resolves the environment's places and loads the manifest.
 func load(cfg Config) (*instance, *policy.Manifest, error) {
-	d := &instance{cfg: cfg, log: cfg.Log, environ: cfg.Environ}
+	d := &instance{cfg: cfg, log: cfg.Log, environ: cfg.Environ, stateChanged: make(chan struct{}, 1)}
 	if d.log == nil {
 		d.log = zap.NewNop()
 	}
@@ -156,6 +158,12 @@ func (d *instance) newSupervisor() error {
 		LogLines:  d.cfg.LogLines,
 		Now:       time.Now,
 		Publish: func(ev supervisor.Event) {
+			if ev.Kind == supervisor.KindState {
+				select {
+				case d.stateChanged <- struct{}{}:
+				default: // a change is already due
+				}
+			}
 			if s := d.srv.Load(); s != nil {
 				s.supervisorEvent(ev)
 			}
@@ -276,7 +284,10 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 	// READY=1.
 	if gctx.Err() == nil {
 		d.ready()
-		run("status", func(ctx context.Context) error { keepStatus(ctx, d.log, d.apps, d.links.storeNotes); return nil })
+		run("status", func(ctx context.Context) error {
+			keepStatus(ctx, d.log, d.apps, d.stateChanged, d.links.storeNotes)
+			return nil
+		})
 		if wd := watchdogInterval(d.log); wd > 0 {
 			run("watchdog", func(ctx context.Context) error { watchdog(ctx, d.log, d.watched(), wd/2, wd/4); return nil })
 		}
@@ -386,58 +397,30 @@ func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 const statusDelay = 50 * time.Millisecond
 
 // keepStatus keeps systemd's STATUS= line current as apps change state:
-// at most statusDelay after a change, the line says where the apps are,
+// at most statusDelay after a change (changed, which the supervisor's
+// Publish pokes on every state event), the line says where the apps are,
 // and what storeNotes says of the state store then.
-func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, storeNotes func() []string) {
+func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, changed <-chan struct{}, storeNotes func() []string) {
 	last := ""
-	update := func() {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(statusDelay):
+		}
 		all, err := apps.Status("")
 		if err != nil {
-			return
+			continue
 		}
 		if s := statusLine(all, storeNotes()); s != last {
 			last = s
 			notify(log, "STATUS="+s)
 		}
-	}
-	for ctx.Err() == nil {
-		// State events only: a chatty app's log lines must not fill this
-		// queue and cost a resubscription.
-		sub := apps.Subscribe(256, supervisor.KindState)
-		func() {
-			defer sub.Close()
-			var (
-				timer *time.Timer
-				due   <-chan time.Time // armed by a change, nil otherwise
-			)
-			defer func() {
-				if timer != nil {
-					timer.Stop()
-				}
-			}()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case _, ok := <-sub.Events():
-					if !ok {
-						return
-					}
-					if due == nil {
-						timer = time.NewTimer(statusDelay)
-						due = timer.C
-					}
-				case <-due:
-					timer, due = nil, nil
-					update()
-				}
-			}
-		}()
-		if !errors.Is(sub.Err(), supervisor.ErrSlowSubscriber) {
-			return
-		}
-		// Changes may have gone with the dropped queue.
-		update()
 	}
 }
 

@@ -192,7 +192,7 @@ func (f *fakeApps) Entries() []policy.App {
 	return out
 }
 
-func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) Subscription {
+func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) *fakeSub {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := &fakeSub{f: f, ch: make(chan supervisor.Event, buffer), done: make(chan struct{}), kinds: kinds}
