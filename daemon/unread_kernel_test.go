@@ -224,11 +224,17 @@ func TestABigRelayBacklogKeepsTheKernel(t *testing.T) {
 	}
 }
 
-// callsWithoutKernel has the rig's app answer n calls made through the
-// Manager with no kernel attached, as many at once as it may hold, and
-// returns once every one has its outcome: kept for the next kernel.
+// callsWithoutKernel has the rig's app answer n calls made by a kernel
+// that is not a ToolRelay (attached in process, and detached at the
+// end), as many at once as the app may hold, and returns once every one
+// has its outcome: kept for the next kernel.
 func (r *toolRig) callsWithoutKernel(n int) {
 	r.t.Helper()
+	ks, err := r.m.AttachKernel(deafKernel{}, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer ks.Detach()
 	deadline := time.Now().Add(30 * time.Second)
 	settle := func(most int) { // at most most calls outstanding
 		for r.m.LinkStatus("notes").OutstandingCalls > most {
@@ -240,11 +246,20 @@ func (r *toolRig) callsWithoutKernel(n int) {
 	}
 	for i := range n {
 		settle(peer.DefaultMaxCalls - 1)
-		if err := r.m.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
+		if err := ks.ToolCall("notes", control.ToolCall{CallID: fmt.Sprintf("b%d", i), Name: "notes.search",
 			Args: json.RawMessage(`{"query":"x"}`), Risk: control.RiskRead, Confirm: control.ConfirmNone,
-			TimeoutMS: 30000, ContextID: r.ctx, Caller: "test"}); err != nil {
+			TimeoutMS: 30000, ContextID: r.ctx, Caller: "test"}, nil); err != nil {
 			r.t.Fatalf("call %d: %v", i, err)
 		}
 	}
 	settle(0)
 }
+
+// deafKernel is a kernel that takes no request and hears no outcome (it
+// is not a ToolRelay).
+type deafKernel struct{}
+
+func (deafKernel) Request(peer.KernelRequest) error {
+	return errors.New("this kernel takes no request")
+}
+func (deafKernel) ContextClosed(app, contextID, reason string) {}

@@ -30,9 +30,9 @@
 // standing rule (policy.Store rules); every finished call is written to
 // the audit trail in batches.
 //
-//	m.SetToolRelay(relay)   // or attach a Kernel that is also a ToolRelay
-//	err := m.ToolCall("notes", control.ToolCall{CallID: "c1", Name: "notes.search",
-//		Args: args, Risk: control.RiskRead, TimeoutMS: 30000, ContextID: ctx})
+//	ks, err := m.AttachKernel(kernel, queueAnswer) // kernel is also a ToolRelay
+//	err = ks.ToolCall("notes", control.ToolCall{CallID: "c1", Name: "notes.search",
+//		Args: args, Risk: control.RiskRead, TimeoutMS: 30000, ContextID: ctx}, queueAccepted)
 //
 // Identity never comes from a frame: the app is the slot whose hub the
 // line arrived on, and strict decoding refuses members the protocol does

@@ -518,8 +518,14 @@ func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 	return "", nil
 }
 
-// ToolCall is Manager.ToolCall for a call the kernel makes (op
-// tool.call); a detached session is refused ErrKernelDetached. accepted
+// ToolCall hands a call the kernel makes (op tool.call) to app. It
+// returns nil once the call is accepted, and from then on the kernel's
+// ToolRelay gets exactly one Acknowledged and one Finished for it,
+// possibly before ToolCall returns (kept for the next kernel while the
+// attached one is not a ToolRelay). A refusal is ErrInvalid (malformed
+// call), ErrNotConnected, ErrDuplicate, ErrUnknownContext, ErrDeclined or
+// ErrLimit, and nothing reaches the relay; a detached session is refused
+// ErrKernelDetached. accepted
 // runs once the call is accepted, before anything else of the call
 // happens: the control socket queues its answer "accepted" there, so
 // the kernel hears it before the call's tool.acknowledged and any event
@@ -533,7 +539,11 @@ func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func(
 	return s.m.toolCall(app, kc, s, accepted)
 }
 
-// ToolCancel is Manager.ToolCancel for the kernel (op tool.cancel).
+// ToolCancel withdraws an outstanding call (op tool.cancel): the app gets
+// tool_cancel if it was sent the call, and the relay the call's outcome
+// (OutcomeUnknown if the app may have acted on it, else
+// Error{cancelled}). A call that is not outstanding (finished, never
+// made) is ErrUnknownCall.
 func (s *KernelSession) ToolCancel(app, callID string) error {
 	if err := s.check(); err != nil {
 		return err
@@ -542,7 +552,7 @@ func (s *KernelSession) ToolCancel(app, callID string) error {
 }
 
 // check is ErrKernelDetached once s is not the attached kernel. A nil s
-// (a call of the relay seam, which no kernel made) always passes.
+// (a call of the tests' relay seam, which no kernel made) always passes.
 func (s *KernelSession) check() error {
 	if s != nil && (s.detached.Load() || s.m.kernel.Load() != s) {
 		return ErrKernelDetached

@@ -90,32 +90,12 @@ type ToolRelay interface {
 // ContextOwner is whom a context belongs to (op context.owner).
 type ContextOwner = control.ContextOwner
 
-// SetToolRelay installs r as the relay of every call's outcome (nil
-// uninstalls it). Outcomes produced while none was installed are handed
-// to r first, in order. An attached kernel that implements ToolRelay is
-// the relay while it is attached; SetToolRelay replaces it.
-func (m *Manager) SetToolRelay(r ToolRelay) {
-	m.relay.mu.Lock()
-	dropped := m.relay.install(r, nil)
-	m.relay.mu.Unlock()
-	m.relay.logDropped(dropped)
-}
-
-// ToolCall hands a call to app (the relay seam). It returns nil once the
-// call is accepted, and from then on the relay gets exactly one
-// Acknowledged and one Finished for it, possibly before ToolCall returns.
-// A refusal is ErrInvalid (malformed call), ErrNotConnected, ErrDuplicate,
-// ErrUnknownContext or ErrDeclined, and nothing reaches the relay.
-func (m *Manager) ToolCall(app string, kc control.ToolCall) error {
-	return m.toolCall(app, kc, nil, nil)
-}
-
 // toolCall accepts a call and places it in one step, the app's peer
 // locked. accepted, when set, runs in between, and must not block: after
 // it, nothing else of the call can come first (the relay's callbacks
 // come from the placing, and the app, its sheet and its store hear of
 // the call only once it is placed). ks is the kernel that hands the
-// call over, nil for the relay seam.
+// call over, nil for the tests' relay seam.
 func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, accepted func()) error {
 	p, args, confirm, err := m.callee(app, kc)
 	if err != nil {
@@ -159,14 +139,9 @@ func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessag
 	return p, args, confirm, nil
 }
 
-// ToolCancel withdraws an outstanding call: the app gets tool_cancel if it
-// was sent the call, and the relay the call's outcome (OutcomeUnknown if
-// the app may have acted on it, else Error{cancelled}). A call that is not
-// outstanding (finished, never made) is ErrUnknownCall.
-func (m *Manager) ToolCancel(app, callID string) error { return m.toolCancel(app, callID, nil) }
-
-// toolCancel is ToolCancel for ks (nil: the relay seam), which is
-// checked again in the step, as toolCall does.
+// toolCancel withdraws an outstanding call of ks (KernelSession.ToolCancel;
+// nil: the tests' relay seam), which is checked again in the step, as
+// toolCall does.
 func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 	err := ErrUnknownCall
 	if p := m.peerOf(app); p != nil {
