@@ -70,12 +70,12 @@ func retryAccept(err error) bool {
 // serveConn runs one connection: the peer check, then the reader (this
 // goroutine), one goroutine per request in flight and the writer's loop.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Duration) {
-	log, p, ok := s.admit(nc, accepted)
+	log, ok := s.admit(nc, accepted)
 	if !ok {
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	c := newConn(cctx, cancel, s, nc, p, log)
+	c := newConn(cctx, cancel, s, nc, log)
 	var writer sync.WaitGroup
 	writer.Add(1)
 	go func() {

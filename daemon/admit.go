@@ -19,13 +19,13 @@ type Client struct {
 // admit checks a new connection's peer (doc.go, "Who may use the control
 // socket"): a refused one gets a not_permitted line saying why and is
 // closed. It returns the connection's logger, naming the peer.
-func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, Client, bool) {
+func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) {
 	log := s.log
 	p, proc, err := peerCred(nc, s.peerPidfd)
 	if err != nil {
 		log.Warn("refuse control connection: no peer credentials", zap.Error(err))
 		nc.Close()
-		return nil, p, false
+		return nil, false
 	}
 	log = log.With(zap.Int("peer_pid", p.Pid), zap.Uint32("peer_uid", p.UID))
 	why := s.refuse(p, proc, accepted)
@@ -35,9 +35,9 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, Client
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write(refusedLine(why))
 		nc.Close()
-		return nil, p, false
+		return nil, false
 	}
-	return log, p, true
+	return log, true
 }
 
 // refuse says why a peer may not use the socket, "" when it may: only a

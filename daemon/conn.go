@@ -19,7 +19,6 @@ import (
 type Conn struct {
 	srv    *Server
 	nc     net.Conn
-	client Client
 	log    *zap.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -39,8 +38,8 @@ type Conn struct {
 	hooks  []func()
 }
 
-func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, p Client, log *zap.Logger) *Conn {
-	c := &Conn{srv: s, nc: nc, client: p, log: log, ctx: ctx, cancel: cancel}
+func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, log *zap.Logger) *Conn {
+	c := &Conn{srv: s, nc: nc, log: log, ctx: ctx, cancel: cancel}
 	c.w = linewriter.New(nc, linewriter.Config{
 		WriteTimeout: writeTimeout,
 		MaxLines:     connQueue,

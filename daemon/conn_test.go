@@ -31,7 +31,7 @@ func TestConnEventBudget(t *testing.T) {
 	defer cancel()
 	// A pipe has no descriptor: every line goes to the writer, which
 	// does not run here.
-	c := newConn(ctx, cancel, nil, a, Client{}, zap.NewNop())
+	c := newConn(ctx, cancel, nil, a, zap.NewNop())
 	line := bytes.Repeat([]byte("x"), 1<<20) // nobody writes them out
 	sent := 0
 	for range connQueue {
@@ -100,7 +100,7 @@ func connPair(t *testing.T) (*Conn, net.Conn) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c := newConn(ctx, cancel, nil, conns[0], Client{}, testLogger(t))
+	c := newConn(ctx, cancel, nil, conns[0], testLogger(t))
 	return c, conns[1]
 }
 
