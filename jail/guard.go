@@ -160,30 +160,31 @@ func (g *Guard) Serve(ctx context.Context) error {
 	}
 }
 
-// decide answers one notification.
+// decide answers one notification that is not a connect (later takes
+// those).
 func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
-	return g.decideOn(seccomp.ScmpFd(g.f.Fd()), req)
-}
-
-// decideOn answers one notification received on the listener fd.
-func (g *Guard) decideOn(fd seccomp.ScmpFd, req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
-	resp := seccomp.ScmpNotifResp{ID: req.ID}
-	c := call{fd: fd, id: req.ID, pid: int(req.Pid), args: req.Data.Args, pidfd: -1}
+	c := newCall(seccomp.ScmpFd(g.f.Fd()), req)
 	var val uintptr
 	var err error
 	switch nr := int(req.Data.Syscall); {
 	case nr == unix.SYS_BIND && g.rule("bind"):
-		err = g.bind(&c)
+		err = g.bind(c)
 	case nr == unix.SYS_LISTEN && g.rule("listen"):
-		err = g.listen(&c)
+		err = g.listen(c)
 	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
-		val, err = g.watch(&c)
-	case nr == unix.SYS_CONNECT && g.rule("connect"):
-		err = g.connect(&c)
+		val, err = g.watch(c)
 	default:
 		err = unix.ENOSYS // a call the spec does not hand over
 	}
 	c.close()
+	return g.response(req, c, val, err)
+}
+
+// response is the answer to req of a call that returned val, or failed
+// with err: its errno (EACCES for an error that has none), or the
+// kernel's own call (errContinue).
+func (g *Guard) response(req *seccomp.ScmpNotifReq, c *call, val uintptr, err error) seccomp.ScmpNotifResp {
+	resp := seccomp.ScmpNotifResp{ID: req.ID}
 	var errno unix.Errno
 	switch {
 	case err == nil:
@@ -226,6 +227,10 @@ type call struct {
 	args  []uint64
 	pidfd int // -1 until opened
 	open  []int
+}
+
+func newCall(fd seccomp.ScmpFd, req *seccomp.ScmpNotifReq) *call {
+	return &call{fd: fd, id: req.ID, pid: int(req.Pid), args: req.Data.Args, pidfd: -1}
 }
 
 func (c *call) close() {

@@ -40,7 +40,10 @@ import (
 // A connect may block (a TCP handshake; a unix listener whose backlog is
 // full), so each runs on a goroutine of its own with its own copy of the
 // listener, up to maxConnects at once per app; past that the guard
-// answers in line, and the app's next notified call waits for it.
+// answers EAGAIN at once. What comes before the connect itself (the app's
+// socket taken, its address read and checked) is done in line, while
+// the app waits in the call: a connect that holds a slot is one the
+// daemon makes, even if the app dies before it is done.
 
 // maxConnects bounds the connects one app has the daemon make at once,
 // across its processes and restarts (Launcher.connectSlots): a connect
@@ -116,12 +119,12 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 	return a, nil
 }
 
-// later takes a connect off the Serve loop: it answers it from a
-// goroutine of its own and reports true, or false when the call is not a
-// connect the spec hands over (Serve answers it). Past maxConnects under
-// way it answers EAGAIN at once: a connect is never made in line, so a
-// listener that never accepts cannot hold the guard (nor the daemon's
-// shutdown, which waits for Serve).
+// later takes a connect off the Serve loop: it decides it in line and
+// makes it on a goroutine of its own, which answers it, and reports true;
+// false when the call is not a connect the spec hands over (Serve
+// answers it). Past maxConnects under way it answers EAGAIN at once: a
+// connect is never made in line, so a listener that never accepts cannot
+// hold the guard (nor the daemon's shutdown, which waits for Serve).
 func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 	if int(req.Data.Syscall) != unix.SYS_CONNECT || !g.rule("connect") {
 		return false
@@ -142,16 +145,30 @@ func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 		<-g.connects
 		return refuse(unix.EAGAIN)
 	}
+	c := newCall(seccomp.ScmpFd(fd), req)
+	connect, err := g.connect(c)
+	if err != nil {
+		g.connected(req, c, err)
+		return true
+	}
 	go func() {
-		defer func() { <-g.connects }()
-		defer unix.Close(fd)
 		start := time.Now()
-		resp := g.decideOn(seccomp.ScmpFd(fd), req)
-		g.answerConnect(seccomp.ScmpFd(fd), &resp)
+		g.connected(req, c, connect())
 		now := time.Now()
 		g.spend(now, now.Sub(start))
 	}()
 	return true
+}
+
+// connected answers a connect that err ended (nil: made) on the call's
+// listener copy, which it closes; the slot is free before the app hears
+// so, and a connect the app makes next finds it free.
+func (g *Guard) connected(req *seccomp.ScmpNotifReq, c *call, err error) {
+	c.close()
+	<-g.connects
+	resp := g.response(req, c, 0, err)
+	g.answerConnect(c.fd, &resp)
+	unix.Close(int(c.fd))
 }
 
 // answerConnect answers a connect off Serve's own step, on the listener
@@ -163,52 +180,57 @@ func (g *Guard) answerConnect(fd seccomp.ScmpFd, resp *seccomp.ScmpNotifResp) {
 	}
 }
 
-// connect decides one connect (see above) and makes it.
-func (g *Guard) connect(c *call) error {
+// connect decides one connect (see above): the connect to make, or why
+// none is made (errContinue: the kernel makes the app's own).
+func (g *Guard) connect(c *call) (func() error, error) {
 	sock, domain, _, err := c.socket()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n := c.args[2]
 	if n > sizeofSockaddrStorage {
-		return unix.EINVAL
+		return nil, unix.EINVAL
 	}
 	raw, err := c.read(c.args[1], int(n))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a, err := decodeSockaddr(raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch domain {
 	case unix.AF_UNIX:
-		return g.connectUnix(sock, a)
+		path, err := g.connectUnix(a)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return unix.Connect(sock, &unix.SockaddrUnix{Name: path}) }, nil
 	case unix.AF_INET, unix.AF_INET6:
 		if g.spec.Landlock.Net && (a.family == unix.AF_INET || a.family == unix.AF_INET6) && !slices.Contains(g.spec.Landlock.ConnectTCP, a.port) {
-			return fmt.Errorf("port %d is not in tcp_connect: %w", a.port, unix.EACCES)
+			return nil, fmt.Errorf("port %d is not in tcp_connect: %w", a.port, unix.EACCES)
 		}
-		return rawConnect(sock, raw)
+		return func() error { return rawConnect(sock, raw) }, nil
 	}
-	return errContinue
+	return nil, errContinue
 }
 
-// connectUnix connects sock to the granted socket a names.
-func (g *Guard) connectUnix(sock int, a sockAddr) error {
+// connectUnix is the granted socket a names: the grant's path, not the
+// app's bytes, is what the daemon connects to.
+func (g *Guard) connectUnix(a sockAddr) (string, error) {
 	switch {
 	case a.family != unix.AF_UNIX:
-		return fmt.Errorf("address family %d on a unix socket: %w", a.family, unix.EINVAL)
+		return "", fmt.Errorf("address family %d on a unix socket: %w", a.family, unix.EINVAL)
 	case a.abstract:
-		return fmt.Errorf("abstract socket %q: the jail reaches no abstract socket outside it: %w", a.path, unix.EPERM)
+		return "", fmt.Errorf("abstract socket %q: the jail reaches no abstract socket outside it: %w", a.path, unix.EPERM)
 	case a.path == "":
-		return unix.EINVAL
+		return "", unix.EINVAL
 	}
 	i := slices.IndexFunc(g.spec.Sockets, func(s SocketGrant) bool { return s.Path == a.path })
 	if i < 0 {
-		return fmt.Errorf("%s is not a granted socket: %w", a.path, unix.EACCES)
+		return "", fmt.Errorf("%s is not a granted socket: %w", a.path, unix.EACCES)
 	}
-	// The grant's path, not the app's bytes.
-	return unix.Connect(sock, &unix.SockaddrUnix{Name: g.spec.Sockets[i].Path})
+	return g.spec.Sockets[i].Path, nil
 }
 
 // rawConnect connects sock to the address raw as it is (the daemon's

@@ -208,20 +208,25 @@ func connectFlood(path string, n int, d time.Duration) (string, error) {
 	return fmt.Sprintf("calls %d", calls.Load()), nil
 }
 
-// connectStall starts n threads that each connect a unix stream socket to
-// path, whose listener never accepts, and waits for want of them to
-// return (the rest block): it prints how many connected and what the
-// others got, then exits, which ends the blocked threads.
+// connectStall connects n unix stream sockets to path, whose listener
+// never accepts (one, then the others at once, each on a thread of its
+// own), and waits for want of them to return (the rest block): it prints
+// how many connected and what the others got, then exits, which ends the
+// blocked threads.
 func connectStall(path string, n, want int) (string, error) {
 	got := make(chan error, n)
-	for range n {
-		go func() {
-			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err == nil {
-				err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
-			}
-			got <- err
-		}()
+	connect := func() {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+		}
+		got <- err
+	}
+	// One first, alone: the one the listener's backlog takes when it has
+	// room, done before the others start; they all stall.
+	connect()
+	for range n - 1 {
+		go connect()
 	}
 	ok, failed := 0, map[string]int{}
 	for range want {
