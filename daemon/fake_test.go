@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,7 +19,6 @@ type fakeApps struct {
 	order   []string
 	apps    map[string]*supervisor.AppStatus
 	logs    map[string][]supervisor.LogLine
-	subs    map[*fakeSub]struct{}
 	owners  map[int]string
 	nextPid int
 	applied int
@@ -36,7 +34,6 @@ func newFakeApps(ids ...string) *fakeApps {
 	f := &fakeApps{
 		apps:    make(map[string]*supervisor.AppStatus),
 		logs:    make(map[string][]supervisor.LogLine),
-		subs:    make(map[*fakeSub]struct{}),
 		owners:  make(map[int]string),
 		nextPid: 1000,
 	}
@@ -192,59 +189,10 @@ func (f *fakeApps) Entries() []policy.App {
 	return out
 }
 
-func (f *fakeApps) Subscribe(buffer int, kinds ...supervisor.EventKind) *fakeSub {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := &fakeSub{f: f, ch: make(chan supervisor.Event, buffer), done: make(chan struct{}), kinds: kinds}
-	f.subs[s] = struct{}{}
-	return s
-}
-
 func (f *fakeApps) publishLocked(ev supervisor.Event) {
 	if f.publish != nil {
 		f.publish(ev)
 	}
-	for s := range f.subs {
-		if len(s.kinds) > 0 && !slices.Contains(s.kinds, ev.Kind) {
-			continue
-		}
-		select {
-		case s.ch <- ev:
-		default:
-			f.endLocked(s, supervisor.ErrSlowSubscriber)
-		}
-	}
-}
-
-func (f *fakeApps) endLocked(s *fakeSub, err error) {
-	if _, ok := f.subs[s]; !ok {
-		return
-	}
-	delete(f.subs, s)
-	s.err = err
-	close(s.ch)
-	close(s.done)
-}
-
-type fakeSub struct {
-	f     *fakeApps
-	ch    chan supervisor.Event
-	done  chan struct{}
-	err   error
-	kinds []supervisor.EventKind
-}
-
-func (s *fakeSub) Events() <-chan supervisor.Event { return s.ch }
-func (s *fakeSub) Done() <-chan struct{}           { return s.done }
-func (s *fakeSub) Close() {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.endLocked(s, nil)
-}
-func (s *fakeSub) Err() error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	return s.err
 }
 
 // Ping answers at once.

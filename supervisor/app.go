@@ -341,10 +341,11 @@ func (r *runner) markStale(gen int, changed []string) (AppStatus, bool) {
 }
 
 // afterPublish follows the state change that ends a process. It first
-// yields: the subscribers the change woke (the control socket's
-// forwarder among them) were made runnable on this goroutine's
-// processor, and would otherwise wait until this goroutine blocks, or
-// until another processor steals them, while it tidies and logs. That
+// yields: the goroutines Publish woke (a control connection's writer,
+// when the event could not be written at once) were made runnable on
+// this goroutine's processor, and would otherwise wait until this
+// goroutine blocks, or until another processor steals them, while it
+// tidies and logs. That
 // changes when things run, never what happens. Then it tidies.
 func (r *runner) afterPublish() {
 	runtime.Gosched()
@@ -382,19 +383,18 @@ func (r *runner) snapshot() AppStatus {
 func (r *runner) move(to State, edit func(*AppStatus)) AppStatus {
 	s := r.s
 	s.mu.Lock()
-	st, dropped, err := r.moveLocked(to, edit)
+	st, err := r.moveLocked(to, edit)
 	s.mu.Unlock()
-	r.moved(dropped, err)
+	r.moved(err)
 	return st
 }
 
-// moveLocked is move with s.mu held. What it owes the log (a refused
-// move, the subscribers the publish dropped) goes to moved, which the
-// caller calls once it let go of the lock.
-func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, dropped int, err error) {
+// moveLocked is move with s.mu held. A refused move goes to moved, which
+// the caller calls once it let go of the lock, to be logged.
+func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, err error) {
 	s := r.s
 	if err := checkMove(r.status.State, to); err != nil {
-		return r.status, 0, err
+		return r.status, err
 	}
 	r.status.State = to
 	r.status.Since = s.cfg.Now()
@@ -405,15 +405,15 @@ func (r *runner) moveLocked(to State, edit func(*AppStatus)) (st AppStatus, drop
 	}
 	edit(&r.status)
 	st = r.status
-	// Published under s.mu so that subscribers see the states in the
-	// order Status does.
-	return st, s.publish(Event{Kind: KindState, State: &st}), nil
+	// Published under s.mu so that Publish has the states in the order
+	// Status does.
+	s.publish(Event{Kind: KindState, State: &st})
+	return st, nil
 }
 
-// moved logs what a moveLocked owes, with s.mu released.
-func (r *runner) moved(dropped int, err error) {
+// moved logs a move moveLocked refused, with s.mu released.
+func (r *runner) moved(err error) {
 	if err != nil {
 		r.s.log.DPanic("refused state change", zap.String("app", r.id), zap.Error(err))
 	}
-	r.s.logDropped(dropped)
 }

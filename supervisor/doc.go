@@ -13,8 +13,7 @@
 //	go sup.Run(ctx)                 // returns once ctx is done and every app is stopped
 //	done, err := sup.Apply(ctx, manifest, supervisor.ApplyOptions{}) // first load, and every reload
 //	st, err := sup.Restart(ctx, "notes")
-//	sub := sup.Subscribe(256, supervisor.KindState) // state events only; dropped if it falls behind
-//	err = sup.FollowLogs("notes", 100, join)        // the last lines, then Publish has every line after
+//	err = sup.FollowLogs("notes", 100, join) // the last lines, then Publish has every line after
 //
 // Apply makes a validated manifest the set of apps: added apps start when
 // they are autostart, removed ones stop and vanish, and a running app
@@ -53,8 +52,8 @@
 // state moves are numbered as they happen (LogLine.Seq, AppStatus.Seq,
 // one count each for the supervisor) and published in that order: a line
 // under its ring's lock, a move under the supervisor's, to Config.Publish
-// (which must not block) and then to the subscribers' channels (a send
-// that would block drops the subscriber). So Publish hears of a move
+// (which must not block), the one way out of the supervisor an event has.
+// So Publish hears of a move
 // before the move's caller does, and FollowLogs, which reads the ring
 // under the same lock, splits the lines of the app's runner exactly
 // between what it returns and what Publish is handed after.

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -142,47 +141,6 @@ func FuzzParseStat(f *testing.F) {
 			t.Fatalf("parseStat(%q) = %+v", in, st)
 		}
 	})
-}
-
-func TestSubscribers(t *testing.T) {
-	var h subscribers
-	drops := 0
-	slow, fast := h.subscribe(1, nil), h.subscribe(10, nil)
-	closed := h.subscribe(1, nil)
-	states := h.subscribe(1, []EventKind{KindState})
-	closed.Close()
-	closed.Close()
-	for i := range 3 {
-		drops += h.publish(Event{Kind: KindLog, Log: &LogLine{Text: fmt.Sprint(i)}})
-	}
-	// A state-only subscriber is not crowded out by output lines.
-	if n := h.publish(Event{Kind: KindState, State: &AppStatus{ID: "a"}}); n != 0 {
-		t.Errorf("the state event dropped %d subscribers", n)
-	}
-	if states.Err() != nil || len(states.Events()) != 1 {
-		t.Errorf("state-only subscriber: %d queued, %v", len(states.Events()), states.Err())
-	} else if ev := <-states.Events(); ev.Kind != KindState {
-		t.Errorf("state-only subscriber got a %s event", ev.Kind)
-	}
-	if !errors.Is(slow.Err(), ErrSlowSubscriber) || drops != 1 {
-		t.Errorf("slow: %v, %d drops", slow.Err(), drops)
-	}
-	if closed.Err() != nil {
-		t.Errorf("closed by its owner: %v", closed.Err())
-	}
-	if len(fast.Events()) != 4 || fast.Err() != nil {
-		t.Errorf("fast: %d queued, %v", len(fast.Events()), fast.Err())
-	}
-	h.closeAll(ErrShutdown)
-	<-fast.Done()
-	if !errors.Is(fast.Err(), ErrShutdown) {
-		t.Errorf("fast after shutdown: %v", fast.Err())
-	}
-	late := h.subscribe(1, nil)
-	<-late.Done()
-	if !errors.Is(late.Err(), ErrShutdown) {
-		t.Errorf("subscribed after shutdown: %v", late.Err())
-	}
 }
 
 // TestRingPublishesInItsOrder: an app's two readers add lines at once;

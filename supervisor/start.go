@@ -226,11 +226,11 @@ func (r *runner) beginStart() *attempt {
 	a.neighbours = s.entries // shared, only read
 	r.procGen++
 	r.procEntry, r.procDev, r.procEntries = a.entry, a.dev, s.entries
-	_, dropped, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
+	_, moveErr := r.moveLocked(Starting, func(st *AppStatus) {
 		st.Pid, st.Restarts, st.Reason, st.Jail, st.Stopper, st.Stale, st.Limits = 0, a.restarts, "", nil, s.stopper(), nil, nil
 	})
 	s.mu.Unlock()
-	r.moved(dropped, moveErr)
+	r.moved(moveErr)
 	r.policy.Started(a.now, a.entry.Restart)
 	return a
 }
@@ -516,11 +516,9 @@ func (r *runner) fail(exit *Exit, cause error) (AppStatus, error) {
 
 func (r *runner) emitter(stream string) func(string) {
 	return func(text string) {
-		dropped := 0
 		r.logs.add(LogLine{App: r.id, Stream: stream, Text: text}, &r.s.logSeq, r.s.cfg.Now, func(l LogLine) {
-			dropped = r.s.publish(Event{Kind: KindLog, Log: &l})
+			r.s.publish(Event{Kind: KindLog, Log: &l})
 		})
 		r.s.log.Info("app output", zap.String("app", r.id), zap.String("stream", stream), zap.String("text", text))
-		r.s.logDropped(dropped)
 	}
 }

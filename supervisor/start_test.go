@@ -178,13 +178,16 @@ func TestCancelStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
-			sup, err := New(Config{
+			cfg := Config{
 				Launcher: jail.NewLauncher(jail.Config{}), Log: zap.NewNop(), Dirs: policy.Dirs{Data: t.TempDir()},
 				BaseEnv: os.Environ(), StartTimeout: tc.timeout,
-			})
+			}
+			events := withEvents(&cfg)
+			sup, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
+			started(t, sup, events)
 			sup.launch = withholdReports(&calls)(sup.launch)
 			ctx, stopRun := context.WithCancel(context.Background())
 			ran := make(chan error, 1)

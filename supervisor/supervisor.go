@@ -21,9 +21,6 @@ import (
 var (
 	// ErrUnknownApp: no app with that id is in the manifest.
 	ErrUnknownApp = errors.New("unknown app")
-	// ErrSlowSubscriber: a subscription was dropped because its queue
-	// filled.
-	ErrSlowSubscriber = errors.New("subscriber too slow: its event queue filled and it was dropped")
 	// ErrStartFailed: the app could not be started; the error and the
 	// returned status's Reason say why.
 	ErrStartFailed = errors.New("app failed to start")
@@ -96,8 +93,7 @@ type Config struct {
 	// Publish, when set, is handed every event in the step that makes
 	// it: a state move under the supervisor's lock, before the move's
 	// caller hears of it; a line under its app's ring lock. It must not
-	// block nor call the Supervisor. (Subscribe's queues get the same
-	// events, after it.)
+	// block nor call the Supervisor.
 	Publish func(Event)
 	// NoCgroup stops apps through their process groups even where the
 	// daemon could give each process a cgroup leaf (cgroup.go).
@@ -137,9 +133,8 @@ type AppStatus struct {
 // Supervisor runs the apps of a manifest. Create it with New, run it with
 // Run, and give it a manifest with Apply.
 type Supervisor struct {
-	cfg  Config
-	log  *zap.Logger
-	subs subscribers
+	cfg Config
+	log *zap.Logger
 	// logSeq numbers the apps' output lines (LogLine.Seq), stateSeq
 	// their moves (AppStatus.Seq).
 	logSeq, stateSeq atomic.Uint64
@@ -274,9 +269,8 @@ func (s *Supervisor) warnTasks(r *runner, limit int) {
 	s.log.Warn("app reached its tasks_max", zap.String("app", r.id), zap.Int("tasks_max", limit))
 	s.mu.Lock()
 	st := r.status
-	dropped := s.publish(Event{Kind: KindWarning, State: &st, Warning: text})
+	s.publish(Event{Kind: KindWarning, State: &st, Warning: text})
 	s.mu.Unlock()
-	s.logDropped(dropped)
 }
 
 // limitsLack says why some limits have no controller, for an error.
@@ -293,13 +287,6 @@ func (s *Supervisor) stopper() string {
 		return StopperCgroup
 	}
 	return StopperProcessGroup
-}
-
-// logDropped logs subscribers a publish dropped. Callers hold no lock.
-func (s *Supervisor) logDropped(n int) {
-	if n > 0 {
-		s.log.Warn("dropped slow event subscribers: their queues filled", zap.Int("dropped", n))
-	}
 }
 
 // Run owns the spawner thread and every goroutine of the supervisor. It
@@ -355,7 +342,6 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if s.cgroups != nil {
 		s.cgroups.close()
 	}
-	s.subs.closeAll(ErrShutdown)
 	return nil
 }
 
@@ -552,20 +538,9 @@ func (s *Supervisor) logsOf(id string) (*ring, error) {
 	return r.logs, nil
 }
 
-// publish hands ev to Publish, then to the subscribers; it returns how
-// many subscribers it dropped, for the caller to log once it holds no
-// lock.
-func (s *Supervisor) publish(ev Event) int {
+// publish hands ev to Publish (when set), in the step that makes it.
+func (s *Supervisor) publish(ev Event) {
 	if s.cfg.Publish != nil {
 		s.cfg.Publish(ev)
 	}
-	return s.subs.publish(ev)
-}
-
-// Subscribe returns a subscription to the events of the given kinds (all
-// kinds when none is given) with a queue of buffer events (64 when
-// buffer <= 0). A subscriber that wants state changes only should say so
-// (Subscribe(n, KindState)): output lines would otherwise fill its queue.
-func (s *Supervisor) Subscribe(buffer int, kinds ...EventKind) *Subscription {
-	return s.subs.subscribe(buffer, kinds)
 }

@@ -53,10 +53,12 @@ func startSupLaunch(t testing.TB, edit func(*Config), wrap func(launchFunc) laun
 	if edit != nil {
 		edit(&cfg)
 	}
+	events := withEvents(&cfg)
 	sup, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	started(t, sup, events)
 	if wrap != nil {
 		sup.launch = wrap(sup.launch)
 	}
@@ -554,40 +556,6 @@ func TestLogsBounded(t *testing.T) {
 	}
 }
 
-func TestSlowSubscriberDropped(t *testing.T) {
-	exe := testExe(t)
-	sup := startSup(t, nil)
-	slow := sup.Subscribe(1) // never read
-	good := sup.Subscribe(4096)
-	defer good.Close()
-	a := testApp(exe, "chatty", "lines", true)
-	a.Env[linesEnv] = "100"
-	apply(t, sup, a)
-	waitState(t, good, "chatty", inState(Stopped))
-	select {
-	case <-slow.Done():
-	case <-time.After(waitFor):
-		t.Fatal("slow subscriber was not dropped")
-	}
-	if !errors.Is(slow.Err(), ErrSlowSubscriber) {
-		t.Errorf("Err = %v, want ErrSlowSubscriber", slow.Err())
-	}
-	n := 0
-	for range slow.Events() { // closed: drains what was queued
-		n++
-	}
-	if n != 1 {
-		t.Errorf("slow subscriber had %d events queued, want 1", n)
-	}
-	if _, err := sup.Status(""); err != nil {
-		t.Fatal(err)
-	}
-	slow.Close() // after a drop: harmless
-	if !errors.Is(slow.Err(), ErrSlowSubscriber) {
-		t.Errorf("Close changed Err to %v", slow.Err())
-	}
-}
-
 // TestDaemonKilled runs the test binary as a daemon with two apps,
 // SIGKILLs it and checks that its apps die with it.
 func TestDaemonKilled(t *testing.T) {
@@ -637,10 +605,13 @@ func TestDaemonKilled(t *testing.T) {
 
 func TestShutdownStopsApps(t *testing.T) {
 	exe := testExe(t)
-	sup, err := New(Config{Launcher: jail.NewLauncher(jail.Config{}), Log: zaptest.NewLogger(t), StopGrace: 300 * time.Millisecond})
+	cfg := Config{Launcher: jail.NewLauncher(jail.Config{}), Log: zaptest.NewLogger(t), StopGrace: 300 * time.Millisecond}
+	events := withEvents(&cfg)
+	sup, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	started(t, sup, events)
 	sub := sup.Subscribe(1024)
 	// Apply before Run is taken, and waits for Run to do the autostart.
 	applied := make(chan error, 1)
@@ -691,10 +662,6 @@ func TestShutdownStopsApps(t *testing.T) {
 	}
 	for _, fd := range fds {
 		awaitGone(t, fd, "app after shutdown")
-	}
-	<-sub.Done()
-	if !errors.Is(sub.Err(), ErrShutdown) {
-		t.Errorf("subscription ended with %v, want ErrShutdown", sub.Err())
 	}
 	if _, err := sup.Start(context.Background(), "a"); !errors.Is(err, ErrShutdown) {
 		t.Errorf("start after shutdown: %v", err)
