@@ -2,6 +2,7 @@ package jail
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -603,6 +605,71 @@ func TestStalledConnectsAreBounded(t *testing.T) {
 			t.Fatalf("after a restart: %s, want %s", got, want)
 		}
 	})
+}
+
+// TestLingeringCloseHoldsNoGuard: the daemon's copy of an app's socket
+// (taken for a connect or a bind the guard decides) is the last one when
+// the app closes its own meanwhile, and closing a TCP socket with unsent
+// data and SO_LINGER set waits out the linger: that close is never made
+// on the guard's own goroutine, so the guard goes on answering (the
+// refused call itself is answered once the close is done, and past 16
+// such closes the app's calls are EAGAIN). Before, a refused connect or
+// bind closed the copy in line, and the app's chosen linger held the
+// guard and the daemon's shutdown.
+func TestLingeringCloseHoldsNoGuard(t *testing.T) {
+	dir := runtimeDir(t)
+	sock := filepath.Join(dir, "wayland-linger")
+	acceptAll(t, sock)
+	// A peer that accepts and never reads, with a small window.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096) })
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	accepted := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-linger"}
+	for _, op := range []string{"connect", "bind"} {
+		t.Run(op, func(t *testing.T) {
+			launchers(t, func(t *testing.T, h *harness) {
+				app := h.probeApp("linger", "linger_race", op, fmt.Sprint(port), "1", sock, "300")
+				app.Sandbox.Network = policy.NetworkTCP
+				app.Sandbox.TCPConnect = []uint16{uint16(port)}
+				app.Sandbox.TCPBind = []uint16{uint16(port) + 1}
+				app.Sandbox.Sockets = []string{"wayland"}
+				o := h.runApp(app, env, nil)
+				if o.err != nil {
+					t.Fatalf("jail did not start: %v", o.err)
+				}
+				if !strings.HasPrefix(o.out, "held ") {
+					t.Fatalf("the app's lingering sockets: %s", o.out)
+				}
+				t.Logf("the app: %s", o.out)
+			})
+		})
+	}
 }
 
 // TestConnectFloodIsThrottled: connects the guard decides spend from its

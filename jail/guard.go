@@ -160,17 +160,13 @@ func (g *Guard) Serve(ctx context.Context) error {
 	}
 }
 
-// decide answers one notification that is not a connect (later takes
-// those).
+// decide answers one notification that takes none of the app's sockets
+// (later takes those).
 func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
 	c := newCall(seccomp.ScmpFd(g.f.Fd()), req)
 	var val uintptr
 	var err error
 	switch nr := int(req.Data.Syscall); {
-	case nr == unix.SYS_BIND && g.rule("bind"):
-		err = g.bind(c)
-	case nr == unix.SYS_LISTEN && g.rule("listen"):
-		err = g.listen(c)
 	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
 		val, err = g.watch(c)
 	default:

@@ -38,18 +38,23 @@ import (
 // it took and the address it copied.
 //
 // A connect may block (a TCP handshake; a unix listener whose backlog is
-// full), so each runs on a goroutine of its own with its own copy of the
-// listener, up to maxConnects at once per app; past that the guard
-// answers EAGAIN at once. What comes before the connect itself (the app's
-// socket taken, its address read and checked) is done in line, while
-// the app waits in the call: a connect that holds a slot is one the
-// daemon makes, even if the app dies before it is done.
+// full), and so may the close of the daemon's copy of any socket the
+// guard takes (connect, bind, listen): once the app has closed its own
+// descriptor the copy is the last, and closing a TCP socket with unsent
+// data and SO_LINGER set waits for as long as the app set. So each such
+// call ends on a goroutine of its own, with its own copy of the listener,
+// up to maxConnects at once per app; past that the guard answers EAGAIN
+// at once. What comes before (the app's socket taken, its address read
+// and checked, a bind or listen made) is done in line, while the app
+// waits in the call: a connect that holds a slot is one the daemon makes,
+// even if the app dies before it is done.
 
-// maxConnects bounds the connects one app has the daemon make at once,
-// across its processes and restarts (Launcher.connectSlots): a connect
-// that never ends (a listener that never accepts, a SYN never answered)
-// holds its slot, and past maxConnects the app's connect is EAGAIN,
-// never made in line, so the guard always goes on.
+// maxConnects bounds the calls of one app that hold a copy of one of its
+// sockets in the daemon at once (its connects, binds and listens), across
+// its processes and restarts (Launcher.connectSlots): a connect that
+// never ends (a listener that never accepts, a SYN never answered), or a
+// close that lingers, holds its slot, and past maxConnects the app's call
+// is EAGAIN, never made in line, so the guard always goes on.
 const maxConnects = 16
 
 // errContinue is connect's answer for a call the kernel makes itself, as
@@ -119,14 +124,24 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 	return a, nil
 }
 
-// later takes a connect off the Serve loop: it decides it in line and
-// makes it on a goroutine of its own, which answers it, and reports true;
-// false when the call is not a connect the spec hands over (Serve
-// answers it). Past maxConnects under way it answers EAGAIN at once: a
-// connect is never made in line, so a listener that never accepts cannot
-// hold the guard (nor the daemon's shutdown, which waits for Serve).
+// later takes a call that takes the app's socket (connect, bind,
+// listen) off the Serve loop: it decides it in line, and on a goroutine
+// of its own makes the connect, closes the daemon's copy of the socket
+// and answers; it reports true, or false for any other call (Serve
+// answers it). Past maxConnects under way it answers EAGAIN at once:
+// neither a connect nor a close is made in line, so a listener that never
+// accepts, or a socket that lingers, cannot hold the guard (nor the
+// daemon's shutdown, which waits for Serve).
 func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
-	if int(req.Data.Syscall) != unix.SYS_CONNECT || !g.rule("connect") {
+	var decide func(*call) (func() error, error)
+	switch nr := int(req.Data.Syscall); {
+	case nr == unix.SYS_CONNECT && g.rule("connect"):
+		decide = g.connect
+	case nr == unix.SYS_BIND && g.rule("bind"):
+		decide = func(c *call) (func() error, error) { return nil, g.bind(c) }
+	case nr == unix.SYS_LISTEN && g.rule("listen"):
+		decide = func(c *call) (func() error, error) { return nil, g.listen(c) }
+	default:
 		return false
 	}
 	refuse := func(errno unix.Errno) bool {
@@ -146,24 +161,24 @@ func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 		return refuse(unix.EAGAIN)
 	}
 	c := newCall(seccomp.ScmpFd(fd), req)
-	connect, err := g.connect(c)
-	if err != nil {
-		g.connected(req, c, err)
-		return true
-	}
+	connect, err := decide(c)
 	go func() {
-		start := time.Now()
-		g.connected(req, c, connect())
-		now := time.Now()
-		g.spend(now, now.Sub(start))
+		if connect != nil {
+			start := time.Now()
+			err = connect()
+			now := time.Now()
+			g.spend(now, now.Sub(start))
+		}
+		g.finish(req, c, err)
 	}()
 	return true
 }
 
-// connected answers a connect that err ended (nil: made) on the call's
-// listener copy, which it closes; the slot is free before the app hears
-// so, and a connect the app makes next finds it free.
-func (g *Guard) connected(req *seccomp.ScmpNotifReq, c *call, err error) {
+// finish ends a call later took: it closes what the call opened (a close
+// that lingers waits here), frees the slot and answers, with err (nil:
+// done), on the call's listener copy, which it closes. The slot is free
+// before the app hears, and a call the app makes next finds it free.
+func (g *Guard) finish(req *seccomp.ScmpNotifReq, c *call, err error) {
 	c.close()
 	<-g.connects
 	resp := g.response(req, c, 0, err)

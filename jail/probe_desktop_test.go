@@ -54,6 +54,8 @@ func desktopProbe(action string, a []string) (out string, err error, known bool)
 		out, err = connectFlood(a[0], atoi(a[1]), time.Duration(atoi(a[2]))*time.Millisecond)
 	case "connect_stall":
 		out, err = connectStall(a[0], atoi(a[1]), atoi(a[2]))
+	case "linger_race":
+		out, err = lingerRace(a[0], atoi(a[1]), atoi(a[2]), a[3], atoi(a[4]))
 	case "netlink_groups":
 		// A netlink socket joining rtnetlink's link group by its connect:
 		// the kernel asks the connecting task for CAP_NET_ADMIN.
@@ -238,6 +240,86 @@ func connectStall(path string, n, want int) (string, error) {
 	}
 	return fmt.Sprintf("ok=%d failed=%v", ok, failed), nil
 }
+
+// lingerRace tries, up to tries times, to have the daemon make the last
+// close of a TCP socket that lingers: a socket connected to port (whose
+// peer never reads) with its send queue full and SO_LINGER set, one
+// thread asking the guard to bind or connect it (op) to denied, which
+// the guard refuses, while another closes it. When the guard took its
+// copy before that close, the copy is the last, and the refused call is
+// answered only once the daemon's close is done. It prints "held N,
+// lingered K" when the guard answered a connect to the granted socket
+// live whenever a call was not answered within 20 ms (K times; "busy":
+// the guard answered EAGAIN, the lingering closes holding the app's
+// slots), and "stalled at try N" when it did not within 3 s.
+func lingerRace(op string, port, denied int, live string, tries int) (string, error) {
+	lo := [4]byte{127, 0, 0, 1}
+	fill := make([]byte, 64<<10)
+	lingered := 0
+	for i := range tries {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+		if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: lo}); err == unix.EAGAIN {
+			return fmt.Sprintf("held %d, lingered %d, busy", i, lingered), nil
+		} else if err != nil {
+			return "", fmt.Errorf("try %d: connect: %w", i, err)
+		}
+		unix.SetNonblock(fd, true)
+		for {
+			if _, err := unix.Write(fd, fill); err != nil {
+				break // EAGAIN: the peer's window is shut
+			}
+		}
+		unix.SetNonblock(fd, false)
+		if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 60}); err != nil {
+			return "", err
+		}
+		start, answered := make(chan struct{}), make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			sa := &unix.SockaddrInet4{Port: denied, Addr: lo}
+			<-start
+			if op == "bind" {
+				answered <- unix.Bind(fd, sa)
+			} else {
+				answered <- unix.Connect(fd, sa)
+			}
+		}()
+		close(start)
+		for k := 0; k < (i*37)%4000*10; k++ { // a close at another moment each try
+			spin.Add(1)
+		}
+		go unix.Close(fd) // the last close waits out the linger
+		select {
+		case err := <-answered:
+			if err == unix.EAGAIN {
+				return fmt.Sprintf("held %d, lingered %d, busy", i+1, lingered), nil
+			}
+			continue
+		case <-time.After(20 * time.Millisecond):
+		}
+		lingered++
+		alive := make(chan struct{})
+		go func() {
+			if s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+				unix.Connect(s, &unix.SockaddrUnix{Name: live})
+			}
+			close(alive)
+		}()
+		select {
+		case <-alive:
+		case <-time.After(3 * time.Second):
+			return fmt.Sprintf("stalled at try %d", i), nil
+		}
+	}
+	return fmt.Sprintf("held %d, lingered %d", tries, lingered), nil
+}
+
+// spin is lingerRace's busy loop's counter, which the compiler keeps.
+var spin atomic.Int64
 
 // connectLoop connects n unix stream sockets to path and prints the mean
 // time of one connect in nanoseconds.
