@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -146,9 +148,11 @@ type Conn struct {
 	// is its own.
 	wmu sync.Mutex
 
+	// pending has each request in flight's channel, which gets its
+	// answer's line: the request's own goroutine decodes it, once.
 	mu      sync.Mutex
 	nextID  int64
-	pending map[int64]chan Response
+	pending map[int64]chan []byte
 	err     error // why the connection ended; set once before closed closes
 	once    sync.Once
 }
@@ -160,7 +164,7 @@ func NewConn(nc net.Conn) *Conn {
 		events:  make(chan Event, eventBuffer),
 		done:    make(chan struct{}),
 		closed:  make(chan struct{}),
-		pending: make(map[int64]chan Response),
+		pending: make(map[int64]chan []byte),
 	}
 	go c.read()
 	return c
@@ -217,7 +221,7 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 		}
 		req.Args = b
 	}
-	ch := make(chan Response, 1)
+	ch := make(chan []byte, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -263,19 +267,8 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	select {
-	case resp := <-ch:
-		if !resp.OK {
-			if resp.Error == nil {
-				return &Error{Code: CodeInternal, Message: "the daemon refused the request without saying why"}
-			}
-			return resp.Error
-		}
-		if out != nil && len(resp.Data) > 0 {
-			if err := jsonv2.Unmarshal(resp.Data, out, answerOptions); err != nil {
-				return fmt.Errorf("%s: decode answer: %w", op, err)
-			}
-		}
-		return nil
+	case line := <-ch:
+		return decodeAnswer(op, line, out)
 	case <-c.closed:
 		return fmt.Errorf("%s: %w", op, c.connErr())
 	case <-ctx.Done():
@@ -313,52 +306,97 @@ func (c *Conn) read() {
 			c.fail(err)
 			return
 		}
-		// One pass over the line: an event's members other than these
-		// are ignored here and decoded by whoever takes the event.
-		var msg struct {
-			ID    int64          `json:"id"`
-			OK    bool           `json:"ok"`
-			Data  jsontext.Value `json:"data"`
-			Error *Error         `json:"error"`
-			Event *string        `json:"event"`
-		}
-		if err := jsonv2.Unmarshal(line, &msg, answerOptions); err != nil {
-			// An event may carry members named like an answer's with
-			// other types (an "error" string): only answers must fit.
-			// The daemon writes "event" first (EncodeEvent), so it is
-			// read before any such member stops the reading.
-			var typeErr *jsonv2.SemanticError
-			if msg.Event == nil || !errors.As(err, &typeErr) {
-				c.fail(fmt.Errorf("daemon sent a malformed line: %w", err))
+		id, answer := answerID(line)
+		if !answer {
+			// One pass over the line: an event's members other than
+			// these are ignored here and decoded by whoever takes the
+			// event.
+			var msg struct {
+				ID    int64   `json:"id"`
+				Error *Error  `json:"error"`
+				Event *string `json:"event"`
+			}
+			if err := jsonv2.Unmarshal(line, &msg, answerOptions); err != nil {
+				// An event may carry members named like an answer's
+				// with other types (an "error" string): only answers
+				// must fit. The daemon writes "event" first
+				// (EncodeEvent), so it is read before any such member
+				// stops the reading.
+				var typeErr *jsonv2.SemanticError
+				if msg.Event == nil || !errors.As(err, &typeErr) {
+					c.fail(fmt.Errorf("daemon sent a malformed line: %w", err))
+					return
+				}
+			}
+			if msg.Event != nil {
+				select {
+				case c.events <- Event{Name: *msg.Event, Raw: line}:
+				case <-c.closed:
+					return
+				}
+				continue
+			}
+			if msg.ID == 0 {
+				// An answer to no request is about the connection
+				// itself (e.g. not_permitted): it ends.
+				if msg.Error != nil {
+					c.fail(msg.Error)
+				} else {
+					c.fail(errors.New("daemon sent an answer without an id"))
+				}
 				return
 			}
-		}
-		if msg.Event != nil {
-			select {
-			case c.events <- Event{Name: *msg.Event, Raw: line}:
-			case <-c.closed:
-				return
-			}
-			continue
-		}
-		resp := Response{ID: msg.ID, OK: msg.OK, Data: json.RawMessage(msg.Data), Error: msg.Error}
-		if resp.ID == 0 {
-			// An answer to no request is about the connection itself
-			// (e.g. not_permitted): it ends.
-			if resp.Error != nil {
-				c.fail(resp.Error)
-			} else {
-				c.fail(errors.New("daemon sent an answer without an id"))
-			}
-			return
+			id = msg.ID
 		}
 		c.mu.Lock()
-		ch := c.pending[resp.ID]
+		ch := c.pending[id]
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- resp // buffered 1; ids are never reused
+			ch <- line // buffered 1; ids are never reused
 		}
 	}
+}
+
+// answerID is the id of an answer line as the daemon writes it, the id
+// first ({"id":7,...}): the reader hands the line to its request without
+// reading the rest, which the request decodes into its own value, in
+// one pass (a status of hundreds of apps is most of its line). false for
+// any other line, which the reader reads whole.
+func answerID(line []byte) (int64, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(`{"id":`))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexAny(rest, ",}")
+	if end <= 0 {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	return id, err == nil && id > 0
+}
+
+// decodeAnswer reads the answer line of op into out (nil: its data is
+// not wanted): the daemon's refusal, or nil once out has the data.
+func decodeAnswer(op string, line []byte, out any) error {
+	var msg struct {
+		OK    bool   `json:"ok"`
+		Data  any    `json:"data"`
+		Error *Error `json:"error"`
+	}
+	msg.Data = out
+	if out == nil {
+		msg.Data = new(jsontext.Value)
+	}
+	if err := jsonv2.Unmarshal(line, &msg, answerOptions); err != nil {
+		return fmt.Errorf("%s: decode answer: %w", op, err)
+	}
+	if !msg.OK {
+		if msg.Error == nil {
+			return &Error{Code: CodeInternal, Message: "the daemon refused the request without saying why"}
+		}
+		return msg.Error
+	}
+	return nil
 }
 
 var noDeadline time.Time

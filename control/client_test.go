@@ -7,9 +7,12 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 func TestDaemonNotRunning(t *testing.T) {
@@ -223,4 +226,71 @@ func TestCutWriteEndsConn(t *testing.T) {
 			t.Fatalf("the daemon read a malformed line of %d bytes: %v", len(line), err)
 		}
 	}
+}
+
+// TestAnswerLines: an answer is its request's, however the daemon laid
+// it out: with the id first (handed over unread, decoded once by the
+// request) or elsewhere (read whole by the reader); one whose data does
+// not fit fails its own request and leaves the connection up.
+func TestAnswerLines(t *testing.T) {
+	c := scriptedDaemon(t, func(req Request) []string {
+		id := strconv.FormatInt(req.ID, 10)
+		switch req.Op {
+		case "first":
+			return []string{`{"id":` + id + `,"ok":true,"data":{"apps":[{"id":"a","state":"running"}]}}`}
+		case "later":
+			return []string{`{"ok":true,"data":{"apps":[{"id":"b","state":"stopped"}]},"id":` + id + `}`}
+		case "refused":
+			return []string{`{"id":` + id + `,"ok":false,"error":{"code":"unknown_app","message":"no"}}`}
+		case "misfit":
+			return []string{`{"id":` + id + `,"ok":true,"data":{"apps":"not a list"}}`}
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, tc := range []struct {
+		op, app, err string
+	}{
+		{"first", "a", ""},
+		{"later", "b", ""},
+		{"refused", "", "unknown_app: no"},
+		{"misfit", "", "misfit: decode answer"},
+		{"first", "a", ""}, // the connection is still up
+	} {
+		var d StatusData
+		err := conn.Do(ctx, tc.op, nil, &d)
+		switch {
+		case tc.err == "" && (err != nil || len(d.Apps) != 1 || d.Apps[0].ID != tc.app):
+			t.Errorf("%s: %v %+v, want app %s", tc.op, err, d, tc.app)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v, want %q", tc.op, err, tc.err)
+		}
+	}
+}
+
+// FuzzAnswerID: the id answerID takes from a line without reading it is
+// the one the whole line holds, for every line that is a JSON object.
+func FuzzAnswerID(f *testing.F) {
+	for _, s := range []string{`{"id":7,"ok":true}`, `{"id":12}`, `{"id":null,"ok":false}`, `{"id":-3,"ok":true}`,
+		`{"id":7 ,"ok":true}`, `{"id":07,"ok":true}`, `{"id":1e3,"ok":true}`, `{"id":7,"id":8}`, `{"event":"state"}`, `{"id":99999999999999999999}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		id, ok := answerID(line)
+		if !ok {
+			return
+		}
+		var msg struct {
+			ID int64 `json:"id"`
+		}
+		if err := jsonv2.Unmarshal(line, &msg, answerOptions); err == nil && msg.ID != id {
+			t.Fatalf("answerID(%q) = %d, the line holds %d", line, id, msg.ID)
+		}
+	})
 }
