@@ -608,14 +608,15 @@ func TestStalledConnectsAreBounded(t *testing.T) {
 }
 
 // TestLingeringCloseHoldsNoGuard: the daemon's copy of an app's socket
-// (taken for a connect or a bind the guard decides) is the last one when
-// the app closes its own meanwhile, and closing a TCP socket with unsent
-// data and SO_LINGER set waits out the linger: that close is never made
-// on the guard's own goroutine, so the guard goes on answering (the
-// refused call itself is answered once the close is done, and past 16
-// such closes the app's calls are EAGAIN). Before, a refused connect or
-// bind closed the copy in line, and the app's chosen linger held the
-// guard and the daemon's shutdown.
+// (taken for a connect, a bind or an inotify_add_watch the guard
+// decides) is the last one when the app closes its own meanwhile, and
+// closing a TCP socket with unsent data and SO_LINGER set waits out the
+// linger: that close is never made on the guard's own goroutine, so the
+// guard goes on answering (the refused call itself is answered once the
+// close is done, and past 16 such closes the app's calls wait, then are
+// EAGAIN). Before, a refused connect, bind or watch closed the copy in
+// line, and the app's chosen linger held the guard and the daemon's
+// shutdown.
 func TestLingeringCloseHoldsNoGuard(t *testing.T) {
 	dir := runtimeDir(t)
 	sock := filepath.Join(dir, "wayland-linger")
@@ -651,10 +652,10 @@ func TestLingeringCloseHoldsNoGuard(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=wayland-linger"}
-	for _, op := range []string{"connect", "bind"} {
+	for _, op := range []string{"connect", "bind", "inotify"} {
 		t.Run(op, func(t *testing.T) {
 			launchers(t, func(t *testing.T, h *harness) {
-				app := h.probeApp("linger", "linger_race", op, fmt.Sprint(port), "1", sock, "300")
+				app := h.probeApp("linger", "linger_race", op, fmt.Sprint(port), "1", sock, "150")
 				app.Sandbox.Network = policy.NetworkTCP
 				app.Sandbox.TCPConnect = []uint16{uint16(port)}
 				app.Sandbox.TCPBind = []uint16{uint16(port) + 1}
@@ -663,7 +664,7 @@ func TestLingeringCloseHoldsNoGuard(t *testing.T) {
 				if o.err != nil {
 					t.Fatalf("jail did not start: %v", o.err)
 				}
-				if !strings.HasPrefix(o.out, "held ") {
+				if !strings.HasPrefix(o.out, "held, lingered ") {
 					t.Fatalf("the app's lingering sockets: %s", o.out)
 				}
 				t.Logf("the app: %s", o.out)

@@ -54,9 +54,10 @@ type Guard struct {
 	spec       Spec
 	log        *zap.Logger
 	unprivPort uint16 // net.ipv4.ip_unprivileged_port_start
-	// connects holds a token per connect under way (later), the app's
-	// across its processes (Launcher.connectSlots).
-	connects chan struct{}
+	// slots hold a token per connect under way, and per close of a
+	// descriptor the guard took (later): the app's, across its processes
+	// (Launcher.slotsOf).
+	slots appSlots
 	// spentMu guards spent, the guard's budget (budget.go): Serve's
 	// answers and the connects' goroutines spend from it.
 	spentMu sync.Mutex
@@ -64,10 +65,10 @@ type Guard struct {
 }
 
 // newGuard takes the listener fd of spec's filter.
-func newGuard(spec Spec, fd int, unprivPort uint16, connects chan struct{}, log *zap.Logger) *Guard {
+func newGuard(spec Spec, fd int, unprivPort uint16, slots appSlots, log *zap.Logger) *Guard {
 	unix.SetNonblock(fd, true)
 	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort,
-		connects: connects}
+		slots: slots}
 }
 
 // spend records work of the guard that took used, ending now, and says
@@ -133,7 +134,8 @@ func (g *Guard) Serve(ctx context.Context) error {
 		case rerr != nil:
 			return fmt.Errorf("guard %s: receive: %w", g.spec.App, rerr)
 		}
-		if !g.later(req) {
+		taken, waited := g.later(ctx, req)
+		if !taken {
 			resp := g.decide(req)
 			if err := seccomp.NotifRespond(seccomp.ScmpFd(g.f.Fd()), &resp); err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("guard %s: respond: %w", g.spec.App, err)
@@ -141,9 +143,10 @@ func (g *Guard) Serve(ctx context.Context) error {
 		}
 		// Wall time from the receive to the answer (or to the connect's
 		// hand-off; its goroutine spends its own) stands for the guard's
-		// CPU: it blocks on nothing but its own system calls (budget.go).
+		// CPU: it blocks on nothing but its own system calls (budget.go),
+		// and a wait for a slot, which is not counted.
 		now := time.Now()
-		if pause := g.spend(now, now.Sub(start)); pause > 0 {
+		if pause := g.spend(now, now.Sub(start)-waited); pause > 0 {
 			if !throttled {
 				throttled = true
 				g.log.Info("guard throttled: the app's calls to the daemon use more than its share", zap.String("app", g.spec.App),
@@ -160,20 +163,10 @@ func (g *Guard) Serve(ctx context.Context) error {
 	}
 }
 
-// decide answers one notification that takes none of the app's sockets
-// (later takes those).
+// decide answers a notification of a call the spec does not hand over
+// (later takes those it does).
 func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
-	c := newCall(seccomp.ScmpFd(g.f.Fd()), req)
-	var val uintptr
-	var err error
-	switch nr := int(req.Data.Syscall); {
-	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
-		val, err = g.watch(c)
-	default:
-		err = unix.ENOSYS // a call the spec does not hand over
-	}
-	c.close()
-	return g.response(req, c, val, err)
+	return g.response(req, newCall(seccomp.ScmpFd(g.f.Fd()), req), 0, unix.ENOSYS)
 }
 
 // response is the answer to req of a call that returned val, or failed

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,24 +39,29 @@ import (
 // it took and the address it copied.
 //
 // A connect may block (a TCP handshake; a unix listener whose backlog is
-// full), and so may the close of the daemon's copy of any socket the
-// guard takes (connect, bind, listen): once the app has closed its own
-// descriptor the copy is the last, and closing a TCP socket with unsent
-// data and SO_LINGER set waits for as long as the app set. So each such
-// call ends on a goroutine of its own, with its own copy of the listener,
-// up to maxConnects at once per app; past that the guard answers EAGAIN
-// at once. What comes before (the app's socket taken, its address read
-// and checked, a bind or listen made) is done in line, while the app
-// waits in the call: a connect that holds a slot is one the daemon makes,
-// even if the app dies before it is done.
+// full), and so may the close of the daemon's copy of any descriptor the
+// guard takes of the app (connect, bind, listen, inotify_add_watch, whose
+// "inotify" descriptor may be any socket): once the app has closed its
+// own the copy is the last, and closing a TCP socket with unsent data and
+// SO_LINGER set waits for as long as the app set. So each such call ends
+// on a goroutine of its own, with its own copy of the listener, holding
+// one of the app's slots (later). What comes before (the app's socket
+// taken, its address read and checked, a bind or listen made) is done in
+// line, while the app waits in the call: a connect that holds a slot is
+// one the daemon makes, even if the app dies before it is done.
 
-// maxConnects bounds the calls of one app that hold a copy of one of its
-// sockets in the daemon at once (its connects, binds and listens), across
-// its processes and restarts (Launcher.connectSlots): a connect that
-// never ends (a listener that never accepts, a SYN never answered), or a
-// close that lingers, holds its slot, and past maxConnects the app's call
-// is EAGAIN, never made in line, so the guard always goes on.
-const maxConnects = 16
+// maxConnects bounds the connects one app has the daemon make at once,
+// across its processes and restarts (Launcher.slotsOf): a connect that
+// never ends (a listener that never accepts, a SYN never answered), or
+// whose close lingers, holds its slot, and past maxConnects the app's
+// connect is EAGAIN, never made in line, so the guard always goes on.
+// maxCloses bounds the same way the app's other calls whose close of the
+// daemon's copy of a descriptor is under way (bind, listen,
+// inotify_add_watch: a close that lingers).
+const (
+	maxConnects = 16
+	maxCloses   = 16
+)
 
 // errContinue is connect's answer for a call the kernel makes itself, as
 // the app (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
@@ -124,44 +130,59 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 	return a, nil
 }
 
-// later takes a call that takes the app's socket (connect, bind,
-// listen) off the Serve loop: it decides it in line, and on a goroutine
-// of its own makes the connect, closes the daemon's copy of the socket
-// and answers; it reports true, or false for any other call (Serve
-// answers it). Past maxConnects under way it answers EAGAIN at once:
-// neither a connect nor a close is made in line, so a listener that never
-// accepts, or a socket that lingers, cannot hold the guard (nor the
-// daemon's shutdown, which waits for Serve).
-func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
-	var decide func(*call) (func() error, error)
+// later takes the calls the spec hands over (connect, bind, listen,
+// inotify_add_watch) and reports true, with how long it waited for a
+// slot; false for any other (Serve answers it ENOSYS). Each is decided in line, while the app waits in
+// the call; then a goroutine of its own makes the connect (for a
+// connect), closes the daemon's copies of the app's descriptors and
+// answers, so that neither a connect nor a close is ever made on the
+// Serve loop: a listener that never accepts, or a socket that lingers,
+// cannot hold the guard (nor the daemon's shutdown, which waits for
+// Serve). A connect holds one of the app's connect slots, and past
+// maxConnects under way it is EAGAIN at once; any other call holds a
+// close slot, and past maxCloses it waits up to closeWait for one (a
+// burst of calls, each a close of microseconds), then is EAGAIN (closes
+// that linger).
+func (g *Guard) later(ctx context.Context, req *seccomp.ScmpNotifReq) (taken bool, waited time.Duration) {
+	slots := g.slots.closes
+	var decide func(*call) (func() error, uintptr, error)
 	switch nr := int(req.Data.Syscall); {
 	case nr == unix.SYS_CONNECT && g.rule("connect"):
-		decide = g.connect
+		slots, decide = g.slots.connects, func(c *call) (func() error, uintptr, error) {
+			connect, err := g.connect(c)
+			return connect, 0, err
+		}
 	case nr == unix.SYS_BIND && g.rule("bind"):
-		decide = func(c *call) (func() error, error) { return nil, g.bind(c) }
+		decide = func(c *call) (func() error, uintptr, error) { return nil, 0, g.bind(c) }
 	case nr == unix.SYS_LISTEN && g.rule("listen"):
-		decide = func(c *call) (func() error, error) { return nil, g.listen(c) }
+		decide = func(c *call) (func() error, uintptr, error) { return nil, 0, g.listen(c) }
+	case nr == unix.SYS_INOTIFY_ADD_WATCH && g.rule("inotify_add_watch"):
+		decide = func(c *call) (func() error, uintptr, error) {
+			wd, err := g.watch(c)
+			return nil, wd, err
+		}
 	default:
-		return false
+		return false, 0
 	}
-	refuse := func(errno unix.Errno) bool {
+	refuse := func(errno unix.Errno) (bool, time.Duration) {
 		g.answerConnect(seccomp.ScmpFd(g.f.Fd()), &seccomp.ScmpNotifResp{ID: req.ID, Error: int32(errno)})
-		return true
+		return true, waited
 	}
-	select {
-	case g.connects <- struct{}{}:
-	default:
+	t0 := time.Now()
+	ok := g.takeSlot(ctx, slots)
+	waited = time.Since(t0)
+	if !ok {
 		return refuse(unix.EAGAIN)
 	}
 	// Its own copy of the listener: Serve may close its own (the app
-	// gone, or ctx done) while this connect still runs.
+	// gone, or ctx done) while this call still runs.
 	fd, err := unix.FcntlInt(g.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		<-g.connects
+		<-slots
 		return refuse(unix.EAGAIN)
 	}
 	c := newCall(seccomp.ScmpFd(fd), req)
-	connect, err := decide(c)
+	connect, val, err := decide(c)
 	go func() {
 		if connect != nil {
 			start := time.Now()
@@ -169,19 +190,46 @@ func (g *Guard) later(req *seccomp.ScmpNotifReq) bool {
 			now := time.Now()
 			g.spend(now, now.Sub(start))
 		}
-		g.finish(req, c, err)
+		g.finish(req, c, slots, val, err)
 	}()
-	return true
+	return true, waited
+}
+
+// closeWait is how long a call waits for one of its app's close slots
+// when every one is taken.
+const closeWait = 100 * time.Millisecond
+
+// takeSlot takes one of slots: a connect's at once or not at all, a
+// close's within closeWait; false when none came (or ctx ended).
+func (g *Guard) takeSlot(ctx context.Context, slots chan struct{}) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	default:
+	}
+	if slots == g.slots.connects {
+		return false
+	}
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case slots <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // finish ends a call later took: it closes what the call opened (a close
-// that lingers waits here), frees the slot and answers, with err (nil:
-// done), on the call's listener copy, which it closes. The slot is free
-// before the app hears, and a call the app makes next finds it free.
-func (g *Guard) finish(req *seccomp.ScmpNotifReq, c *call, err error) {
+// that lingers waits here), frees its slot and answers, with val or err,
+// on the call's listener copy, which it closes. The slot is free before
+// the app hears, and a call the app makes next finds it free.
+func (g *Guard) finish(req *seccomp.ScmpNotifReq, c *call, slots chan struct{}, val uintptr, err error) {
 	c.close()
-	<-g.connects
-	resp := g.response(req, c, 0, err)
+	<-slots
+	resp := g.response(req, c, val, err)
 	g.answerConnect(c.fd, &resp)
 	unix.Close(int(c.fd))
 }

@@ -122,7 +122,7 @@ func (p *Process) takeGuard(sock int, guard func(fd int) *Guard) {
 // guardFor makes the Guard of spec's listener.
 func (l *Launcher) guardFor(spec Spec) func(fd int) *Guard {
 	unprivPort := l.kernel().unprivPort
-	slots := l.connectSlots(spec.App)
+	slots := l.slotsOf(spec.App)
 	kept := guardSpec(spec)
 	return func(fd int) *Guard { return newGuard(kept, fd, unprivPort, slots, l.log) }
 }
@@ -138,17 +138,25 @@ func guardSpec(spec Spec) Spec {
 	}
 }
 
-// connectSlots are app's connect slots, made at its first start.
-func (l *Launcher) connectSlots(app string) chan struct{} {
+// appSlots are an app's slots for the guard's work off its loop (later),
+// kept across the app's processes, since that work can outlive the
+// process that asked for it: connects under way, and closes of the
+// daemon's copies of the app's descriptors.
+type appSlots struct{ connects, closes chan struct{} }
+
+// slotsOf are app's slots, made at its first start.
+func (l *Launcher) slotsOf(app string) appSlots {
 	l.slotsMu.Lock()
 	defer l.slotsMu.Unlock()
 	if l.slots == nil {
-		l.slots = map[string]chan struct{}{}
+		l.slots = map[string]appSlots{}
 	}
-	if l.slots[app] == nil {
-		l.slots[app] = make(chan struct{}, maxConnects)
+	s, ok := l.slots[app]
+	if !ok {
+		s = appSlots{connects: make(chan struct{}, maxConnects), closes: make(chan struct{}, maxCloses)}
+		l.slots[app] = s
 	}
-	return l.slots[app]
+	return s
 }
 
 // Settled reports whether Confirm's answer is known already and it
@@ -195,11 +203,10 @@ type Launcher struct {
 	arena func() (*helper.Arena, error)
 	// inheritedIgnored is kernelIgnored, asked at the first start.
 	inheritedIgnored func() uint64
-	// slotsMu guards slots: each app's connect slots (maxConnects), kept
-	// across its processes, since a connect that never ends outlives the
-	// process that asked for it.
+	// slotsMu guards slots: each app's slots for its guard's work off
+	// the loop (appSlots).
 	slotsMu sync.Mutex
-	slots   map[string]chan struct{}
+	slots   map[string]appSlots
 }
 
 // kernelInfo is what a Launcher asks of the kernel once.
