@@ -43,12 +43,15 @@ import (
 // guard takes of the app (connect, bind, listen, inotify_add_watch, whose
 // "inotify" descriptor may be any socket): once the app has closed its
 // own the copy is the last, and closing a TCP socket with unsent data and
-// SO_LINGER set waits for as long as the app set. So each such call ends
-// on a goroutine of its own, with its own copy of the listener, holding
-// one of the app's slots (later). What comes before (the app's socket
-// taken, its address read and checked, a bind or listen made) is done in
-// line, while the app waits in the call: a connect that holds a slot is
-// one the daemon makes, even if the app dies before it is done.
+// SO_LINGER set waits for as long as the app set; so may the taking of
+// the descriptor itself (pidfd_getfd), when the kernel's fget loses a
+// race with the app's close and drops the last reference. So each such
+// call runs on a goroutine of its own, with its own copy of the listener,
+// holding one of the app's slots (later); Serve waits for its decision
+// (the app's socket taken, its address read and checked, a bind or
+// listen made), briefly, so that a connect that holds a slot has taken
+// the app's socket before the next call, and is one the daemon makes
+// even if the app dies before it is done.
 
 // maxConnects bounds the connects one app has the daemon make at once,
 // across its processes and restarts (Launcher.slotsOf): a connect that
@@ -132,17 +135,18 @@ func decodeSockaddr(b []byte) (sockAddr, error) {
 
 // later takes the calls the spec hands over (connect, bind, listen,
 // inotify_add_watch) and reports true, with how long it waited for a
-// slot; false for any other (Serve answers it ENOSYS). Each is decided in line, while the app waits in
-// the call; then a goroutine of its own makes the connect (for a
-// connect), closes the daemon's copies of the app's descriptors and
-// answers, so that neither a connect nor a close is ever made on the
-// Serve loop: a listener that never accepts, or a socket that lingers,
-// cannot hold the guard (nor the daemon's shutdown, which waits for
-// Serve). A connect holds one of the app's connect slots, and past
-// maxConnects under way it is EAGAIN at once; any other call holds a
-// close slot, and past maxCloses it waits up to closeWait for one (a
-// burst of calls, each a close of microseconds), then is EAGAIN (closes
-// that linger).
+// slot; false for any other (Serve answers it ENOSYS). Each runs on a
+// goroutine of its own, which decides it (while the app waits in the
+// call, and Serve for the decision, up to decideWait), makes the connect
+// (for a connect), closes the daemon's copies of the app's descriptors
+// and answers: neither the taking of an app's descriptor, nor a connect,
+// nor a close is ever made on the Serve loop, so a listener that never
+// accepts, or a socket that lingers, cannot hold the guard (nor the
+// daemon's shutdown, which waits for Serve). A connect holds one of the
+// app's connect slots, and past maxConnects under way it is EAGAIN at
+// once; any other call holds a close slot, and past maxCloses it waits up
+// to closeWait for one (a burst of calls, each a close of microseconds),
+// then is EAGAIN (closes that linger).
 func (g *Guard) later(ctx context.Context, req *seccomp.ScmpNotifReq) (taken bool, waited time.Duration) {
 	slots := g.slots.closes
 	var decide func(*call) (func() error, uintptr, error)
@@ -182,8 +186,10 @@ func (g *Guard) later(ctx context.Context, req *seccomp.ScmpNotifReq) (taken boo
 		return refuse(unix.EAGAIN)
 	}
 	c := newCall(seccomp.ScmpFd(fd), req)
-	connect, val, err := decide(c)
+	decided := make(chan struct{})
 	go func() {
+		connect, val, err := decide(c)
+		close(decided)
 		if connect != nil {
 			start := time.Now()
 			err = connect()
@@ -192,8 +198,25 @@ func (g *Guard) later(ctx context.Context, req *seccomp.ScmpNotifReq) (taken boo
 		}
 		g.finish(req, c, slots, val, err)
 	}()
+	// Serve waits for the decision, so that the calls are taken in their
+	// order (a connect that holds a slot has taken the app's socket
+	// before the next call is looked at), but not past decideWait: taking
+	// the app's descriptor can itself end in a lingering close, when the
+	// kernel's fget loses a race with the app's close and drops the last
+	// reference.
+	t := time.NewTimer(decideWait)
+	defer t.Stop()
+	select {
+	case <-decided:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	return true, waited
 }
+
+// decideWait is how long Serve waits for a call it handed over to be
+// decided.
+const decideWait = 100 * time.Millisecond
 
 // closeWait is how long a call waits for one of its app's close slots
 // when every one is taken.
