@@ -100,7 +100,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	env.JSONEcho, env.ToolApp = *jsonecho, *toolapp
 
 	rep := &Report{Started: time.Now(), Machine: machine(env)}
-	failed := false
+	failed := measureAll(ctx, env, rep, selected)
+	rep.Duration = time.Since(rep.Started)
+	rep.Machine.LoadEnd = loadavg()
+	if *asJSON {
+		err = writeJSON(stdout, rep)
+	} else {
+		err = writeTable(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "octosup-bench: %v\n", err)
+		return exitFailed
+	}
+	if failed {
+		fmt.Fprintln(stderr, "octosup-bench: some figures could not be measured (see above); rerun with --keep to read the daemons' logs")
+		return exitFailed
+	}
+	return exitOK
+}
+
+// measureAll runs the selected sections into rep, until ctx ends; failed
+// is a section that could not be run or a figure that could not be taken.
+func measureAll(ctx context.Context, env *Env, rep *Report, selected []Measurement) (failed bool) {
 	for _, m := range selected {
 		t0 := time.Now()
 		rows, err := m.Run(ctx, env)
@@ -124,22 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 	}
-	rep.Duration = time.Since(rep.Started)
-	rep.Machine.LoadEnd = loadavg()
-	if *asJSON {
-		err = writeJSON(stdout, rep)
-	} else {
-		err = writeTable(stdout, rep)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "octosup-bench: %v\n", err)
-		return exitFailed
-	}
-	if failed {
-		fmt.Fprintln(stderr, "octosup-bench: some figures could not be measured (see above); rerun with --keep to read the daemons' logs")
-		return exitFailed
-	}
-	return exitOK
+	return failed
 }
 
 func selectMeasurements(ms []Measurement, only string) ([]Measurement, error) {

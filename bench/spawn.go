@@ -126,11 +126,18 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 		bw.err = errors.New("skipped: no bwrap (apt-get install bubblewrap, and no --bwrap none)")
 	}
 
+	err = spawnRounds(ctx, env, n, variants)
+	return spawnRows(append(variants[:7:7], bw)), err
+}
+
+// spawnRounds runs n rounds of the variants. A variant that fails is
+// dropped from the rounds, keeps the samples it had, and fails the run.
+func spawnRounds(ctx context.Context, env *Env, n int, variants []*spawnVariant) error {
 	// Round-robin, the order turning every round, so that the machine's
 	// drift (other engineers' builds) falls on every variant alike.
 	for i := range n {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		if i%50 == 0 {
 			env.Progressf("spawn: round %d/%d", i, n)
@@ -156,7 +163,7 @@ func runSpawn(ctx context.Context, env *Env, n int) ([]Row, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", v.id, v.err))
 		}
 	}
-	return spawnRows(append(variants[:7:7], bw)), errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // spawnRows turns the samples into rows: each variant to the FIFO byte

@@ -287,87 +287,102 @@ func runRoundTrips(ctx context.Context, env *Env, f *roundTripFlags, s roundTrip
 	}()
 
 	self := os.Getpid()
-	echoProcs := []proc{{"bench", self}, {"echo", echo.cmds[0].Process.Pid}}
-	relayProcs := []proc{{"bench", self}, {"echo", relayed.cmds[0].Process.Pid}, {"relay", relayed.cmds[1].Process.Pid}}
-	realProcs := []proc{{"kernel (bench)", self}, {"octosupd", rig.daemonPid}, {"app", rig.appPid}}
-	var floor1, relay1, real1, floorK, relayK, realK tripTotals
-	rows := func(err error) ([]Row, error) {
-		k := fmt.Sprint(f.inflight)
-		fl1 := floor1.row(s.name+".floor.1", s.floorLabel+", 1 in flight", "msgs/s")
-		rl1 := relay1.row(s.name+".relay.1", relayLabel+", 1 in flight", "msgs/s")
-		re1 := real1.row(s.name+".real.1", s.realLabel+", 1 in flight", s.unit)
-		flK := floorK.row(s.name+".floor."+k, s.floorLabel+", "+k+" in flight", "msgs/s")
-		rlK := relayK.row(s.name+".relay."+k, relayLabel+", "+k+" in flight", "msgs/s")
-		reK := realK.row(s.name+".real."+k, s.realLabel+", "+k+" in flight", s.unit)
-		re1.Note = fmt.Sprintf("the app (bench/toolapp) runs with policy %s", f.sandbox)
-		if f.sandbox == "jail" {
-			re1.Note += " (network none, processes false)"
-		}
-		return []Row{fl1, rl1, re1, flK, rlK, reK,
-			ratioRow(s.name+".ratio.p50", "p50 vs the floor's, 1 in flight", "real/floor p50", re1, fl1, nil),
-			ratioRow(s.name+".ratio.rate."+k, "rate vs the floor's, "+k+" in flight", "real/floor rate", rateOnly(reK), rateOnly(flK), nil),
-			// The goals are against the relay: the echo floor has one
-			// process fewer on the path than any daemon can.
-			ratioRow(s.name+".ratio.p50.relay", "p50 vs the relay's, 1 in flight", "real/relay p50", re1, rl1, s.ratioP50),
-			ratioRow(s.name+".ratio.rate.relay."+k, "rate vs the relay's, "+k+" in flight", "real/relay rate", rateOnly(reK), rateOnly(rlK), s.ratioRate),
-			floorK.cpuRow(s.name+".cpu.floor."+k, "CPU per round trip, "+k+" in flight: floor (bench + echo)", echoProcs),
-			relayK.cpuRow(s.name+".cpu.relay."+k, "CPU per round trip, "+k+" in flight: relay (bench + relay + echo)", relayProcs),
-			real1.cpuRow(s.name+".cpu.real.1", "CPU per round trip, 1 in flight: real (kernel + octosupd + app)", realProcs),
-			realK.cpuRow(s.name+".cpu.real."+k, "CPU per round trip, "+k+" in flight: real (kernel + octosupd + app)", realProcs),
-		}, err
+	fl := &tripPath{name: "floor", run: floor, procs: []proc{{"bench", self}, {"echo", echo.cmds[0].Process.Pid}}}
+	rl := &tripPath{name: "relay", run: relay, procs: []proc{{"bench", self}, {"echo", relayed.cmds[0].Process.Pid}, {"relay", relayed.cmds[1].Process.Pid}}}
+	re := &tripPath{name: "real", run: real, procs: []proc{{"kernel (bench)", self}, {"octosupd", rig.daemonPid}, {"app", rig.appPid}}}
+	if err := measureRounds(ctx, env, f, s, []*tripPath{fl, rl, re}); err != nil {
+		return roundTripRows(f, s, fl, rl, re), err
 	}
+	stopped = true
+	return roundTripRows(f, s, fl, rl, re), stop()
+}
+
+// tripPath is one of a section's three paths (the floor, the relay, the
+// daemon): its runner, the processes its CPU is charged to, and its
+// totals one at a time and in flight.
+type tripPath struct {
+	name      string
+	run       tripRunner
+	procs     []proc
+	one, many tripTotals
+}
+
+// measureRounds warms the paths up, then runs s's rounds, alternating the
+// paths one at a time and f.inflight at once, the order turning each round.
+func measureRounds(ctx context.Context, env *Env, f *roundTripFlags, s roundTripSection, paths []*tripPath) error {
 	// Warm-up, not counted: connections, buffers, the daemon's maps and
 	// the Go runtimes' heaps grown to size.
-	for _, run := range []tripRunner{floor, relay, real} {
+	for _, p := range paths {
 		for _, k := range []int{1, f.inflight} {
-			if _, _, err := run(min(200*k, 2000), k); err != nil {
-				return rows(fmt.Errorf("warm-up: %w", err))
+			if _, _, err := p.run(min(200*k, 2000), k); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
 			}
 		}
 	}
 	per1, perK := max(1, s.n1/f.rounds), max(1, s.nK/f.rounds)
 	type step struct {
-		what  string
-		run   tripRunner
-		n, k  int
-		into  *tripTotals
-		procs []proc
+		path *tripPath
+		n, k int
+		into *tripTotals
 	}
 	for round := range f.rounds {
 		if err := ctx.Err(); err != nil {
-			return rows(err)
+			return err
 		}
 		env.Progressf("%s: round %d/%d", s.name, round+1, f.rounds)
-		one := []step{
-			{"floor, 1 in flight", floor, per1, 1, &floor1, echoProcs},
-			{"relay, 1 in flight", relay, per1, 1, &relay1, relayProcs},
-			{"real, 1 in flight", real, per1, 1, &real1, realProcs},
-		}
-		many := []step{
-			{"floor, in flight", floor, perK, f.inflight, &floorK, echoProcs},
-			{"relay, in flight", relay, perK, f.inflight, &relayK, relayProcs},
-			{"real, in flight", real, perK, f.inflight, &realK, realProcs},
+		var one, many []step
+		for _, p := range paths {
+			one = append(one, step{p, per1, 1, &p.one})
+			many = append(many, step{p, perK, f.inflight, &p.many})
 		}
 		if round%2 == 1 { // the other order: drift falls on all alike
 			slices.Reverse(one)
 			slices.Reverse(many)
 		}
 		for _, st := range append(one, many...) {
-			err := timedCPU(st.procs, st.into, func() error {
-				lat, el, err := st.run(st.n, st.k)
+			err := timedCPU(st.path.procs, st.into, func() error {
+				lat, el, err := st.path.run(st.n, st.k)
 				st.into.add(lat, el)
 				return err
 			})
 			if err != nil {
-				return rows(fmt.Errorf("round %d, %s: %w", round+1, st.what, err))
+				what := st.path.name + ", 1 in flight"
+				if st.k > 1 {
+					what = st.path.name + ", in flight"
+				}
+				return fmt.Errorf("round %d, %s: %w", round+1, what, err)
 			}
 		}
 	}
-	stopped = true
-	if err := stop(); err != nil {
-		return rows(err)
+	return nil
+}
+
+// roundTripRows are a section's rows: each path's, one at a time and in
+// flight, the ratios and the goals (against the relay), and CPU.
+func roundTripRows(f *roundTripFlags, s roundTripSection, floor, relay, real *tripPath) []Row {
+	k := fmt.Sprint(f.inflight)
+	fl1 := floor.one.row(s.name+".floor.1", s.floorLabel+", 1 in flight", "msgs/s")
+	rl1 := relay.one.row(s.name+".relay.1", relayLabel+", 1 in flight", "msgs/s")
+	re1 := real.one.row(s.name+".real.1", s.realLabel+", 1 in flight", s.unit)
+	flK := floor.many.row(s.name+".floor."+k, s.floorLabel+", "+k+" in flight", "msgs/s")
+	rlK := relay.many.row(s.name+".relay."+k, relayLabel+", "+k+" in flight", "msgs/s")
+	reK := real.many.row(s.name+".real."+k, s.realLabel+", "+k+" in flight", s.unit)
+	re1.Note = fmt.Sprintf("the app (bench/toolapp) runs with policy %s", f.sandbox)
+	if f.sandbox == "jail" {
+		re1.Note += " (network none, processes false)"
 	}
-	return rows(nil)
+	return []Row{fl1, rl1, re1, flK, rlK, reK,
+		ratioRow(s.name+".ratio.p50", "p50 vs the floor's, 1 in flight", "real/floor p50", re1, fl1, nil),
+		ratioRow(s.name+".ratio.rate."+k, "rate vs the floor's, "+k+" in flight", "real/floor rate", rateOnly(reK), rateOnly(flK), nil),
+		// The goals are against the relay: the echo floor has one
+		// process fewer on the path than any daemon can.
+		ratioRow(s.name+".ratio.p50.relay", "p50 vs the relay's, 1 in flight", "real/relay p50", re1, rl1, s.ratioP50),
+		ratioRow(s.name+".ratio.rate.relay."+k, "rate vs the relay's, "+k+" in flight", "real/relay rate", rateOnly(reK), rateOnly(rlK), s.ratioRate),
+		floor.many.cpuRow(s.name+".cpu.floor."+k, "CPU per round trip, "+k+" in flight: floor (bench + echo)", floor.procs),
+		relay.many.cpuRow(s.name+".cpu.relay."+k, "CPU per round trip, "+k+" in flight: relay (bench + relay + echo)", relay.procs),
+		real.one.cpuRow(s.name+".cpu.real.1", "CPU per round trip, 1 in flight: real (kernel + octosupd + app)", real.procs),
+		real.many.cpuRow(s.name+".cpu.real."+k, "CPU per round trip, "+k+" in flight: real (kernel + octosupd + app)", real.procs),
+	}
 }
 
 // relayLabel is the label of the relay rows.
