@@ -78,7 +78,10 @@
 // that are no app's main process (each runner reaps its own) and not in
 // the daemon's own session; it stops once every runner has returned.
 // While a fork is under way it leaves the zombies alone (the new process
-// is not in the books yet) and the end of the fork wakes it again.
+// is not in the books yet) and the end of the fork wakes it again. It
+// looks before it scans /proc: a SIGCHLD whose next zombie is an app's
+// main process (most are) costs no scan, and that process's reap by its
+// runner wakes it again.
 //
 // Where the daemon may create cgroups in its own cgroup v2 (root, or a
 // systemd service with Delegate=yes; cgroup.go), each process is forked

@@ -238,16 +238,21 @@ const (
 	cldDumped = 3
 )
 
-// exitOf decodes the SIGCHLD part of a siginfo_t, which x/sys leaves
+// sigchld decodes the SIGCHLD part of a siginfo_t, which x/sys leaves
 // opaque: si_pid, si_uid, si_status follow the three int header fields,
 // aligned to a pointer.
-func exitOf(info *unix.Siginfo, at time.Time) Exit {
+func sigchld(info *unix.Siginfo) (pid, status int) {
 	raw := (*[unsafe.Sizeof(unix.Siginfo{})]byte)(unsafe.Pointer(info))
 	off := 3 * 4
 	if a := int(unsafe.Sizeof(uintptr(0))); off%a != 0 {
 		off += a - off%a
 	}
-	status := int(int32(binary.NativeEndian.Uint32(raw[off+8:])))
+	return int(int32(binary.NativeEndian.Uint32(raw[off:]))), int(int32(binary.NativeEndian.Uint32(raw[off+8:])))
+}
+
+// exitOf is the Exit a waitid's siginfo_t reports.
+func exitOf(info *unix.Siginfo, at time.Time) Exit {
+	_, status := sigchld(info)
 	switch info.Code {
 	case cldExited:
 		return Exit{Kind: ExitStatus, Code: status, At: at}

@@ -239,6 +239,8 @@ func (r *runner) collect() Exit {
 	delete(s.pids, p.pid)
 	r.leafPath = ""
 	s.mu.Unlock()
+	// A stray's zombie may wait behind the leader's (reapStrays).
+	s.kickReaper()
 	// The leaf was killed with the group: once it is empty, nothing of the
 	// app is left, wherever its descendants went. The leader's exit left
 	// it so unless a descendant is still dying: one read, as a rule.

@@ -175,8 +175,8 @@ type Supervisor struct {
 
 	// self and sid are the daemon's pid and session (procs.go).
 	self, sid int
-	// reapKick wakes the stray reaper (buffered 1): a start that held it
-	// off is over.
+	// reapKick wakes the stray reaper (buffered 1): a start, or an app's
+	// main process unreaped, that held it off is over.
 	reapKick chan struct{}
 
 	// launch starts processes on the spawner thread: cfg.Launcher, or a
@@ -350,16 +350,21 @@ func (s *Supervisor) Run(ctx context.Context) error {
 func (s *Supervisor) spawnedLocked() {
 	s.spawning--
 	if s.spawning == 0 {
-		select {
-		case s.reapKick <- struct{}{}:
-		default:
-		}
+		s.kickReaper()
+	}
+}
+
+// kickReaper has the stray reaper look again if it left zombies for later.
+func (s *Supervisor) kickReaper() {
+	select {
+	case s.reapKick <- struct{}{}:
+	default:
 	}
 }
 
 // reaper reaps the apps' strays (reapStrays) when a child of the daemon
-// exits, and once more when a start that held it off is over, until
-// stop; then once more.
+// exits, and once more when a start or an unreaped main process that
+// held it off is over, until stop; then once more.
 func (s *Supervisor) reaper(sigchld <-chan os.Signal, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	later := false
