@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"octosup/internal/strictjson"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"octosup/internal/strictjson"
 )
 
 func TestDecodeRequest(t *testing.T) {

@@ -4,11 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"octosup/internal/roundtrip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"octosup/internal/roundtrip"
 )
 
 // BenchmarkToolCallControl measures a tool call as a kernel sees it: a

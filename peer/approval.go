@@ -2,14 +2,14 @@ package peer
 
 import (
 	"fmt"
-	"octosup/control"
-	"octosup/peer/internal/frame"
 	"slices"
 	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
+	"octosup/control"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"octosup/internal/strictjson"
-	"octosup/peer/internal/frame"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"octosup/control"
+	"octosup/internal/strictjson"
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 

@@ -2,11 +2,12 @@ package peer
 
 import (
 	"encoding/json"
-	"octosup/internal/roundtrip"
-	"octosup/peer/internal/frame"
 	"strconv"
 	"sync"
 	"testing"
+
+	"octosup/internal/roundtrip"
+	"octosup/peer/internal/frame"
 )
 
 // chanRelay hands each Finished to a channel (the benchmark's kernel).

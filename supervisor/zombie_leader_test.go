@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"octosup/jail"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"octosup/jail"
 )
 
 // init makes the test binary, run as zombie-leader-child, a process
