@@ -306,7 +306,18 @@ func TestDesktopSocketEscapes(t *testing.T) {
 		wl := func(a *policy.App) { a.Sandbox.Sockets = []string{"wayland"} }
 		wlFull := func(a *policy.App) { wl(a); a.Sandbox.Network = policy.NetworkFull }
 		wlTCP := func(a *policy.App) { wl(a); a.Sandbox.Network, a.Sandbox.TCPConnect = policy.NetworkTCP, []uint16{9} }
+		// A grant whose server is not there (no sound server runs).
+		absent := filepath.Join(dir, "pulse", "native")
+		wlBind := func(a *policy.App) {
+			a.Sandbox.Sockets = []string{"wayland", "pulseaudio"}
+			a.Sandbox.Network, a.Sandbox.TCPConnect, a.Sandbox.TCPBind = policy.NetworkTCP, []uint16{9}, []uint16{40999}
+		}
 		cases := []escapeCase{
+			// A hostile review's: the guard's connect autobinds the app's
+			// socket (SO_PASSCRED) and fails; the guard's listen made it
+			// a listener any process outside could connect to.
+			{name: "listen on a unix socket a granted connect named", attempt: jailed(wlBind, "unix_autobind_listen", absent), refused: []string{"EPERM"},
+				control: plain("unix_autobind_listen", absent), allowed: "ok"},
 			{name: "the granted compositor", attempt: jailed(asIs, "unix_connect", w.sock), refused: []string{"EPERM"},
 				control: jailed(wl, "unix_connect", w.sock), allowed: "ok"},
 			{name: "another stream socket in the runtime dir", attempt: jailed(wl, "unix_connect", agent), refused: []string{"EACCES"},

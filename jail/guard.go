@@ -388,21 +388,26 @@ func (g *Guard) listen(c *call) error {
 	if err != nil {
 		return err
 	}
-	if domain == unix.AF_INET || domain == unix.AF_INET6 {
-		sa, err := unix.Getsockname(sock)
-		if err != nil {
-			return err
-		}
-		var port int
-		switch a := sa.(type) {
-		case *unix.SockaddrInet4:
-			port = a.Port
-		case *unix.SockaddrInet6:
-			port = a.Port
-		}
-		if err := g.port(uint16(port)); err != nil {
-			return fmt.Errorf("listen on a socket not bound to a tcp_bind port (%w)", err)
-		}
+	// Only an inet socket: a unix one the app holds may have a name
+	// (autobind: a connect with SO_PASSCRED names it, the guard's own
+	// connect to a granted socket whose server is absent too), and
+	// listening there takes connects from outside the jail.
+	if domain != unix.AF_INET && domain != unix.AF_INET6 {
+		return fmt.Errorf("listen on a domain %d socket (tcp apps listen on tcp_bind ports only): %w", domain, unix.EPERM)
+	}
+	sa, err := unix.Getsockname(sock)
+	if err != nil {
+		return err
+	}
+	var port int
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		port = a.Port
+	case *unix.SockaddrInet6:
+		port = a.Port
+	}
+	if err := g.port(uint16(port)); err != nil {
+		return fmt.Errorf("listen on a socket not bound to a tcp_bind port (%w)", err)
 	}
 	return unix.Listen(sock, int(int32(c.args[1])))
 }

@@ -55,6 +55,24 @@ func attackProbe(action string, a []string) (out string, err error, known bool) 
 			unix.Connect(fd, &unix.SockaddrInet4{Port: atoi(a[0]), Addr: [4]byte{127, 0, 0, 1}})
 			return unix.Listen(fd, 1)
 		})
+	case "unix_autobind_listen":
+		// SO_PASSCRED makes a connect bind the socket to an abstract name
+		// (autobind) before it looks for the server: a granted socket
+		// with none leaves the app a named socket, whose listen would
+		// take connects from outside the jail.
+		var fd int
+		if fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			break
+		}
+		defer unix.Close(fd)
+		if err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+			break
+		}
+		if cerr := unix.Connect(fd, &unix.SockaddrUnix{Name: a[0]}); cerr != unix.ENOENT {
+			err = fmt.Errorf("connect to %s: %v, want ENOENT", a[0], cerr)
+			break
+		}
+		err = unix.Listen(fd, 1)
 	case "dgram_sendto":
 		err = withPair(unix.SOCK_DGRAM, func(fd int) error {
 			return unix.Sendto(fd, []byte("forged"), 0, &unix.SockaddrUnix{Name: a[0]})
