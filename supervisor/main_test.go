@@ -107,6 +107,8 @@ func child(mode string) int {
 		return memoryHog()
 	case "zombie-leader":
 		return zombieLeader()
+	case "pass-fd":
+		return passFD()
 	}
 	fmt.Fprintln(os.Stderr, "unknown mode", mode)
 	return 2
