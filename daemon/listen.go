@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"go.uber.org/zap"
 
+	"octosup/internal/passrights"
 	"octosup/policy"
 )
 
@@ -47,9 +48,14 @@ func activated(log *zap.Logger) (net.Listener, error) {
 		log.Warn("LISTEN_FDS is set but no socket was passed to this process: listening on our own")
 		return nil, nil
 	}
-	if _, ok := ln.(*net.UnixListener); !ok {
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
 		ln.Close()
 		return nil, fmt.Errorf("socket activation: systemd passed %s socket %s; octosupd.socket must be a ListenStream= path", ln.Addr().Network(), ln.Addr())
+	}
+	if err := passrights.RefuseOn(ul); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("socket activation: %w", err)
 	}
 	return ln, nil
 }
@@ -94,6 +100,13 @@ func listenUnix(ctx context.Context, path string, privateDir bool) (net.Listener
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("make the control socket private: %w", err)
+	}
+	// Clients send lines; a descriptor one handed over would be closed by
+	// the connection's reader, which a lingering socket holds
+	// (internal/passrights).
+	if err := passrights.RefuseOn(ln.(*net.UnixListener)); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("the control socket: %w", err)
 	}
 	return ln, nil
 }

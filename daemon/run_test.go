@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"octosup/control"
 	"octosup/policy"
@@ -392,6 +393,7 @@ func TestListenUnix(t *testing.T) {
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
 	}
+	wantNoDescriptors(t, path)
 	// A second daemon finds the first one alive and leaves its socket.
 	go func() {
 		if c, err := ln.Accept(); err == nil {
@@ -412,6 +414,24 @@ func TestListenUnix(t *testing.T) {
 		t.Fatalf("listen over a stale socket: %v", err)
 	}
 	again.Close()
+}
+
+// wantNoDescriptors: a client of the control socket at path cannot hand
+// the daemon a descriptor (internal/passrights): the kernel refuses the
+// message at once, before the daemon accepts the connection.
+func wantNoDescriptors(t *testing.T, path string) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendmsg(fd, []byte("\n"), unix.UnixRights(0), nil, 0); err != unix.EPERM {
+		t.Errorf("a descriptor sent to the control socket: %v, want EPERM", err)
+	}
 }
 
 // TestRunNotify: the datagrams systemd gets, in order.
@@ -498,6 +518,7 @@ func TestSocketActivation(t *testing.T) {
 	if _, err := os.Stat(env.dirs.ControlSocket()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the daemon listened on its own socket too: %v", err)
 	}
+	wantNoDescriptors(t, sockPath)
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-exited:

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"octosup/internal/passrights"
 	"octosup/jail"
 )
 
@@ -116,7 +117,10 @@ func newCaptures(appID string) (c *captures, err error) {
 	if err != nil {
 		return c, fmt.Errorf("hub socketpair: %w", err)
 	}
-	if err := errors.Join(unix.SetNonblock(fds[0], true), refuseDescriptors(fds[0])); err != nil {
+	// The hub carries lines only (docs/jail.md, "File descriptors"): a
+	// descriptor an app hands over is refused, not closed by the thread
+	// that reads past it.
+	if err := errors.Join(unix.SetNonblock(fds[0], true), passrights.Refuse(fds[0])); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
 		return c, fmt.Errorf("hub socketpair: %w", err)
@@ -124,28 +128,6 @@ func newCaptures(appID string) (c *captures, err error) {
 	c.hub = os.NewFile(uintptr(fds[0]), "hub:"+appID)
 	c.hubChild = os.NewFile(uintptr(fds[1]), "hub-child:"+appID)
 	return c, nil
-}
-
-// soPassRights is SO_PASSRIGHTS (Linux 6.16; asm-generic's number, which
-// amd64 and arm64 use), which x/sys does not export yet.
-const soPassRights = 83
-
-// refuseDescriptors has the kernel refuse (EPERM) an SCM_RIGHTS message
-// sent to the daemon's end of an app's hub. The daemon never takes a
-// descriptor from an app, and one that arrived would be closed by the
-// thread that reads past it or closes the hub: a TCP socket with unsent
-// data and SO_LINGER set (or a unix socket carrying such ones) closes
-// only when its linger runs out, and held that thread, the app's link
-// and the daemon's stop for as long as the app set (a hostile review:
-// eight such sockets held a SIGTERM'd daemon for minutes). Before Linux
-// 6.16 there is no such option (ENOPROTOOPT), and the hub takes them as
-// before (docs/jail.md, "The hub").
-func refuseDescriptors(fd int) error {
-	err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, soPassRights, 0)
-	if errors.Is(err, unix.ENOPROTOOPT) {
-		return nil
-	}
-	return err
 }
 
 func pipe(appID, stream string) (r, w *os.File, err error) {
