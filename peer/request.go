@@ -15,13 +15,8 @@ import (
 	"octosup/policy"
 )
 
-// reqState is where an accepted request is. Only request.move changes it.
-//
-//	new            -> waitingConsent | atStore | atKernel | done
-//	waitingConsent -> atStore | atKernel | done
-//	atStore        -> done
-//	atKernel       -> streaming (turn.start replied ok) | done
-//	streaming      -> done
+// reqState is where an accepted request is. Only request.move changes it,
+// along reqMoves.
 //
 // Session methods are answered by the daemon once its store did their
 // I/O (atStore), by the app's store jobs.
@@ -38,6 +33,16 @@ const (
 
 func (s reqState) String() string {
 	return [...]string{"new", "waiting_consent", "at_store", "at_kernel", "streaming", "done"}[s]
+}
+
+// reqMoves are the states each state may move to.
+var reqMoves = [...][]reqState{
+	reqNew:            {reqWaitingConsent, reqAtStore, reqAtKernel, reqDone},
+	reqWaitingConsent: {reqAtStore, reqAtKernel, reqDone},
+	reqAtStore:        {reqDone},
+	reqAtKernel:       {reqStreaming, reqDone}, // streaming: turn.start replied ok
+	reqStreaming:      {reqDone},
+	reqDone:           nil,
 }
 
 // request is an accepted request that did not get its final answer at once.
@@ -59,20 +64,7 @@ type request struct {
 // move is the one place a request changes state; an illegal move is a bug
 // and is logged, not obeyed.
 func (r *request) move(to reqState) bool {
-	ok := false
-	switch r.state {
-	case reqNew:
-		ok = to == reqWaitingConsent || to == reqAtStore || to == reqAtKernel || to == reqDone
-	case reqWaitingConsent:
-		ok = to == reqAtStore || to == reqAtKernel || to == reqDone
-	case reqAtStore:
-		ok = to == reqDone
-	case reqAtKernel:
-		ok = to == reqStreaming || to == reqDone
-	case reqStreaming:
-		ok = to == reqDone
-	}
-	if !ok {
+	if !slices.Contains(reqMoves[r.state], to) {
 		r.link.m.log.Error("illegal request state move", zap.String("app", r.link.appID),
 			zap.String("req_id", r.id), zap.Stringer("from", r.state), zap.Stringer("to", to))
 		return false

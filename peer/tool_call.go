@@ -16,12 +16,8 @@ import (
 	"octosup/policy"
 )
 
-// callState is where a tool call is. Only call.move changes it.
-//
-//	accepted     -> awaitingHost (confirm host, no standing rule) | delivered | finished | cancelled | timedOut
-//	awaitingHost -> delivered (allowed) | finished (declined) | cancelled | timedOut
-//	delivered    -> awaitingApp (confirm app: awaiting_confirmation) | finished | cancelled | timedOut
-//	awaitingApp  -> finished | cancelled | timedOut
+// callState is where a tool call is. Only call.move changes it, along
+// callMoves.
 //
 // finished, cancelled and timedOut are terminal: the call has had its one
 // outcome and nothing about it is sent or accepted after.
@@ -42,6 +38,15 @@ func (s callState) String() string {
 }
 
 func (s callState) terminal() bool { return s >= callFinished }
+
+// callMoves are the states each state may move to; the terminal ones
+// move nowhere.
+var callMoves = [callTimedOut + 1][]callState{
+	callAccepted:     {callAwaitingHost, callDelivered, callFinished, callCancelled, callTimedOut}, // awaitingHost: confirm host, no standing rule
+	callAwaitingHost: {callDelivered, callFinished, callCancelled, callTimedOut},                   // delivered: allowed; finished: declined
+	callDelivered:    {callAwaitingApp, callFinished, callCancelled, callTimedOut},                 // awaitingApp: confirm app, awaiting_confirmation
+	callAwaitingApp:  {callFinished, callCancelled, callTimedOut},
+}
 
 // call is one tool call from acceptance to its outcome.
 type call struct {
@@ -68,18 +73,7 @@ type call struct {
 // move is the one place a call changes state; an illegal move is a bug,
 // logged and not obeyed.
 func (c *call) move(to callState) bool {
-	ok := false
-	switch c.state {
-	case callAccepted:
-		ok = to != callAccepted && to != callAwaitingApp
-	case callAwaitingHost:
-		ok = to == callDelivered || to.terminal()
-	case callDelivered:
-		ok = to == callAwaitingApp || to.terminal()
-	case callAwaitingApp:
-		ok = to.terminal()
-	}
-	if !ok {
+	if !slices.Contains(callMoves[c.state], to) {
 		c.link.m.log.Error("illegal tool call state move", zap.String("app", c.link.appID),
 			zap.String("call_id", c.id), zap.Stringer("from", c.state), zap.Stringer("to", to))
 		return false
