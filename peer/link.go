@@ -112,26 +112,19 @@ func (l *link) isShut() bool {
 	}
 }
 
-// send queues one encoded line the daemon owes the app (a reply, an
-// error frame, context_closed, tool_cancel, its own turn.end). It never
-// blocks: a full queue disconnects the app. It reports whether the line
-// was queued (or written).
-func (l *link) send(line []byte) bool { return l.write(line, false, false) == nil }
-
-// sendNow is send for a frame someone waits on while the link is
-// otherwise quiet (one call in flight): when the writer is idle and
-// nothing is queued, the line is written at once, as far as the socket
-// takes it without blocking, saving the writer's wake-up; the rest, if
-// any, is queued.
-func (l *link) sendNow(line []byte) bool { return l.write(line, true, false) == nil }
-
 // push queues a line from outside the link (a kernel's event or tool
 // call, app.send): refused ErrQueueFull, the link staying up, once the
 // queue holds Manager.pushFrames or pushBytes; the rest of the queue is
-// kept for what the daemon owes. now is as for sendNow. A link that is
-// shut is ErrNotConnected.
+// kept for what the daemon owes. now is for a frame someone waits on
+// while the link is otherwise quiet (one call in flight): when the writer
+// is idle and nothing is queued, the line is written at once, as far as
+// the socket takes it without blocking, saving the writer's wake-up; the
+// rest, if any, is queued. A link that is shut is ErrNotConnected.
 func (l *link) push(line []byte, now bool) error { return l.write(line, now, true) }
 
+// write queues a line; push says it comes from outside the link. A line
+// the daemon owes the app (push false) is never refused: a full queue
+// disconnects the app.
 func (l *link) write(line []byte, now, push bool) error {
 	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
 	if err == nil {
@@ -145,19 +138,16 @@ func (l *link) write(line []byte, now, push bool) error {
 	return ErrNotConnected // shut, or just failed (failed says why)
 }
 
-// sendFrame encodes and queues a down frame. A frame over MaxFrame is
-// never written (the app's reader would refuse it): a reply becomes an
-// internal error reply, anything else is dropped and logged (the callers
-// that pass outside data check its size first).
-func (l *link) sendFrame(f frame.Down) bool {
-	b, ok := l.encodeFrame(f)
-	return ok && l.send(b)
-}
-
-// sendFrameNow is sendFrame by sendNow.
-func (l *link) sendFrameNow(f frame.Down) bool {
-	b, ok := l.encodeFrame(f)
-	return ok && l.sendNow(b)
+// sendFrame encodes and queues a down frame the daemon owes the app (a
+// reply, an error frame, context_closed, tool_cancel, its own turn.end).
+// It never blocks. A frame over MaxFrame is never written (the app's
+// reader would refuse it): a reply becomes an internal error reply,
+// anything else is dropped and logged (the callers that pass outside data
+// check its size first).
+func (l *link) sendFrame(f frame.Down) {
+	if b, ok := l.encodeFrame(f); ok {
+		l.write(b, false, false)
+	}
 }
 
 // pushFrame is sendFrame by push: nil when queued (or written).
@@ -170,14 +160,12 @@ func (l *link) pushFrame(f frame.Down, now bool) error {
 }
 
 // sendReply sends the reply of a request that is done: written at once
-// (sendNow) when it was the link's only open request, the app then
+// (push's now) when it was the link's only open request, the app then
 // waiting on it alone; else queued for the writer, which gathers.
 func (l *link) sendReply(rp *frame.Reply) {
-	if len(l.requests) == 0 {
-		l.sendFrameNow(rp)
-		return
+	if b, ok := l.encodeFrame(rp); ok {
+		l.write(b, len(l.requests) == 0, false)
 	}
-	l.sendFrame(rp)
 }
 
 // encodeFrame is sendFrame's encoding: false when there is nothing to
@@ -218,7 +206,7 @@ func (l *link) readLoop() {
 	for {
 		line, err := r.Next()
 		if errors.Is(err, frame.ErrFrameTooLong) {
-			l.toPeer(func() {
+			l.p.run(func() {
 				l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", frame.MaxFrame)})
 			})
 			continue
@@ -239,30 +227,28 @@ func (l *link) readLoop() {
 	close(l.done)
 }
 
-// toPeer runs a line's handling (f) with the peer locked: the reader
-// handles one line at a time, so it never runs ahead of its peer.
-func (l *link) toPeer(f func()) { l.p.run(f) }
-
 // handleLine decodes a line on the reader and hands it to the peer; the
-// frames are the peer's to handle, in the order they came.
+// frames are the peer's to handle, in the order they came: each is
+// handled with the peer locked (p.run), and the reader handles one line
+// at a time, so it never runs ahead of its peer.
 func (l *link) handleLine(line []byte) {
 	up, pass, err := frame.ParseLine(line)
 	switch {
 	case err != nil:
 		var fe *frame.FrameError
 		errors.As(err, &fe)
-		l.toPeer(func() {
+		l.p.run(func() {
 			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
 		})
 	case pass && frame.RelayedLen(line) > relayRoom:
-		l.toPeer(func() {
+		l.p.run(func() {
 			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf(
 				"a pass-through frame of %d bytes would take %d on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may: send less",
 				len(line), frame.RelayedLen(line), relayRoom)})
 		})
 	case pass:
 		frame := json.RawMessage(bytes.Clone(line))
-		l.toPeer(func() { l.m.cfg.Events.AppFrame(l.appID, frame) })
+		l.p.run(func() { l.m.cfg.Events.AppFrame(l.appID, frame) })
 	default:
 		switch f := up.(type) {
 		case *frame.Request:
@@ -273,9 +259,9 @@ func (l *link) handleLine(line []byte) {
 			case <-l.closing:
 				return
 			}
-			l.toPeer(func() { l.p.onRequestLine(l, f) })
+			l.p.run(func() { l.p.onRequestLine(l, f) })
 		case *frame.ToolResult:
-			l.toPeer(func() { l.p.onToolResult(l, f) })
+			l.p.run(func() { l.p.onToolResult(l, f) })
 		}
 	}
 }

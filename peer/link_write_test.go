@@ -8,7 +8,7 @@ import (
 )
 
 // The tool_call of the only call out is written by its sender when the
-// link's writer is idle (link.sendNow); these pin what happens when the
+// link's writer is idle (link.write with now); these pin what happens when the
 // socket does not take it all at once.
 
 // TestToolCallLargerThanTheSocket: a tool_call larger than the hub's
