@@ -44,8 +44,8 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 			req, derr := control.DecodeRequest(line)
 			if derr != nil {
 				c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeBadRequest, "%v", derr)})
-			} else if c.srv.isOrdered(req.Op) {
-				c.dispatch(ctx, req)
+			} else if h, ordered := c.srv.lookup(req.Op); ordered {
+				c.dispatch(ctx, req, h)
 			} else {
 				select {
 				case slots <- struct{}{}:
@@ -65,7 +65,7 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 				go func() {
 					defer inflight.Done()
 					defer func() { <-slots }()
-					c.dispatch(ctx, r)
+					c.dispatch(ctx, r, h)
 				}()
 			}
 		}

@@ -197,17 +197,12 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 	}
 }
 
-func (s *Server) lookup(op string) (handler, bool) {
+// lookup is the handler of op (nil: no such op) and whether it is
+// ordered, in one look at the registry.
+func (s *Server) lookup(op string) (h handler, ordered bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	h, ok := s.ops[op]
-	return h, ok
-}
-
-func (s *Server) isOrdered(op string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.ordered[op]
+	return s.ops[op], s.ordered[op]
 }
 
 func (s *Server) knownTopic(t string) bool {
@@ -240,10 +235,10 @@ type waitStep func(queue func(data any)) error
 
 func (f waitStep) at(queue func(data any)) error { return f(queue) }
 
-// dispatch runs one request's handler and queues its answer.
-func (c *Conn) dispatch(ctx context.Context, req control.Request) {
-	h, ok := c.srv.lookup(req.Op)
-	if !ok {
+// dispatch runs one request's handler, h (lookup's: nil for an unknown
+// op), and queues its answer.
+func (c *Conn) dispatch(ctx context.Context, req control.Request, h handler) {
+	if h == nil {
 		c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeUnknownOp, "unknown op %q", req.Op)})
 		return
 	}
