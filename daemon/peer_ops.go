@@ -107,8 +107,8 @@ func (p *peerLink) register(s *Server) {
 	// A kernel's ops run in the order it sent them: a turn's reply, then
 	// its events, reach the app in that order (docs/protocol.md).
 	s.handleOrdered(control.OpKernelAttach, withArgs(p.opKernelAttach))
-	s.handleOrdered(control.OpRequestReply, p.opRequestReply)
-	s.handleOrdered(control.OpRequestEvent, p.opRequestEvent)
+	s.handleOrdered(control.OpRequestReply, kernelOp((*peer.KernelSession).Reply))
+	s.handleOrdered(control.OpRequestEvent, kernelOp((*peer.KernelSession).Event))
 	p.registerToolOps(s)
 }
 
@@ -267,28 +267,21 @@ func attached(c *Conn) (*peer.KernelSession, error) {
 	return ks, nil
 }
 
-func (p *peerLink) opRequestReply(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := attached(c)
-	if err != nil {
-		return nil, err
+// kernelOp is the handler of an op of the attached kernel's session, f:
+// any other connection is refused not_attached before its args are
+// read, then they are decoded as withArgs does.
+func kernelOp[A any](f func(ks *peer.KernelSession, args A) error) handler {
+	return func(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
+		ks, err := attached(c)
+		if err != nil {
+			return nil, err
+		}
+		var args A
+		if err := control.DecodeArgs(raw, &args); err != nil {
+			return nil, err
+		}
+		return nil, f(ks, args)
 	}
-	var r peer.KernelReply
-	if err := control.DecodeArgs(raw, &r); err != nil {
-		return nil, err
-	}
-	return nil, ks.Reply(r)
-}
-
-func (p *peerLink) opRequestEvent(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
-	ks, err := attached(c)
-	if err != nil {
-		return nil, err
-	}
-	var e peer.KernelEvent
-	if err := control.DecodeArgs(raw, &e); err != nil {
-		return nil, err
-	}
-	return nil, ks.Event(e)
 }
 
 // hasMember says whether the JSON object raw has the member name, with
