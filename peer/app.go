@@ -108,21 +108,11 @@ func (p *peer) serviceGranted(app policy.App) bool {
 	return p.dev || slices.Contains(app.Grants.Services, policy.ServiceAgent)
 }
 
-// attached takes the link of a new process (Attach shut the old one,
-// whose teardown comes on its own).
-func (p *peer) attached(l *link, entry policy.App, dev bool) {
-	p.link = l
-	p.app, p.dev = entry, dev
-}
-
-// setEntry applies a manifest's entry of the app; narrow, to the live
-// link.
-func (p *peer) setEntry(entry policy.App, dev bool, narrow bool) {
+// setEntry applies a manifest's entry of the app, to the live link too.
+func (p *peer) setEntry(entry policy.App, dev bool) {
 	old, oldDev := p.app, p.dev
 	p.app, p.dev = entry, dev
-	if narrow {
-		p.narrow(old, oldDev)
-	}
+	p.narrow(old, oldDev)
 }
 
 // stopTimers stops what could still fire once the Manager is closed.

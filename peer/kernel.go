@@ -288,8 +288,7 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		if t := r.ctx.turns[r.args.TurnID]; t != nil {
 			p.endTurn(t, "interrupted", true)
 		}
-		r.move(reqDone)
-		r.link.sendReply(&frame.Reply{ReqID: r.id, OK: true, Data: data})
+		fallthrough
 	default:
 		r.move(reqDone)
 		r.link.sendReply(&frame.Reply{ReqID: r.id, OK: true, Data: data})

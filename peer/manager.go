@@ -282,7 +282,7 @@ func (m *Manager) SetManifest(man *policy.Manifest) {
 		app := m.entryOf(id, policy.App{ID: id})
 		// Under mu: every peer sees the manifests and the attaches in
 		// the order mu took them.
-		p.run(func() { p.setEntry(app, man.DeveloperMode, true) })
+		p.run(func() { p.setEntry(app, man.DeveloperMode) })
 	}
 }
 
@@ -340,7 +340,8 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
 	var service bool
 	p.run(func() {
-		p.attached(l, entry, dev)
+		// The old link, shut below, is torn down on its own.
+		p.link, p.app, p.dev = l, entry, dev
 		service = p.serviceGranted(entry)
 	})
 	m.mu.Unlock()

@@ -198,18 +198,13 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 }
 
 // check is the refusal of a request for method under the app's grants
-// (docs/protocol.md, checks 1 to 4), nil when it may go on.
+// (docs/protocol.md, checks 1 to 4), nil when it may go on: granted's,
+// with an unknown method refused between its two checks.
 func (p *peer) check(method string) *Error {
-	if !p.serviceGranted(p.app) {
-		return noService(p.app)
-	}
-	if !slices.Contains(policy.KnownMethods(), method) {
+	if p.serviceGranted(p.app) && !slices.Contains(policy.KnownMethods(), method) {
 		return frame.Errorf(frame.CodeUnknownMethod, "no method %q (known: %v)", method, policy.KnownMethods())
 	}
-	if !slices.Contains(p.app.Grants.Methods, method) {
-		return noMethod(p.app, method)
-	}
-	return nil
+	return p.granted(p.app, method)
 }
 
 // dispatch runs a request whose app has consent.

@@ -156,16 +156,11 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 }
 
 func (p *peer) cancelCall(callID string) error {
-	var c *call
-	if p.link != nil {
-		c = p.link.calls[callID]
-	}
-	switch {
-	case c == nil:
+	if p.link == nil || p.link.calls[callID] == nil {
 		return ErrUnknownCall
-	default:
-		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 	}
+	c := p.link.calls[callID]
+	p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 	return nil
 }
 
