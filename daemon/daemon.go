@@ -203,7 +203,7 @@ func (d *instance) newServer() *Server {
 	srv := NewServer(ServerConfig{
 		Apps:       d.apps,
 		Log:        d.log.Named("control"),
-		LinkStatus: d.links.linkStatus,
+		LinkStatus: d.links.m.LinkStatus,
 		Store:      d.links.storeStatus,
 		JailSpec:   d.jailSpec,
 		Reload:     d.reload,

@@ -92,10 +92,6 @@ func wireStoreStatus(h policy.Health) *control.StoreStatus {
 	return out
 }
 
-func (p *peerLink) linkStatus(id string) control.LinkStatus {
-	return p.m.LinkStatus(id)
-}
-
 // register adds the peer link's ops to s and makes s the target of its
 // events.
 func (p *peerLink) register(s *Server) {

@@ -132,11 +132,7 @@ func (t *peerLink) contextOwner(_ context.Context, _ *Conn, args control.Context
 	if err := needApp(args.App); err != nil {
 		return nil, err
 	}
-	o, err := t.m.ContextOwner(args.App, args.ContextID)
-	if err != nil {
-		return nil, err
-	}
-	return o, nil
+	return t.m.ContextOwner(args.App, args.ContextID)
 }
 
 func (t *peerLink) contextList(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
