@@ -265,17 +265,18 @@ func leafRel(path string) string {
 // the scan, 1.9x without). So it looks first, without reaping, at the
 // zombie the kernel would reap next: none, no scan; a main process, no
 // scan either, until its runner has reaped it and asks again (reaped),
-// since a stray may wait behind it.
+// since a stray may wait behind it. A look that fails scans, as before.
 func (s *Supervisor) reapStrays() (later bool) {
-	pid, err := nextZombie()
-	if err != nil || pid == 0 {
-		return false
-	}
-	s.mu.Lock()
-	_, main := s.pids[pid]
-	s.mu.Unlock()
-	if main {
-		return true
+	if pid, err := nextZombie(); err == nil {
+		if pid == 0 {
+			return false
+		}
+		s.mu.Lock()
+		_, main := s.pids[pid]
+		s.mu.Unlock()
+		if main {
+			return true
+		}
 	}
 	all, err := scanProcs()
 	if err != nil {
