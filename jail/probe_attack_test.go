@@ -552,21 +552,10 @@ func connectSwapRace(path string, tries int) error {
 	for i := range len(path) {
 		sa.Path[i] = int8(path[i])
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			unix.Dup3(u, slot, unix.O_CLOEXEC)
-			unix.Dup3(n, slot, unix.O_CLOEXEC)
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	defer meanwhile(func() {
+		unix.Dup3(u, slot, unix.O_CLOEXEC)
+		unix.Dup3(n, slot, unix.O_CLOEXEC)
+	})()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var last error = unix.EINVAL

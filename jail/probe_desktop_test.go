@@ -101,28 +101,19 @@ func connectRace(good, bad string, n int) (string, error) {
 	for i := range buf {
 		atomic.StoreUint64(&buf[i], words[0][i])
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for k := 0; ; k++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			w := &words[k&1]
-			for i := range buf {
-				atomic.StoreUint64(&buf[i], w[i])
-			}
+	k := 0
+	stop := meanwhile(func() {
+		w := &words[k&1]
+		for i := range buf {
+			atomic.StoreUint64(&buf[i], w[i])
 		}
-	}()
+		k++
+	})
 	var ok, refused, other int
 	for range n {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			close(stop)
-			<-done
+			stop()
 			return "", err
 		}
 		_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 110)
@@ -136,8 +127,7 @@ func connectRace(good, bad string, n int) (string, error) {
 		}
 		unix.Close(fd)
 	}
-	close(stop)
-	<-done
+	stop()
 	return fmt.Sprintf("ok=%d refused=%d other=%d", ok, refused, other), nil
 }
 
@@ -150,25 +140,12 @@ func connectSignalled(path string, n int) (string, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	pid, tid := unix.Getpid(), unix.Gettid()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				unix.Tgkill(pid, tid, unix.SIGURG)
-			}
-		}
-	}()
+	stop := meanwhile(func() { unix.Tgkill(pid, tid, unix.SIGURG) })
 	ok, failed := 0, map[string]int{}
 	for range n {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			close(stop)
-			<-done
+			stop()
 			return "", err
 		}
 		if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
@@ -178,8 +155,7 @@ func connectSignalled(path string, n int) (string, error) {
 		}
 		unix.Close(fd)
 	}
-	close(stop)
-	<-done
+	stop()
 	if len(failed) == 0 {
 		return "ok", nil
 	}

@@ -362,6 +362,26 @@ func inetConnect(typ, proto, port int) error {
 	return unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
 }
 
+// meanwhile runs f again and again on a thread of its own, the racing
+// thread of an attack, until the stop it returns is called; stop returns
+// once f has.
+func meanwhile(f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				f()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 func unixConnect(name string) error {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
