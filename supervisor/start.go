@@ -470,9 +470,9 @@ const slowHook = time.Second
 // hook runs a LinkHandler call and logs it when it broke its contract of
 // returning promptly.
 func (r *runner) hook(name string, call func()) {
-	t0 := time.Now()
+	t0 := r.s.cfg.Now()
 	call()
-	if d := time.Since(t0); d > r.s.slowHook {
+	if d := r.s.cfg.Now().Sub(t0); d > slowHook {
 		r.s.log.Warn("link handler is slow: the app's supervision waited for it",
 			zap.String("app", r.id), zap.String("call", name), zap.Duration("took", d))
 	}

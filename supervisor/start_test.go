@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -323,22 +324,30 @@ func TestStartFailureReaps(t *testing.T) {
 	}
 }
 
-// slowLinks takes its time in Attach and Detach.
-type slowLinks struct{ d time.Duration }
+// closeLinks closes each hub it is handed.
+type closeLinks struct{}
 
-func (l slowLinks) Attach(_ policy.App, hub *os.File) { time.Sleep(l.d); hub.Close() }
-func (l slowLinks) Detach(string)                     { time.Sleep(l.d) }
+func (closeLinks) Attach(_ policy.App, hub *os.File) { hub.Close() }
+func (closeLinks) Detach(string)                     {}
 
 // TestSlowLinkHandlerWarns: a LinkHandler that breaks its promptness
-// contract is named in the log.
+// contract is named in the log. The supervisor's clock moves 2 s at each
+// reading, so every call looks slow and none has to take a second.
 func TestSlowLinkHandlerWarns(t *testing.T) {
 	exe := testExe(t)
 	core, logs := observer.New(zap.WarnLevel)
+	var mu sync.Mutex
+	now := time.Now()
 	sup := startSupLaunch(t, func(c *Config) {
 		c.Log = zap.New(core)
-		c.Links = slowLinks{d: 2 * time.Millisecond}
+		c.Links = closeLinks{}
+		c.Now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			now = now.Add(2 * time.Second)
+			return now
+		}
 	}, nil)
-	sup.slowHook = time.Millisecond
 	apply(t, sup, testApp(exe, "lazy", "sleep", true))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

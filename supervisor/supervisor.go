@@ -88,7 +88,9 @@ type Config struct {
 	// LogLines is the size of each app's output ring (default 1000 lines
 	// of at most 4 KiB each).
 	LogLines int
-	// Now is the clock of the restart policy (default time.Now).
+	// Now is the supervisor's clock (default time.Now): of the restart
+	// policy, of states' and log lines' times, and of how long a
+	// LinkHandler call took.
 	Now func() time.Time
 	// Publish, when set, is handed every event in the step that makes
 	// it: a state move under the supervisor's lock, before the move's
@@ -184,8 +186,6 @@ type Supervisor struct {
 	launch launchFunc
 	// spec compiles a request's jail: cfg.Launcher.Spec.
 	spec func(jail.Request) (jail.Spec, error)
-	// slowHook: a LinkHandler call that takes longer is logged.
-	slowHook time.Duration
 	// cgroups is where each process gets a leaf; nil: process groups,
 	// and noCgroup says why.
 	cgroups  *cgroupTree
@@ -241,7 +241,6 @@ func New(cfg Config) (*Supervisor, error) {
 	s.sid = sid
 	s.launch = launcherFunc(cfg.Launcher)
 	s.spec = cfg.Launcher.Spec
-	s.slowHook = slowHook
 	s.noCgroup = "the daemon was told not to use cgroups"
 	if !cfg.NoCgroup {
 		t, err := openCgroupTree(cfg.Log)
