@@ -189,9 +189,9 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, args control.AppSendArg
 
 // connKernel is an attached kernel as the peer link sees it: events on
 // its control connection, none of which may precede kernel.attach's
-// answer (kernelAttach queues it in AttachKernel, before the kernel is
-// visible). Its methods never block: a kernel that does not read is
-// dropped (its writer fails).
+// answer (AttachKernel queues it before the kernel is visible). Its
+// methods never block: a kernel that does not read is dropped (its
+// writer fails).
 type connKernel struct {
 	c *Conn
 }
@@ -202,11 +202,6 @@ func (k *connKernel) event(topic string, ev any) error {
 	if err != nil {
 		return err
 	}
-	return k.eventLine(line)
-}
-
-// eventLine sends an encoded event.
-func (k *connKernel) eventLine(line []byte) error {
 	if !k.c.event(line) {
 		return errors.New("send an event: the kernel connection is gone or too slow")
 	}
@@ -221,36 +216,27 @@ func (k *connKernel) ContextClosed(app, contextID, reason string) {
 	}
 }
 
+// opKernelAttach's answer is queued by AttachKernel once the kernel is
+// accepted, before anything can reach it.
 func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (any, error) {
 	if c.kernel.Load() != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
 	}
-	return &kernelAttach{p: p, c: c}, nil
-}
-
-// kernelAttach is kernel.attach's answerAt: the answer is queued by
-// AttachKernel once the kernel is accepted, before anything can reach it.
-type kernelAttach struct {
-	p *peerLink
-	c *Conn
-}
-
-func (a *kernelAttach) at(queue func(any)) error {
-	p, c := a.p, a.c
-	k := &connKernel{c: c}
-	ks, err := p.m.AttachKernel(withToolEvents(k, k.eventLine), func() { queue(control.AttachData{Attached: true}) })
-	if err != nil {
-		return err
-	}
-	c.kernel.Store(ks)
-	// The connection owns the session: when it ends, for whatever reason,
-	// the kernel is detached (and the apps' open turns fail) before the
-	// connection is gone.
-	c.onClose(func() {
-		ks.Detach()
-		c.kernel.Store(nil)
-	})
-	return nil
+	return step(func(queue func(any)) error {
+		ks, err := p.m.AttachKernel(&connKernel{c: c}, func() { queue(control.AttachData{Attached: true}) })
+		if err != nil {
+			return err
+		}
+		c.kernel.Store(ks)
+		// The connection owns the session: when it ends, for whatever
+		// reason, the kernel is detached (and the apps' open turns fail)
+		// before the connection is gone.
+		c.onClose(func() {
+			ks.Detach()
+			c.kernel.Store(nil)
+		})
+		return nil
+	}), nil
 }
 
 // attached is the kernel session of a connection that ran kernel.attach;

@@ -18,7 +18,7 @@ const defaultAuditLimit = 100
 
 // registerToolOps serves the tool-call ops. tool.call and tool.cancel
 // need the connection to be the attached kernel (kernel.attach), since
-// the calls' events go to the kernel's connection (withToolEvents).
+// the calls' events go to the kernel's connection (connKernel).
 func (t *peerLink) registerToolOps(s *Server) {
 	// The kernel's ops take effect in the order it sent them (a tool.call
 	// then its tool.cancel); none of them waits on the disk.
@@ -32,42 +32,28 @@ func (t *peerLink) registerToolOps(s *Server) {
 	s.handle(control.OpAudit, withArgs(t.audit))
 }
 
-// withToolEvents makes k the tool relay too: the outcomes of tool calls
-// (including the ones queued while no kernel was attached) arrive on the
-// kernel's connection as tool.acknowledged and tool.finished events.
-// send queues an encoded event line and never blocks.
-func withToolEvents(k peer.Kernel, send func(line []byte) error) peer.Kernel {
-	return toolKernel{Kernel: k, toolEvents: toolEvents{send: send}}
+// connKernel is the tool relay too (peer.AttachKernel installs a Kernel
+// that is a ToolRelay): the outcomes of tool calls, including those kept
+// while no kernel was attached, arrive on the kernel's connection as
+// tool.acknowledged and tool.finished events. These methods run with the
+// relay and (mostly) an app's peer locked (peer/doc.go, rule 6): they
+// never block. Every call makes two events, so they are encoded by
+// appends (control.AppendToolEvent), not by json.Marshal.
+var _ peer.ToolRelay = (*connKernel)(nil)
+
+func (k *connKernel) Acknowledged(app, callID string) {
+	k.toolEvent(control.EventToolAcknowledged, control.ToolEvent{App: app, CallID: callID})
 }
 
-type toolKernel struct {
-	peer.Kernel
-	toolEvents
-}
-
-// toolEvents is a peer.ToolRelay that writes events on a connection. Its
-// methods run with the relay and (mostly) an app's peer locked
-// (peer/doc.go, rule 6): send never
-// blocks (a kernel that does not read is dropped). Every call makes two
-// events, so they are encoded by appends (control.AppendToolEvent), not
-// by json.Marshal.
-type toolEvents struct {
-	send func(line []byte) error
-}
-
-func (e toolEvents) Acknowledged(app, callID string) {
-	e.emit(control.EventToolAcknowledged, control.ToolEvent{App: app, CallID: callID})
-}
-
-func (e toolEvents) Finished(app, callID string, r peer.Result) {
+func (k *connKernel) Finished(app, callID string, r peer.Result) {
 	ev := control.ToolEvent{App: app, CallID: callID, Outcome: r.Outcome.String(), Data: r.Data}
 	if r.Error != nil {
 		ev.Error = &control.Error{Code: r.Error.Code, Message: r.Error.Message}
 	}
-	e.emit(control.EventToolFinished, ev)
+	k.toolEvent(control.EventToolFinished, ev)
 }
 
-func (e toolEvents) emit(topic string, ev control.ToolEvent) {
+func (k *connKernel) toolEvent(topic string, ev control.ToolEvent) {
 	n := len(`{"event":"","app":"","call_id":"","outcome":"outcome_unknown","data":}`) + len(topic) + len(ev.App) + len(ev.CallID) + len(ev.Data)
 	if ev.Error != nil {
 		n += len(`,"error":{"code":"","message":""}`) + len(ev.Error.Code) + len(ev.Error.Message)
@@ -80,7 +66,7 @@ func (e toolEvents) emit(topic string, ev control.ToolEvent) {
 		line, _ = control.AppendToolEvent(nil, topic, control.ToolEvent{App: ev.App, CallID: ev.CallID, Outcome: ev.Outcome,
 			Error: &control.Error{Code: control.CodeInternal, Message: fmt.Sprintf("the daemon could not encode the call's result: %v", err)}})
 	}
-	e.send(line)
+	k.c.event(line)
 }
 
 func (t *peerLink) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (any, error) {
