@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"octosup/control"
 )
 
 // Serve accepts connections on ln until ctx is done, then closes ln,
@@ -95,10 +92,4 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Durat
 	c.w.Close() // what is queued is written, then the loop returns
 	writer.Wait()
 	nc.Close()
-}
-
-// refusedLine is the one line a refused peer gets.
-func refusedLine(why string) []byte {
-	line, _ := json.Marshal(control.Response{Error: control.Errorf(control.CodeNotPermitted, "%s", why)})
-	return append(line, '\n')
 }

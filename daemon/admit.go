@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"time"
 
 	"go.uber.org/zap"
 
+	"octosup/control"
 	"octosup/supervisor"
 )
 
@@ -32,8 +34,9 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) 
 	proc.close()
 	if why != "" {
 		log.Warn("refuse control connection", zap.String("why", why), zap.String("peer_pidfd", proc.how))
+		line, _ := json.Marshal(control.Response{Error: control.Errorf(control.CodeNotPermitted, "%s", why)})
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		nc.Write(refusedLine(why))
+		nc.Write(append(line, '\n'))
 		nc.Close()
 		return nil, false
 	}

@@ -7,8 +7,8 @@ import (
 	"octosup/supervisor"
 )
 
-// Apps is what the daemon needs of the supervisor. *supervisor.Supervisor
-// provides it through SupervisorApps; tests use a fake.
+// Apps is what the daemon needs of the supervisor: *supervisor.Supervisor,
+// or a fake in tests.
 type Apps interface {
 	Apply(ctx context.Context, m *policy.Manifest, opt supervisor.ApplyOptions) (supervisor.Applied, error)
 	Start(ctx context.Context, id string) (supervisor.AppStatus, error)
@@ -37,6 +37,3 @@ type Apps interface {
 	// proof that it is not wedged.
 	Ping(ctx context.Context) error
 }
-
-// SupervisorApps is *supervisor.Supervisor as Apps.
-func SupervisorApps(s *supervisor.Supervisor) Apps { return s }

@@ -336,7 +336,7 @@ func newSupervisor(cfg supervisor.Config) (Apps, func(context.Context) error, er
 	if err != nil {
 		return nil, nil, err
 	}
-	return SupervisorApps(s), s.Run, nil
+	return s, s.Run, nil
 }
 
 // ManifestError is the error of a manifest that did not load: Err is the
@@ -422,16 +422,6 @@ func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, changed <-chan 
 			notify(log, "STATUS="+s)
 		}
 	}
-}
-
-// watchdogInterval is systemd's WatchdogSec for this process, 0 when off.
-func watchdogInterval(log *zap.Logger) time.Duration {
-	wd, err := sdWatchdogEnabled()
-	if err != nil {
-		log.Warn("watchdog settings", zap.Error(err))
-		return 0
-	}
-	return wd
 }
 
 // watchedPart is one part of the daemon the watchdog hears from: ping

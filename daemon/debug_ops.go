@@ -42,10 +42,6 @@ func (s *Server) opDebug(_ context.Context, _ *Conn, args DebugArgs) (any, error
 	if args.GC {
 		debug.FreeOSMemory()
 	}
-	return readDebugData()
-}
-
-func readDebugData() (DebugData, error) {
 	d := DebugData{Goroutines: runtime.NumGoroutine()}
 	sample := []metrics.Sample{{Name: heapObjects}}
 	metrics.Read(sample)

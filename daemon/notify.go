@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,38 +23,29 @@ func notify(log *zap.Logger, state string) {
 	}
 }
 
-// stateOrder is the order of states in the status summary.
-var stateOrder = map[supervisor.State]int{
-	supervisor.Running: 0, supervisor.Starting: 1, supervisor.Stopping: 2, supervisor.Stopped: 3, supervisor.Failed: 4,
-}
-
-// summary is the one-line STATUS=, e.g. "3 apps: 2 running, 1 stopped".
+// summary is the one-line STATUS=, e.g. "3 apps: 2 running, 1 stopped":
+// the states in this order, any other after them by name.
 func summary(all []supervisor.AppStatus) string {
+	if len(all) == 0 {
+		return "0 apps"
+	}
 	counts := make(map[supervisor.State]int)
 	for _, st := range all {
 		counts[st.State]++
 	}
-	states := make([]supervisor.State, 0, len(counts))
-	for s := range counts {
-		states = append(states, s)
+	order := []supervisor.State{supervisor.Running, supervisor.Starting, supervisor.Stopping, supervisor.Stopped, supervisor.Failed}
+	rank := func(s supervisor.State) int {
+		if i := slices.Index(order, s); i >= 0 {
+			return i
+		}
+		return len(order)
 	}
-	sort.Slice(states, func(i, j int) bool {
-		oi, iok := stateOrder[states[i]]
-		oj, jok := stateOrder[states[j]]
-		if iok != jok {
-			return iok
-		}
-		if oi != oj {
-			return oi < oj
-		}
-		return states[i] < states[j]
+	states := slices.SortedFunc(maps.Keys(counts), func(a, b supervisor.State) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b))
 	})
 	noun := "apps"
 	if len(all) == 1 {
 		noun = "app"
-	}
-	if len(all) == 0 {
-		return "0 apps"
 	}
 	parts := make([]string, 0, len(states))
 	for _, s := range states {
@@ -73,4 +66,12 @@ func statusLine(all []supervisor.AppStatus, storeNotes []string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-func sdWatchdogEnabled() (time.Duration, error) { return sd.SdWatchdogEnabled(false) }
+// watchdogInterval is systemd's WatchdogSec for this process, 0 when off.
+func watchdogInterval(log *zap.Logger) time.Duration {
+	wd, err := sd.SdWatchdogEnabled(false)
+	if err != nil {
+		log.Warn("watchdog settings", zap.Error(err))
+		return 0
+	}
+	return wd
+}

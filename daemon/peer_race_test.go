@@ -411,7 +411,7 @@ func supervisedServer(t *testing.T, withoutPeerPidfd bool) (path string, serve f
 		cancel()
 		t.Fatal(err)
 	}
-	srv := NewServer(ServerConfig{Apps: SupervisorApps(sup), Log: testLogger(t)})
+	srv := NewServer(ServerConfig{Apps: sup, Log: testLogger(t)})
 	if withoutPeerPidfd {
 		srv.peerPidfd = func(int) (int, error) { return -1, unix.ENOPROTOOPT }
 	}
