@@ -214,16 +214,16 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, args control.SubscribeA
 	if len(topics) == 0 {
 		topics = []string{control.TopicState}
 	}
+	s.mu.RLock()
+	known := slices.Sorted(maps.Keys(s.topics))
+	s.mu.RUnlock()
 	var unknown []string
 	for _, t := range topics {
-		if !s.knownTopic(t) {
+		if !slices.Contains(known, t) {
 			unknown = append(unknown, fmt.Sprintf("%q", t))
 		}
 	}
 	if len(unknown) > 0 {
-		s.mu.RLock()
-		known := slices.Sorted(maps.Keys(s.topics))
-		s.mu.RUnlock()
 		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: the topics are %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	// The answer is queued, then the topics join: an event that finds

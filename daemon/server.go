@@ -205,12 +205,6 @@ func (s *Server) lookup(op string) (h handler, ordered bool) {
 	return s.ops[op], s.ordered[op]
 }
 
-func (s *Server) knownTopic(t string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.topics[t]
-}
-
 // answerAt is a handler's result whose answer is queued in the step that
 // makes what it announces visible (a stream, a kernel, a call, a frame on
 // its way to an app), by whoever takes that step: at calls queue (which
