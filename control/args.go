@@ -33,7 +33,8 @@ func DecodeArgs(args json.RawMessage, v any) error {
 	switch {
 	case errors.As(err, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName):
 		parent, name := sem.JSONPointer.Parent(), sem.JSONPointer.LastToken()
-		return unknownMember("args"+dotted(parent), name, jsonFields(typeAt(reflect.TypeOf(v), parent)))
+		names, _ := jsonFields(typeAt(reflect.TypeOf(v), parent))
+		return unknownMember("args"+dotted(parent), name, names)
 	case errors.As(err, &sem):
 		return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(sem.JSONPointer), typeWords(sem.GoType), kindWords(sem.JSONKind, sem.JSONValue))
 	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
@@ -68,7 +69,7 @@ func typeAt(t reflect.Type, p jsontext.Pointer) reflect.Type {
 		case reflect.Slice, reflect.Array:
 			t = t.Elem()
 		case reflect.Struct:
-			names, types := jsonFieldTypes(t)
+			names, types := jsonFields(t)
 			for i, n := range names {
 				if n == tok {
 					t = types[i]
@@ -79,13 +80,9 @@ func typeAt(t reflect.Type, p jsontext.Pointer) reflect.Type {
 	return t
 }
 
-// jsonFields lists a struct's JSON member names in declaration order.
-func jsonFields(t reflect.Type) []string {
-	names, _ := jsonFieldTypes(t)
-	return names
-}
-
-func jsonFieldTypes(t reflect.Type) (names []string, types []reflect.Type) {
+// jsonFields lists a struct's JSON member names, and their Go types, in
+// declaration order.
+func jsonFields(t reflect.Type) (names []string, types []reflect.Type) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}

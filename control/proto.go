@@ -1,7 +1,6 @@
 package control
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -377,22 +376,17 @@ func EncodeEvent(topic string, body any) ([]byte, error) {
 		return nil, fmt.Errorf("encode %s event: %w", topic, err)
 	}
 	name, _ := json.Marshal(topic)
-	var out bytes.Buffer
-	out.Grow(len(b) + len(name) + 16)
-	out.WriteString(`{"event":`)
-	out.Write(name)
-	switch {
-	case len(b) > 0 && b[0] == '{':
-		if rest := bytes.TrimSpace(b[1:]); len(rest) > 0 && rest[0] != '}' {
-			out.WriteByte(',')
-		}
-		out.Write(b[1:])
-	default:
-		out.WriteString(`,"data":`)
-		out.Write(b)
-		out.WriteByte('}')
+	line := make([]byte, 0, len(b)+len(name)+16)
+	line = append(append(line, `{"event":`...), name...)
+	if b[0] != '{' {
+		line = append(append(line, `,"data":`...), b...)
+		return append(line, '}'), nil
 	}
-	return out.Bytes(), nil
+	// json.Marshal's output is compact: "{}" is the only empty object.
+	if len(b) > 2 {
+		line = append(line, ',')
+	}
+	return append(line, b[1:]...), nil
 }
 
 // Event is one event line a connection received: Name is its "event"
