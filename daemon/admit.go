@@ -7,16 +7,11 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"octosup/control"
 	"octosup/supervisor"
 )
-
-// Client is who is at the other end of a connection (SO_PEERCRED).
-type Client struct {
-	Pid      int
-	UID, GID uint32
-}
 
 // admit checks a new connection's peer (doc.go, "Who may use the control
 // socket"): a refused one gets a not_permitted line saying why and is
@@ -29,7 +24,7 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) 
 		nc.Close()
 		return nil, false
 	}
-	log = log.With(zap.Int("peer_pid", p.Pid), zap.Uint32("peer_uid", p.UID))
+	log = log.With(zap.Int("peer_pid", int(p.Pid)), zap.Uint32("peer_uid", p.Uid))
 	why := s.refuse(p, proc, accepted)
 	proc.close()
 	if why != "" {
@@ -47,9 +42,9 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) 
 // process of the daemon's uid that the supervisor places outside every
 // app, by the pidfd proc holds, may. accepted is when the connection was
 // accepted (CLOCK_BOOTTIME), by which the peer had started.
-func (s *Server) refuse(p Client, proc peerProc, accepted time.Duration) string {
-	if int(p.UID) != s.uid {
-		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.UID, s.uid)
+func (s *Server) refuse(p *unix.Ucred, proc peerProc, accepted time.Duration) string {
+	if int(p.Uid) != s.uid {
+		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.Uid, s.uid)
 	}
 	const apps = "supervised apps may not use the control socket, and a peer not shown to be outside every app is taken for one"
 	if proc.err != nil {
@@ -60,7 +55,7 @@ func (s *Server) refuse(p Client, proc peerProc, accepted time.Duration) string 
 			s.log.Warn("this kernel has no SO_PEERPIDFD (Linux 6.5): control socket peers are found by pid; a pid reused between a peer's connect and its accept could be taken for the peer")
 		})
 	}
-	if err := s.cfg.Apps.CheckCaller(supervisor.Caller{Pid: p.Pid, Pidfd: proc.pidfd, StartedBy: accepted}); err != nil {
+	if err := s.cfg.Apps.CheckCaller(supervisor.Caller{Pid: int(p.Pid), Pidfd: proc.pidfd, StartedBy: accepted}); err != nil {
 		return fmt.Sprintf("%v: %s", err, apps)
 	}
 	return ""

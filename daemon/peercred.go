@@ -38,15 +38,15 @@ func getPeerPidfd(sock int) (int, error) {
 // at connect time (SO_PEERCRED): what the peer says never matters. It
 // also gets a pidfd of the peer: from peerPidfd (SO_PEERPIDFD), or, where
 // that is unknown to the kernel (ENOPROTOOPT), by pidfd_open of the pid.
-func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Client, peerProc, error) {
+func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (*unix.Ucred, peerProc, error) {
 	proc := peerProc{pidfd: -1}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return Client{}, proc, fmt.Errorf("%T is not a socket", nc)
+		return nil, proc, fmt.Errorf("%T is not a socket", nc)
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return Client{}, proc, err
+		return nil, proc, err
 	}
 	var cred *unix.Ucred
 	var serr, perr error
@@ -57,17 +57,16 @@ func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Client, peerP
 			pidfd, perr = peerPidfd(int(fd))
 		}
 	}); err != nil {
-		return Client{}, proc, err
+		return nil, proc, err
 	}
 	if serr != nil {
-		return Client{}, proc, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return nil, proc, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
-	peer := Client{Pid: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
 	proc.how = "SO_PEERPIDFD"
 	if errors.Is(perr, unix.ENOPROTOOPT) {
 		proc.how = "pidfd_open"
-		if peer.Pid > 0 {
-			pidfd, perr = unix.PidfdOpen(peer.Pid, 0)
+		if cred.Pid > 0 {
+			pidfd, perr = unix.PidfdOpen(int(cred.Pid), 0)
 		} else {
 			perr = errors.New("no pid")
 		}
@@ -82,7 +81,7 @@ func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (Client, peerP
 	default:
 		proc.err = fmt.Errorf("no pidfd of it (%s: %v)", proc.how, perr)
 	}
-	return peer, proc, nil
+	return cred, proc, nil
 }
 
 // boottime is now on CLOCK_BOOTTIME, the clock of the start times in
