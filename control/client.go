@@ -103,12 +103,11 @@ func (c *Client) Connect(ctx context.Context) (*Conn, error) {
 // Do sends one request on a connection of its own and decodes the data of
 // its answer into out (when out is not nil). A refusal is an *Error.
 func (c *Client) Do(ctx context.Context, op string, args, out any) error {
-	conn, err := c.Connect(ctx)
-	if err != nil {
-		return err
+	conn, err := c.Stream(ctx, op, args, out)
+	if err == nil {
+		conn.Close()
 	}
-	defer conn.Close()
-	return conn.Do(ctx, op, args, out)
+	return err
 }
 
 // Stream sends one request that starts a stream of events (subscribe,
