@@ -58,9 +58,8 @@ func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, 
 func (s *Server) opHello(_ context.Context, _ *Conn, args struct{}) (any, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	data := control.HelloData{Protocol: control.ProtocolName, Version: control.ProtocolVersion,
-		Ops: slices.Sorted(maps.Keys(s.ops)), Topics: slices.Sorted(maps.Keys(s.topics)), MaxLine: control.MaxLine}
-	return data, nil
+	return control.HelloData{Protocol: control.ProtocolName, Version: control.ProtocolVersion,
+		Ops: slices.Sorted(maps.Keys(s.ops)), Topics: slices.Sorted(maps.Keys(s.topics)), MaxLine: control.MaxLine}, nil
 }
 
 func (s *Server) opStatus(_ context.Context, _ *Conn, args control.StatusArgs) (any, error) {

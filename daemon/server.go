@@ -256,7 +256,7 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request, h handler) {
 	if at, ok := data.(answerAt); ok {
 		c.answerAt(req.ID, at)
 	} else {
-		_ = c.putAnswer(c.okAnswer(req.ID, data), linewriter.Opt{})
+		c.putAnswer(c.okAnswer(req.ID, data))
 	}
 	if c.srv.debug {
 		c.log.Debug("op", zap.String("op", req.Op), zap.Duration("took", time.Since(start)))
@@ -266,13 +266,12 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request, h handler) {
 // reply queues an answer; it waits for room (the client's own backlog),
 // and gives up only when the connection is gone.
 func (c *Conn) reply(resp control.Response) {
-	_ = c.putAnswer(c.encodeAnswer(resp), linewriter.Opt{})
+	c.putAnswer(c.encodeAnswer(resp))
 }
 
 // putAnswer queues an encoded answer, waiting for room as reply does.
-func (c *Conn) putAnswer(line []byte, o linewriter.Opt) error {
-	o.Now, o.Wait = true, c.ctx.Done()
-	return c.w.Put(line, o)
+func (c *Conn) putAnswer(line []byte) {
+	_ = c.w.Put(line, linewriter.Opt{Now: true, Wait: c.ctx.Done()})
 }
 
 // okAnswer is the line of a successful answer with data (nil: none); data
