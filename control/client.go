@@ -283,7 +283,7 @@ func (c *Conn) write(ctx context.Context, line []byte) error {
 	defer c.wmu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
 		c.nc.SetWriteDeadline(dl)
-		defer c.nc.SetWriteDeadline(noDeadline)
+		defer c.nc.SetWriteDeadline(time.Time{})
 	}
 	n, err := c.nc.Write(line)
 	if err != nil && n > 0 {
@@ -397,8 +397,6 @@ func decodeAnswer(op string, line []byte, out any) error {
 	}
 	return nil
 }
-
-var noDeadline time.Time
 
 // readLine returns the next line without its newline. A line longer than
 // max is an error: the daemon never sends one.

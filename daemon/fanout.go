@@ -8,14 +8,9 @@ import (
 )
 
 // fanout fans events out to streams. Publishing never blocks: a connection
-// whose queue is full is dropped (closed), the daemon goes on.
-//
-// A stream joins the fanout in the step that queues the answer that
-// starts it, after the answer (answerAt): every event it gets queues
-// after that answer. The publisher takes the streams of a topic under mu,
-// lets go, and only then encodes the event (once, and only when some
-// stream takes it) and puts the line on each connection: mu is never
-// held while putting.
+// whose queue is full is dropped (closed), the daemon goes on. A stream
+// joins in the step that queues the answer that starts it, after the
+// answer (answerAt); mu is never held while putting (Server.publish).
 type fanout struct {
 	mu      sync.RWMutex
 	streams map[*stream]struct{}
