@@ -199,11 +199,10 @@ func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any,
 	// Under the app's ring lock: the answer holds the lines before, and
 	// the stream, joined in the same step, gets every line after.
 	return step(func(queue func(any)) error {
-		err := s.cfg.Apps.FollowLogs(args.App, n, func(lines []supervisor.LogLine) {
+		return s.cfg.Apps.FollowLogs(args.App, n, func(lines []supervisor.LogLine) {
 			queue(logsData(lines))
 			s.fanout.add(newStream(c, args.App, []string{control.TopicLog}))
 		})
-		return err
 	}), nil
 }
 
