@@ -290,8 +290,11 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		}
 		fallthrough
 	default:
+		// Written at once (write's now) when it was the link's only open
+		// request, the app then waiting on it alone; else queued for the
+		// writer, which gathers.
 		r.move(reqDone)
-		r.link.sendReply(&frame.Reply{ReqID: r.id, OK: true, Data: data})
+		r.link.send(&frame.Reply{ReqID: r.id, OK: true, Data: data}, len(r.link.requests) == 0, false)
 	}
 	return nil
 }
@@ -331,7 +334,7 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 		p.endTurn(r, "event_too_large", true)
 		return refuse(ErrInvalid, "the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", n, frame.MaxFrame)
 	}
-	if err := r.link.push(line, false); errors.Is(err, ErrQueueFull) {
+	if err := r.link.write(line, false, true); errors.Is(err, ErrQueueFull) {
 		// As for an oversized event: the app is not reading, and a turn
 		// missing an event is not the turn the kernel meant.
 		p.endTurn(r, "queue_full", true)

@@ -112,19 +112,16 @@ func (l *link) isShut() bool {
 	}
 }
 
-// push queues a line from outside the link (a kernel's event or tool
-// call, app.send): refused ErrQueueFull, the link staying up, once the
-// queue holds Manager.pushFrames or pushBytes; the rest of the queue is
-// kept for what the daemon owes. now is for a frame someone waits on
-// while the link is otherwise quiet (one call in flight): when the writer
-// is idle and nothing is queued, the line is written at once, as far as
-// the socket takes it without blocking, saving the writer's wake-up; the
-// rest, if any, is queued. A link that is shut is ErrNotConnected.
-func (l *link) push(line []byte, now bool) error { return l.write(line, now, true) }
-
-// write queues a line; push says it comes from outside the link. A line
-// the daemon owes the app (push false) is never refused: a full queue
-// disconnects the app.
+// write queues a line. push says it comes from outside the link (a
+// kernel's event or tool call, app.send): refused ErrQueueFull, the link
+// staying up, once the queue holds Manager.pushFrames or pushBytes; the
+// rest of the queue is kept for what the daemon owes, which is never
+// refused (a full queue disconnects the app). now is for a frame someone
+// waits on while the link is otherwise quiet (one call in flight): when
+// the writer is idle and nothing is queued, the line is written at once,
+// as far as the socket takes it without blocking, saving the writer's
+// wake-up; the rest, if any, is queued. A link that is shut is
+// ErrNotConnected.
 func (l *link) write(line []byte, now, push bool) error {
 	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
 	if err == nil {
@@ -138,39 +135,16 @@ func (l *link) write(line []byte, now, push bool) error {
 	return ErrNotConnected // shut, or just failed (failed says why)
 }
 
-// sendFrame encodes and queues a down frame the daemon owes the app (a
-// reply, an error frame, context_closed, tool_cancel, its own turn.end).
-// It never blocks. A frame over MaxFrame is never written (the app's
-// reader would refuse it): a reply becomes an internal error reply,
-// anything else is dropped and logged (the callers that pass outside data
+// sendFrame queues a down frame the daemon owes the app (a reply, an
+// error frame, context_closed, tool_cancel, its own turn.end).
+func (l *link) sendFrame(f frame.Down) { l.send(f, false, false) }
+
+// send encodes a down frame and queues it as write does. It never
+// blocks. A frame over MaxFrame is never written (the app's reader would
+// refuse it): a reply becomes an internal error reply, anything else is
+// dropped and logged, ErrInvalid (the callers that pass outside data
 // check its size first).
-func (l *link) sendFrame(f frame.Down) {
-	if b, ok := l.encodeFrame(f); ok {
-		l.write(b, false, false)
-	}
-}
-
-// pushFrame is sendFrame by push: nil when queued (or written).
-func (l *link) pushFrame(f frame.Down, now bool) error {
-	b, ok := l.encodeFrame(f)
-	if !ok {
-		return refuse(ErrInvalid, "the frame does not encode")
-	}
-	return l.push(b, now)
-}
-
-// sendReply sends the reply of a request that is done: written at once
-// (push's now) when it was the link's only open request, the app then
-// waiting on it alone; else queued for the writer, which gathers.
-func (l *link) sendReply(rp *frame.Reply) {
-	if b, ok := l.encodeFrame(rp); ok {
-		l.write(b, len(l.requests) == 0, false)
-	}
-}
-
-// encodeFrame is sendFrame's encoding: false when there is nothing to
-// send.
-func (l *link) encodeFrame(f frame.Down) ([]byte, bool) {
+func (l *link) send(f frame.Down, now, push bool) error {
 	b, err := frame.EncodeDown(f)
 	if err == nil && len(b)-1 > frame.MaxFrame {
 		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, frame.MaxFrame)
@@ -179,13 +153,13 @@ func (l *link) encodeFrame(f frame.Down) ([]byte, bool) {
 		// Only daemon-made values reach here; a failure is a bug, and the
 		// app must still not be left waiting on a reply.
 		l.m.log.Error("encode down frame", zap.String("app", l.appID), zap.Error(err))
-		if r, ok := f.(*frame.Reply); ok {
-			b, _ = frame.EncodeDown(&frame.Reply{ReqID: r.ReqID, Error: frame.Errorf(frame.CodeInternal, "the daemon could not encode this reply")})
-		} else {
-			return nil, false
+		r, ok := f.(*frame.Reply)
+		if !ok {
+			return refuse(ErrInvalid, "the frame does not encode")
 		}
+		b, _ = frame.EncodeDown(&frame.Reply{ReqID: r.ReqID, Error: frame.Errorf(frame.CodeInternal, "the daemon could not encode this reply")})
 	}
-	return b, true
+	return l.write(b, now, push)
 }
 
 // open registers r as an open request of the link, holding the reader's

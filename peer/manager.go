@@ -436,7 +436,7 @@ func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 		if l == nil {
 			return
 		}
-		if err = l.push(buf.Bytes(), false); err == nil && sent != nil {
+		if err = l.write(buf.Bytes(), false, true); err == nil && sent != nil {
 			sent()
 		}
 	})

@@ -240,7 +240,7 @@ func (p *peer) deliver(c *call) bool {
 	// The only call out is written now rather than by the link's
 	// writer, a wake-up less on the way. With more out, the writer
 	// gathers them into one write.
-	err := c.link.pushFrame(f, len(c.link.calls) == 1)
+	err := c.link.send(f, len(c.link.calls) == 1, true)
 	if errors.Is(err, ErrQueueFull) {
 		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQueueFull, "%v", err)}, "")
 		return false
