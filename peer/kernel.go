@@ -184,14 +184,9 @@ func (p *peer) toKernel(r *request) {
 		ContextID: r.ctx.id, Account: r.ctx.account,
 	}
 	if err := s.k.Request(kr); err != nil {
-		p.kernelRefused(r, err)
+		p.m.log.Warn("kernel refused a request", zap.String("app", p.id), zap.String("req_id", r.id), zap.Error(err))
+		p.finish(r, frame.Errorf(frame.CodeNoKernel, "the agent kernel could not take the request"))
 	}
-}
-
-// kernelRefused fails a request the kernel could not take.
-func (p *peer) kernelRefused(r *request, err error) {
-	p.m.log.Warn("kernel refused a request", zap.String("app", p.id), zap.String("req_id", r.id), zap.Error(err))
-	p.finish(r, frame.Errorf(frame.CodeNoKernel, "the agent kernel could not take the request"))
 }
 
 func (p *peer) kernelTimeout(r *request) {
@@ -263,8 +258,8 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 	if err != nil {
 		return err
 	}
-	if n := frameSize(&frame.Reply{ReqID: r.id, OK: true, Data: data}); n > frame.MaxFrame {
-		return refuse(ErrInvalid, "the reply would be a %d-byte frame, over the %d-byte cap", n, frame.MaxFrame)
+	if b, err := frame.EncodeDown(&frame.Reply{ReqID: r.id, OK: true, Data: data}); err == nil && len(b)-1 > frame.MaxFrame {
+		return refuse(ErrInvalid, "the reply would be a %d-byte frame, over the %d-byte cap", len(b)-1, frame.MaxFrame)
 	}
 	switch r.method {
 	case policy.MethodTurnStart:
@@ -349,21 +344,6 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 	return nil
 }
 
-// frameSize is the size of f on the wire, its newline excluded (0 when it
-// does not encode, which the sender then reports).
-func frameSize(f frame.Down) int {
-	b, err := frame.EncodeDown(f)
-	if err != nil {
-		return 0
-	}
-	return len(b) - 1
-}
-
-func sendEvent(r *request, data json.RawMessage) {
-	keepEvent(r, data)
-	r.link.sendFrame(&frame.Event{ReqID: r.id, Event: data})
-}
-
 // keepEvent adds a streamed event to its turn's history, within the
 // turn's bounds (maxTurnEvents, maxTurnBytes); past them the turn is
 // marked truncated.
@@ -394,7 +374,8 @@ func (p *peer) endRequest(r *request, reason string, e *Error) {
 func (p *peer) endTurn(r *request, reason string, announce bool) {
 	if announce {
 		ev, _ := json.Marshal(map[string]string{"type": TurnEnd, "turn_id": r.turn.TurnID, "reason": reason})
-		sendEvent(r, ev)
+		keepEvent(r, ev)
+		r.link.sendFrame(&frame.Event{ReqID: r.id, Event: ev})
 	}
 	r.turn.End = reason
 	r.turn.Ended = p.m.cfg.Now().UTC()
@@ -434,10 +415,11 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if v == nil {
 		return nil, nil
 	}
-	if len(v) <= frame.MaxFrame && !hasSpace(v) && frame.CheckValue(v) == nil {
-		// Compact already (the usual kernel's value): checked and
-		// copied, not compacted. Anything else goes the long way, which
-		// also words the refusals.
+	// A valid value with no byte json.Compact could remove (a space inside
+	// a string counts too) is compact already (the usual kernel's value):
+	// checked and copied, not compacted. Anything else goes the long way,
+	// which also words the refusals.
+	if len(v) <= frame.MaxFrame && !bytes.ContainsAny(v, " \t\n\r") && frame.CheckValue(v) == nil {
 		return bytes.Clone(v), nil
 	}
 	var buf bytes.Buffer
@@ -452,11 +434,6 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	}
 	return buf.Bytes(), nil
 }
-
-// hasSpace reports whether v holds a byte json.Compact could remove. A
-// valid value without any is its own compact form (a space inside a
-// string counts too: the check is for the usual value, not every one).
-func hasSpace(v []byte) bool { return bytes.ContainsAny(v, " \t\n\r") }
 
 func turnIDOf(data json.RawMessage) (string, error) {
 	var v struct {

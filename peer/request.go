@@ -131,15 +131,6 @@ func (s *sessionTurns) add(id string, max int) {
 	}
 }
 
-func (p *peer) reply(l *link, reqID string, data any) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		l.sendFrame(&frame.Reply{ReqID: reqID, Error: frame.Errorf(frame.CodeInternal, "encode reply: %v", err)})
-		return
-	}
-	l.sendFrame(&frame.Reply{ReqID: reqID, OK: true, Data: raw})
-}
-
 func (p *peer) fail(l *link, reqID string, e *Error) {
 	l.sendFrame(&frame.Reply{ReqID: reqID, Error: e})
 }
@@ -245,7 +236,12 @@ func (p *peer) finishOK(r *request, data any) {
 	if r.state != reqDone {
 		r.move(reqDone)
 	}
-	p.reply(r.link, r.id, data)
+	raw, err := json.Marshal(data)
+	if err != nil {
+		p.fail(r.link, r.id, frame.Errorf(frame.CodeInternal, "encode reply: %v", err))
+		return
+	}
+	r.link.sendFrame(&frame.Reply{ReqID: r.id, OK: true, Data: raw})
 }
 
 // atStore queues a request's store I/O: io runs on the app's store
@@ -336,28 +332,22 @@ func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, er
 	return buf.Bytes(), nil
 }
 
-// busySessions reports the sessions of the app that have a live context:
-// the store never evicts those. It is a snapshot, taken by a store job
-// just before its I/O (busy): contexts are only made by store jobs, which
-// run one at a time and end once the peer took their result, so none
-// appears on an evictable session meanwhile.
-func (p *peer) busySessions() policy.Busy {
+// busy reports the sessions of the app that have a live context: the
+// store never evicts those; false when the Manager is closed. It is a
+// snapshot, taken by a store job just before its I/O: contexts are only
+// made by store jobs, which run one at a time and end once the peer took
+// their result, so none appears on an evictable session meanwhile.
+func (p *peer) busy() (policy.Busy, bool) {
 	busy := map[uint64]struct{}{}
-	for _, c := range p.contexts {
-		busy[c.session.ID] = struct{}{}
-	}
+	ok := p.run(func() {
+		for _, c := range p.contexts {
+			busy[c.session.ID] = struct{}{}
+		}
+	})
 	return func(id uint64) bool {
 		_, ok := busy[id]
 		return ok
-	}
-}
-
-// busy is busySessions for a store job, asked of the peer; false when the
-// Manager is closed.
-func (p *peer) busy() (policy.Busy, bool) {
-	var b policy.Busy
-	ok := p.run(func() { b = p.busySessions() })
-	return b, ok
+	}, ok
 }
 
 func (p *peer) openSession(r *request) {
