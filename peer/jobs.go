@@ -11,7 +11,7 @@ type jobs struct {
 	q       []func()
 	running bool
 	closed  bool
-	idle    chan struct{} // made by close while running; closed when the run ends
+	wg      sync.WaitGroup // the running goroutine, for close
 }
 
 // post queues f; false when the queue is closed and nothing will run it.
@@ -24,19 +24,18 @@ func (j *jobs) post(f func()) bool {
 	j.q = append(j.q, f)
 	if !j.running {
 		j.running = true
+		j.wg.Add(1)
 		go j.run()
 	}
 	return true
 }
 
 func (j *jobs) run() {
+	defer j.wg.Done()
 	for {
 		j.mu.Lock()
 		if len(j.q) == 0 {
 			j.running = false
-			if j.idle != nil {
-				close(j.idle)
-			}
 			j.mu.Unlock()
 			return
 		}
@@ -48,17 +47,11 @@ func (j *jobs) run() {
 	}
 }
 
-// close refuses new jobs and returns once the queued ones ran.
+// close refuses new jobs and returns once the queued ones ran. No post
+// adds to wg after closed is set.
 func (j *jobs) close() {
 	j.mu.Lock()
 	j.closed = true
-	var idle chan struct{}
-	if j.running {
-		j.idle = make(chan struct{})
-		idle = j.idle
-	}
 	j.mu.Unlock()
-	if idle != nil {
-		<-idle
-	}
+	j.wg.Wait()
 }
