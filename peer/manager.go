@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -306,6 +307,13 @@ func (m *Manager) peerOf(app string) *peer {
 	return m.peers[app]
 }
 
+// peerList is a snapshot of the peers.
+func (m *Manager) peerList() []*peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Values(m.peers))
+}
+
 // Attach takes over the daemon's end of a freshly started process's hub and
 // runs its link until Detach, the app closing its end, or the app not
 // reading. The peer is created on the app's first Attach and kept after.
@@ -370,12 +378,9 @@ func (m *Manager) Detach(appID string) {
 // unusable after.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	m.closed = true
-	peers := make([]*peer, 0, len(m.peers))
-	for _, p := range m.peers {
-		peers = append(peers, p)
-	}
+	m.closed = true // no peer is made after
 	m.mu.Unlock()
+	peers := m.peerList()
 	var links []*link
 	for _, p := range peers {
 		if l := p.cur.Load(); l != nil {

@@ -13,12 +13,7 @@ import (
 // goroutine that locks them then waits with it, until the daemon is
 // restarted.
 func (m *Manager) Ping(ctx context.Context) error {
-	m.mu.Lock()
-	peers := make([]*peer, 0, len(m.peers))
-	for _, p := range m.peers {
-		peers = append(peers, p)
-	}
-	m.mu.Unlock()
+	peers := m.peerList()
 	var at atomic.Pointer[peer]
 	done := make(chan struct{})
 	go func() {
