@@ -15,10 +15,16 @@ func EncodeDown(f Down) ([]byte, error) {
 	t := f.downFrame()
 	switch f := f.(type) {
 	case *Reply:
-		if !f.OK && f.Error == nil {
+		r := reply{Type: t, ReqID: f.ReqID, OK: f.OK}
+		switch { // one outcome: data with ok, the error without
+		case f.OK:
+			r.Data = f.Data
+		case f.Error == nil:
 			return nil, errors.New(`encode frame: "ok": false needs an error`)
+		default:
+			r.Error = f.Error
 		}
-		v = reply{t, f.ReqID, f.OK, dataOf(f.OK, f.Data), errorOf(f.OK, f.Error)}
+		v = r
 	case *Event:
 		v = event{t, f.ReqID, f.Event}
 	case *ToolCall:
@@ -90,19 +96,3 @@ type (
 		ReqID   string `json:"req_id,omitempty"`
 	}
 )
-
-// dataOf and errorOf keep a reply to one outcome: data with ok, the
-// error without.
-func dataOf(ok bool, data json.RawMessage) json.RawMessage {
-	if !ok {
-		return nil
-	}
-	return data
-}
-
-func errorOf(ok bool, e *Error) *Error {
-	if ok {
-		return nil
-	}
-	return e
-}
