@@ -123,19 +123,6 @@ func EncodeUp(f frame.Up) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// DecodeUp decodes a line that must be an app → daemon frame, as the
-// daemon does (frame.ParseLine), refusing a pass-through line.
-func DecodeUp(line []byte) (frame.Up, error) {
-	up, pass, err := frame.ParseLine(line)
-	if err != nil {
-		return nil, err
-	}
-	if pass {
-		return nil, errors.New("not a peer-link frame: no " + frame.Envelope + " member")
-	}
-	return up, nil
-}
-
 // DecodeDown decodes a daemon → app frame: every member the type has,
 // nothing else, ids the protocol allows.
 func DecodeDown(line []byte) (frame.Down, error) {

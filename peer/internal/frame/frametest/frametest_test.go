@@ -99,16 +99,16 @@ func FuzzDecodeUp(f *testing.F) {
 	f.Add([]byte(`{"octos_peer":{"type":"request","req_id":"r","method":"m","args":{"a":[1,{"b":null}]}}}`))
 	f.Add([]byte(`{"octos_peer":{"type":"tool_result","call_id":"c","ok":false,"error":{"code":"x","message":"y"}}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		up, err := DecodeUp(line)
-		if err != nil {
+		up, pass, err := frame.ParseLine(line)
+		if err != nil || pass {
 			return
 		}
 		once, err := EncodeUp(up)
 		if err != nil {
 			t.Fatalf("accepted %q but cannot encode: %v", line, err)
 		}
-		again, err := DecodeUp(bytes.TrimSuffix(once, []byte("\n")))
-		if err != nil {
+		again, pass, err := frame.ParseLine(bytes.TrimSuffix(once, []byte("\n")))
+		if err != nil || pass {
 			t.Fatalf("re-encoded %q does not decode: %v", once, err)
 		}
 		twice, err := EncodeUp(again)
