@@ -46,8 +46,11 @@ func (rl *relay) install(r ToolRelay, owner *KernelSession) (dropped int) {
 	if r == nil {
 		return 0
 	}
-	rl.queue.drain(rl.deliver)
-	dropped, rl.queue.dropped = rl.queue.dropped, 0
+	for _, n := range rl.queue.buf {
+		rl.deliver(n)
+	}
+	dropped = rl.queue.dropped
+	rl.queue = relayRing{size: rl.queue.size} // a backlog's array is not kept
 	return dropped
 }
 
@@ -97,11 +100,4 @@ func (q *relayRing) push(n relayNote) {
 	}
 	q.buf = append(q.buf, n)
 	q.bytes += noteBytes(n)
-}
-
-func (q *relayRing) drain(f func(relayNote)) {
-	for _, n := range q.buf {
-		f(n)
-	}
-	q.buf, q.bytes = nil, 0 // a backlog's array is not kept
 }

@@ -149,19 +149,15 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 			if err = ks.check(); err != nil {
 				return
 			}
-			err = p.cancelCall(callID)
+			if p.link == nil || p.link.calls[callID] == nil {
+				err = ErrUnknownCall
+				return
+			}
+			c := p.link.calls[callID]
+			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 		})
 	}
 	return err
-}
-
-func (p *peer) cancelCall(callID string) error {
-	if p.link == nil || p.link.calls[callID] == nil {
-		return ErrUnknownCall
-	}
-	c := p.link.calls[callID]
-	p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
-	return nil
 }
 
 // ContextOwner returns the account and client of one of app's open
@@ -209,20 +205,17 @@ func (m *Manager) Contexts(app string) []ContextInfo {
 // context_closed; the kernel gets context.closed). It returns how many
 // contexts closed; an app without a process has none.
 func (m *Manager) CloseAccount(app, account string) int {
-	n := 0
+	var closing []*appContext
 	if p := m.peerOf(app); p != nil {
-		p.run(func() { n = p.closeAccount(account) })
-	}
-	return n
-}
-
-func (p *peer) closeAccount(account string) int {
-	if p.link == nil {
-		return 0
-	}
-	closing := sortedValues(p.link.contexts, func(c *appContext) bool { return c.account == account })
-	for _, c := range closing {
-		p.closeContext(c, "account_closed", true)
+		p.run(func() {
+			if p.link == nil {
+				return
+			}
+			closing = sortedValues(p.link.contexts, func(c *appContext) bool { return c.account == account })
+			for _, c := range closing {
+				p.closeContext(c, "account_closed", true)
+			}
+		})
 	}
 	return len(closing)
 }
