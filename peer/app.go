@@ -108,13 +108,6 @@ func (p *peer) serviceGranted(app policy.App) bool {
 	return p.dev || slices.Contains(app.Grants.Services, policy.ServiceAgent)
 }
 
-// setEntry applies a manifest's entry of the app, to the live link too.
-func (p *peer) setEntry(entry policy.App, dev bool) {
-	old, oldDev := p.app, p.dev
-	p.app, p.dev = entry, dev
-	p.narrow(old, oldDev)
-}
-
 // stopTimers stops what could still fire once the Manager is closed.
 func (p *peer) stopTimers() {
 	for id, a := range p.approvals {

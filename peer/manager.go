@@ -273,17 +273,12 @@ func (m *Manager) SetManifest(man *policy.Manifest) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.manifest = man
-	ids := make([]string, 0, len(m.peers))
-	for id := range m.peers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
 		p := m.peers[id]
 		app := m.entryOf(id, policy.App{ID: id})
 		// Under mu: every peer sees the manifests and the attaches in
 		// the order mu took them.
-		p.run(func() { p.setEntry(app, man.DeveloperMode) })
+		p.run(func() { p.narrow(app, man.DeveloperMode) })
 	}
 }
 

@@ -14,10 +14,10 @@ import (
 // ended.
 const ReasonGrantRevoked = "grant_revoked"
 
-// narrow applies a reloaded entry's grants (p.app, already set) to what
-// the app's live link holds, which the grants it had (old, with the
-// developer mode oldDev) let it make: a reload applies to the running
-// process at once, not from its next start.
+// narrow sets a reloaded entry of the app and developer mode, and applies
+// them to what the app's live link holds, which the grants it had let it
+// make: a reload applies to the running process at once, not from its
+// next start.
 //
 //   - Requests are checked against the grants when they arrive; those
 //     still waiting to be served (for the consent prompt) are checked
@@ -30,12 +30,13 @@ const ReasonGrantRevoked = "grant_revoked"
 //     turns and tool calls.
 //   - A tool call whose tool is no longer granted ends, the app told
 //     (tool_cancel) if it was sent it.
-func (p *peer) narrow(old policy.App, oldDev bool) {
+func (p *peer) narrow(app policy.App, dev bool) {
+	old, oldDev := p.app, p.dev
+	p.app, p.dev = app, dev
 	l := p.link
 	if l == nil || l.isShut() {
 		return
 	}
-	app := p.app
 	service := p.serviceGranted(app)
 	lost := (oldDev || slices.Contains(old.Grants.Services, policy.ServiceAgent)) && !service
 	var revoked []string
@@ -93,21 +94,13 @@ func (p *peer) narrow(old policy.App, oldDev bool) {
 // when they allow it: checks (2) and (4) of docs/protocol.md.
 func (p *peer) granted(app policy.App, method string) *Error {
 	if !p.serviceGranted(app) {
-		return noService(app)
+		return frame.Errorf(frame.CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
+			app.ID, policy.ServiceAgent, policy.ServiceAgent)
 	}
 	if !slices.Contains(app.Grants.Methods, method) {
-		return noMethod(app, method)
+		return frame.Errorf(frame.CodeNotGranted, "%s is not in the grants.methods of app %s", method, app.ID)
 	}
 	return nil
-}
-
-func noService(app policy.App) *Error {
-	return frame.Errorf(frame.CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
-		app.ID, policy.ServiceAgent, policy.ServiceAgent)
-}
-
-func noMethod(app policy.App, method string) *Error {
-	return frame.Errorf(frame.CodeNotGranted, "%s is not in the grants.methods of app %s", method, app.ID)
 }
 
 // stillGranted is the refusal of a request whose store work is done, when

@@ -91,31 +91,26 @@ func (a *auditLog) loop() {
 		select {
 		case <-a.kick:
 			// A kick left from entries written since is no batch.
-			switch n := a.waiting(); {
+			a.mu.Lock()
+			n := len(a.pending)
+			a.mu.Unlock()
+			switch {
 			case n >= auditBatch:
 				a.write()
 			case n > 0 && !armed:
 				timer.Reset(a.interval)
 				armed = true
 			}
-			continue
 		case <-timer.C:
 			armed = false
+			a.write()
 		case reply := <-a.flushes:
 			reply <- a.write()
-			continue
 		case <-a.stop:
 			a.write()
 			return
 		}
-		a.write()
 	}
-}
-
-func (a *auditLog) waiting() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.pending)
 }
 
 // flush writes what is pending: by the loop while it runs, else here
