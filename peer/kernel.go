@@ -270,7 +270,7 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		if r.ctx.turns[turnID] != nil {
 			return refuse(ErrInvalid, "turn_id %q is already streaming in context %s: give each turn its own", turnID, r.ctx.id)
 		}
-		if r.ctx.turnIDs.has(turnID) {
+		if _, used := r.ctx.turnIDs.used[turnID]; used {
 			return refuse(ErrInvalid, "turn_id %q was used already in session %d (of context %s): turn ids are unique within a session, across its contexts and the daemon's restarts",
 				turnID, r.ctx.session.ID, r.ctx.id)
 		}

@@ -116,11 +116,6 @@ type sessionTurns struct {
 	contexts int
 }
 
-func (s *sessionTurns) has(id string) bool {
-	_, ok := s.used[id]
-	return ok
-}
-
 // add records a turn_id, forgetting the oldest past max.
 func (s *sessionTurns) add(id string, max int) {
 	s.used[id] = struct{}{}

@@ -47,13 +47,8 @@ const (
 )
 
 func (o Outcome) String() string {
-	switch o {
-	case OutcomeOK:
-		return "ok"
-	case OutcomeError:
-		return "error"
-	case OutcomeUnknown:
-		return "outcome_unknown"
+	if o >= OutcomeOK && o <= OutcomeUnknown {
+		return [...]string{"ok", "error", "outcome_unknown"}[o-1]
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -86,9 +81,6 @@ type ToolRelay interface {
 	// Finished: the call's outcome. Nothing about the call follows.
 	Finished(app, callID string, r Result)
 }
-
-// ContextOwner is whom a context belongs to (op context.owner).
-type ContextOwner = control.ContextOwner
 
 // toolCall accepts a call and places it in one step, the app's peer
 // locked. accepted, when set, runs in between, and must not block: after
@@ -163,8 +155,8 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 // ContextOwner returns the account and client of one of app's open
 // contexts. Another app's, a closed or a made-up id are ErrUnknownContext
 // alike.
-func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
-	var o ContextOwner
+func (m *Manager) ContextOwner(app, contextID string) (control.ContextOwner, error) {
+	var o control.ContextOwner
 	err := refuse(ErrUnknownContext, "the app has no open context %s", contextID)
 	if p := m.peerOf(app); p != nil {
 		p.run(func() {
@@ -172,31 +164,28 @@ func (m *Manager) ContextOwner(app, contextID string) (ContextOwner, error) {
 				return
 			}
 			if c := p.link.contexts[contextID]; c != nil {
-				o, err = ContextOwner{Account: c.account, Client: c.client}, nil
+				o, err = control.ContextOwner{Account: c.account, Client: c.client}, nil
 			}
 		})
 	}
 	return o, err
 }
 
-// ContextInfo is one open context of an app (op context.list).
-type ContextInfo = control.ContextInfo
-
 // Contexts lists app's open contexts, by id: what a kernel may name in a
 // tool call (octosupctl call picks one).
-func (m *Manager) Contexts(app string) []ContextInfo {
-	out := []ContextInfo{}
+func (m *Manager) Contexts(app string) []control.ContextInfo {
+	out := []control.ContextInfo{}
 	if p := m.peerOf(app); p != nil {
 		p.run(func() {
 			if p.link == nil {
 				return
 			}
 			for _, c := range p.link.contexts {
-				out = append(out, ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
+				out = append(out, control.ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
 			}
 		})
 	}
-	slices.SortFunc(out, func(a, b ContextInfo) int { return strings.Compare(a.ContextID, b.ContextID) })
+	slices.SortFunc(out, func(a, b control.ContextInfo) int { return strings.Compare(a.ContextID, b.ContextID) })
 	return out
 }
 

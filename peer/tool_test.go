@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"octosup/control"
 	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
@@ -494,7 +495,7 @@ func TestToolCloseAccount(t *testing.T) {
 	if _, err := h.m.ContextOwner("notes", personal); !errors.Is(err, ErrUnknownContext) {
 		t.Fatalf("closed context: %v", err)
 	}
-	if o, err := h.m.ContextOwner("notes", work); err != nil || o != (ContextOwner{Account: "work", Client: "notes"}) {
+	if o, err := h.m.ContextOwner("notes", work); err != nil || o != (control.ContextOwner{Account: "work", Client: "notes"}) {
 		t.Fatalf("owner %+v %v", o, err)
 	}
 	a.ok("w1", "")
@@ -528,7 +529,7 @@ func TestToolContextOwnerAndHasLink(t *testing.T) {
 	if !h.m.HasLink("notes") {
 		t.Fatal("no link")
 	}
-	if o, err := h.m.ContextOwner("notes", ctx); err != nil || o != (ContextOwner{Account: "personal", Client: "notes"}) {
+	if o, err := h.m.ContextOwner("notes", ctx); err != nil || o != (control.ContextOwner{Account: "personal", Client: "notes"}) {
 		t.Fatalf("owner %+v %v", o, err)
 	}
 	for _, id := range []string{mailCtx, "n0nce-77", ""} {
