@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"octosup/control"
 	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
@@ -92,16 +91,6 @@ func (m *Manager) stop(t *time.Timer) {
 	if t != nil && t.Stop() {
 		m.timers.Done()
 	}
-}
-
-// linkStatus is what LinkStatus reports. mu is held.
-func (p *peer) linkStatus() control.LinkStatus {
-	if l := p.link; l != nil && p.serviceGranted(p.app) {
-		// A process without agent.octos has a hub (its pass-through
-		// frames flow) but no peer link: no request of it is served.
-		return control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
-	}
-	return control.LinkStatus{}
 }
 
 func (p *peer) serviceGranted(app policy.App) bool {

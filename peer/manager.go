@@ -448,7 +448,13 @@ func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 func (m *Manager) LinkStatus(appID string) control.LinkStatus {
 	var st control.LinkStatus
 	if p := m.peerOf(appID); p != nil {
-		p.run(func() { st = p.linkStatus() })
+		p.run(func() {
+			// A process without agent.octos has a hub (its pass-through
+			// frames flow) but no peer link: no request of it is served.
+			if l := p.link; l != nil && p.serviceGranted(p.app) {
+				st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
+			}
+		})
 	}
 	return st
 }

@@ -439,9 +439,15 @@ func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []st
 // turn the kernel has not answered), then the app gets context_closed
 // (when tell, and its link is up) and the kernel context.closed.
 func (p *peer) closeContext(c *appContext, reason string, tell bool) {
-	p.endContextCalls(c, reason, tell)
+	why, cancel := fmt.Sprintf("context %s closed (%s)", c.id, reason), ""
+	if tell {
+		cancel = reason
+	}
+	for _, call := range sortedValues(c.calls, nil) {
+		p.endCall(call, callCancelled, failResult(call, frame.CodeCancelled, why), cancel)
+	}
 	for _, r := range sortedValues(c.requests, nil) {
-		p.endRequest(r, reason, frame.Errorf(frame.CodeCancelled, "context %s closed (%s)", c.id, reason))
+		p.endRequest(r, reason, &Error{Code: frame.CodeCancelled, Message: why})
 	}
 	delete(p.contexts, c.id)
 	delete(c.link.contexts, c.id)

@@ -89,9 +89,18 @@ type ToolRelay interface {
 // the call only once it is placed). ks is the kernel that hands the
 // call over, nil for the tests' relay seam.
 func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, accepted func()) error {
-	p, args, confirm, err := m.callee(app, kc)
+	m.mu.Lock()
+	closed, p := m.closed, m.peers[app]
+	m.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	args, confirm, err := m.checkCall(kc)
 	if err != nil {
 		return err
+	}
+	if p == nil {
+		return ErrNotConnected
 	}
 	err = ErrClosed
 	p.run(func() {
@@ -111,24 +120,6 @@ func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, a
 		p.place(c)
 	})
 	return err
-}
-
-// callee is the peer a call goes to, and what checkCall made of it.
-func (m *Manager) callee(app string, kc control.ToolCall) (*peer, json.RawMessage, string, error) {
-	m.mu.Lock()
-	closed, p := m.closed, m.peers[app]
-	m.mu.Unlock()
-	if closed {
-		return nil, nil, "", ErrClosed
-	}
-	args, confirm, err := m.checkCall(kc)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	if p == nil {
-		return nil, nil, "", ErrNotConnected
-	}
-	return p, args, confirm, nil
 }
 
 // toolCancel withdraws an outstanding call of ks (KernelSession.ToolCancel;

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -378,22 +377,6 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 		p.m.log.Warn("tool result too large to relay", zap.String("app", p.id), zap.String("call_id", c.id), zap.Int("bytes", n))
 	}
 	p.endCall(c, callFinished, r, "")
-}
-
-// endContextCalls ends a closing context's calls, in call id order; when
-// tell, the app gets tool_cancel for each it was sent.
-func (p *peer) endContextCalls(ctx *appContext, reason string, tell bool) {
-	if len(ctx.calls) == 0 {
-		return
-	}
-	calls := sortedValues(ctx.calls, nil)
-	cancel := ""
-	if tell {
-		cancel = reason
-	}
-	for _, c := range calls {
-		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, fmt.Sprintf("context %s closed (%s)", ctx.id, reason)), cancel)
-	}
 }
 
 // askHost raises the host confirmation sheet of a call. It expires with
