@@ -461,13 +461,10 @@ func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 	if err != nil {
 		return "", refuse(ErrInvalid, "event: %v", err)
 	}
-	str := func(name string) (string, bool) {
-		v, ok := m[name]
-		var s string
-		if !ok || len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-			return "", false
-		}
-		return s, true
+	str := func(name string) (s string, ok bool) {
+		v := m[name]
+		ok = len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil
+		return s, ok
 	}
 	typ, ok := str("type")
 	if !ok || typ == "" || len(typ) > 128 {
@@ -502,15 +499,14 @@ func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 // ToolRelay gets exactly one Acknowledged and one Finished for it,
 // possibly before ToolCall returns (kept for the next kernel while the
 // attached one is not a ToolRelay). A refusal is ErrInvalid (malformed
-// call), ErrNotConnected, ErrDuplicate, ErrUnknownContext, ErrDeclined or
-// ErrLimit, and nothing reaches the relay; a detached session is refused
-// ErrKernelDetached. accepted
-// runs once the call is accepted, before anything else of the call
-// happens: the control socket queues its answer "accepted" there, so
+// call), ErrNotConnected, ErrDuplicate, ErrUnknownContext, ErrDeclined,
+// ErrLimit or, for a detached session, ErrKernelDetached: nothing reaches
+// the relay, and accepted does not run. accepted runs once the call is
+// accepted, before anything else of it happens, with the app's peer
+// locked, where it must not block (a full connection is dropped, not
+// waited for): the control socket queues its answer "accepted" there, so
 // the kernel hears it before the call's tool.acknowledged and any event
-// of its sheet. It runs with the app's peer locked, where it must not
-// block (a full connection is dropped, not waited for), and ToolCall
-// returns after it. A refusal returns the error, and accepted does not run.
+// of its sheet.
 func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func()) error {
 	if err := s.check(); err != nil {
 		return err
