@@ -431,15 +431,37 @@ func (g *Guard) watch(c *call) (uintptr, error) {
 	if !ok {
 		return 0, fmt.Errorf("%s is outside the app's grants: %w", path, unix.EACCES)
 	}
+	ifd, err := c.getfd(c.args[0])
+	if err != nil {
+		return 0, err
+	}
+	// Without the daemon's capabilities: a root daemon's would watch a
+	// directory the app (root too, with none) may not read.
+	var wd int
+	err = withoutCaps(func() error {
+		var err error
+		wd, err = addWatch(c, ifd, grant, rest, path, mask)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return uintptr(wd), nil
+}
+
+// addWatch adds the watch watch decided on to the inotify instance ifd:
+// path, under grant as rest, opened as the ruleset opens it and watched
+// through the inode opened.
+func addWatch(c *call, ifd int, grant PathRule, rest, path string, mask uint32) (int, error) {
 	root := grant.Path
 	// As the ruleset opens it: a link the app planted in the place of a
 	// grant nested in its rw one is refused, not followed.
 	rfd, _, err := helper.OpenGrant(grant)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return 0, fmt.Errorf("%w: %w", err, unix.EACCES)
+			return -1, fmt.Errorf("%w: %w", err, unix.EACCES)
 		}
-		return 0, err
+		return -1, err
 	}
 	c.open = append(c.open, rfd)
 	target := rfd
@@ -450,23 +472,15 @@ func (g *Guard) watch(c *call) (uintptr, error) {
 		}
 		if target, err = unix.Openat2(rfd, rest, &how); err != nil {
 			if err == unix.EXDEV {
-				return 0, fmt.Errorf("%s leaves the grant %s: %w", path, root, unix.EACCES)
+				return -1, fmt.Errorf("%s leaves the grant %s: %w", path, root, unix.EACCES)
 			}
-			return 0, err
+			return -1, err
 		}
 		c.open = append(c.open, target)
 	}
-	ifd, err := c.getfd(c.args[0])
-	if err != nil {
-		return 0, err
-	}
 	// The magic link names the inode opened above, whatever happened to
 	// the path since.
-	wd, err := unix.InotifyAddWatch(ifd, "/proc/self/fd/"+strconv.Itoa(target), mask&^unix.IN_DONT_FOLLOW)
-	if err != nil {
-		return 0, err
-	}
-	return uintptr(wd), nil
+	return unix.InotifyAddWatch(ifd, "/proc/self/fd/"+strconv.Itoa(target), mask&^unix.IN_DONT_FOLLOW)
 }
 
 // grantOf finds the grant path is beneath (the longest), and the rest of
