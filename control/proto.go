@@ -269,11 +269,13 @@ type JailReport struct {
 }
 
 // Grant is one desktop socket or device of an app: name as in its entry
-// (wayland, pulseaudio, pipewire, dri), path what it reaches, via how:
+// (wayland, pulseaudio, dri), path what it reaches, via how:
 // "guard-connect" (the daemon makes the app's connect: the server sees the
 // daemon, and a compositor gives the app no security context),
-// "landlock" (a render node, read-write with its ioctls), or
-// "no-render-node" (dri asked for on a machine without one).
+// "pulse-filter" (the daemon connects the app to its sound filter, which
+// passes on playing and recording and refuses modules), "landlock" (a
+// render node, read-write with its ioctls), or "no-render-node" (dri
+// asked for on a machine without one).
 type Grant struct {
 	Name string `json:"name"`
 	Path string `json:"path,omitempty"`

@@ -28,21 +28,23 @@ import (
 // SocketGrant is one socket an app may reach (helper.SocketGrant).
 type SocketGrant = helper.SocketGrant
 
-// GrantGuard is how every socket is given today: the guard connects.
-const GrantGuard = helper.GrantGuard
+// How a socket is given: the guard connects the app's socket to the
+// server (wayland), or to a filter in front of it (pulseaudio).
+const (
+	GrantGuard       = helper.GrantGuard
+	GrantPulseFilter = helper.GrantPulseFilter
+)
 
 // Variables the daemon sets for an app with sockets.
 const (
 	envRuntimeDir  = "XDG_RUNTIME_DIR"
 	envWayland     = "WAYLAND_DISPLAY"
 	envPulseServer = "PULSE_SERVER"
-	envPipeWire    = "PIPEWIRE_REMOTE"
 )
 
 // resolveSockets finds each granted socket in the daemon's environment
 // env, as the client libraries would: WAYLAND_DISPLAY (default
 // wayland-0), PULSE_SERVER (one unix: server; default pulse/native),
-// PIPEWIRE_REMOTE (default pipewire-0, in PIPEWIRE_RUNTIME_DIR when set),
 // each relative to XDG_RUNTIME_DIR unless absolute.
 func resolveSockets(names []string, env []string) ([]SocketGrant, error) {
 	runtime := lookupEnv(env, envRuntimeDir)
@@ -72,7 +74,7 @@ func resolveSockets(names []string, env []string) ([]SocketGrant, error) {
 			}
 			g.Path, err = rel(n, envWayland, d)
 		case policy.SocketPulseAudio:
-			g.From = envPulseServer
+			g.From, g.Via = envPulseServer, GrantPulseFilter
 			srv := lookupEnv(env, envPulseServer)
 			if srv == "" {
 				srv, g.From = "pulse/native", envRuntimeDir+"/pulse/native"
@@ -80,16 +82,6 @@ func resolveSockets(names []string, env []string) ([]SocketGrant, error) {
 				return nil, err
 			}
 			g.Path, err = rel(n, envPulseServer, srv)
-		case policy.SocketPipeWire:
-			g.From = envPipeWire
-			r := lookupEnv(env, envPipeWire)
-			if r == "" {
-				r, g.From = "pipewire-0", envRuntimeDir+"/pipewire-0"
-			}
-			if d := lookupEnv(env, "PIPEWIRE_RUNTIME_DIR"); !filepath.IsAbs(r) && filepath.IsAbs(d) {
-				r = filepath.Join(d, r)
-			}
-			g.Path, err = rel(n, envPipeWire, r)
 		default:
 			return nil, fmt.Errorf("sockets: %q is not a socket octosup grants (want %s)", n, strings.Join(policy.KnownSockets(), ", "))
 		}
@@ -133,8 +125,6 @@ func socketEnv(grants []SocketGrant, runtimeDir string) map[string]string {
 			env[envWayland] = g.Path
 		case policy.SocketPulseAudio:
 			env[envPulseServer] = "unix:" + g.Path
-		case policy.SocketPipeWire:
-			env[envPipeWire] = g.Path
 		}
 	}
 	return env

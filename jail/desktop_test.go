@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -402,9 +403,13 @@ func runEscapeCase(t *testing.T, h *harness, c escapeCase, env []string) {
 }
 
 // TestPulseJailed: a jailed pactl info reaches a real PulseAudio with
-// sockets ["pulseaudio"], and not without.
+// sockets ["pulseaudio"], and not without; through the sound filter it
+// plays, and it cannot load a module (a module is code the server runs:
+// module-ladspa-sink dlopens the path it is given), which the same pactl
+// outside the jail can.
 func TestPulseJailed(t *testing.T) {
 	pactl := needProgram(t, "pactl")
+	pacat := needProgram(t, "pacat")
 	dir := runtimeDir(t)
 	sock := startPulse(t, dir)
 	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
@@ -416,18 +421,88 @@ func TestPulseJailed(t *testing.T) {
 		if !strings.Contains(o.out, "Server Name: pulseaudio") || !strings.Contains(o.out, "unix:"+sock) {
 			t.Fatalf("granted pactl info did not reach the server:\n%s", o.out)
 		}
+		if want := []helper.Grant{{Name: "pulseaudio", Path: sock, Via: GrantPulseFilter}}; !slices.Equal(o.report.Grants, want) {
+			t.Errorf("report grants %+v, want %+v", o.report.Grants, want)
+		}
 		ungranted := desktopApp("snd", nil, pactl, "info")
 		ungranted.Env["PULSE_SERVER"] = "unix:" + sock
 		o = h.runApp(ungranted, env, nil)
 		if o.err != nil || strings.Contains(o.out, "Server Name") {
 			t.Fatalf("without the grant pactl info reached the server (%v):\n%s", o.err, o.out)
 		}
+		plays(t, h, env, pacat)
+		loadsNothing(t, h, env, sock, pactl)
 	})
 }
 
-// TestPipeWireJailed: with sockets ["pipewire"] the app reaches a real
-// PipeWire's pipewire-0 and nothing else; pipewire-pulse serves the
-// PulseAudio protocol to a jailed pactl like PulseAudio does.
+// TestSoundConnectionsBounded: each connection through the sound filter
+// holds two of the daemon's descriptors, so an app has at most
+// maxSoundConns at once; the same connects outside the jail all succeed.
+func TestSoundConnectionsBounded(t *testing.T) {
+	dir := runtimeDir(t)
+	sock := startPulse(t, dir)
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
+	grant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pulseaudio"} }
+	n := strconv.Itoa(maxSoundConns)
+	launchers(t, func(t *testing.T, h *harness) {
+		runEscapeCase(t, h, escapeCase{name: "one more than the bound",
+			attempt: jailed(grant, "unix_connect_n", strconv.Itoa(maxSoundConns+1), sock), refused: []string{"EAGAIN"},
+			control: jailed(grant, "unix_connect_n", n, sock), allowed: "ok"}, env)
+		runEscapeCase(t, h, escapeCase{name: "the same outside the jail",
+			attempt: jailed(grant, "unix_connect_n", strconv.Itoa(maxSoundConns+1), sock), refused: []string{"EAGAIN"},
+			control: plain("unix_connect_n", strconv.Itoa(maxSoundConns+1), sock), allowed: "ok"}, env)
+	})
+}
+
+// plays: through the filter a jailed pacat plays its own binary, as raw
+// samples (about a second), to the end. (A PipeWire with no session
+// manager, as the tests run it, links no stream: pacat outside the jail
+// times out there too.)
+func plays(t *testing.T, h *harness, env []string, pacat string) {
+	t.Helper()
+	// sh says how its one command exited: the harness reads stdout.
+	o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, "/bin/sh", "-c", `"$0" --playback --raw --latency-msec=50 "$0"; echo "exit $?"`, pacat), env, nil)
+	if o.err != nil || o.out != "exit 0" {
+		t.Fatalf("a jailed pacat did not play to the end (%v): %s", o.err, o.out)
+	}
+}
+
+// loadsNothing: through the filter a jailed pactl load-module loads
+// nothing into the server at sock, while the same pactl outside the jail
+// does (the positive control).
+func loadsNothing(t *testing.T, h *harness, env []string, sock, pactl string) {
+	t.Helper()
+	sinks := func() []string {
+		out, err := exec.Command(pactl, "--server=unix:"+sock, "list", "short", "sinks").CombinedOutput()
+		if err != nil {
+			t.Fatalf("pactl list sinks: %v\n%s", err, out)
+		}
+		var names []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) > 1 {
+				names = append(names, f[1])
+			}
+		}
+		return names
+	}
+	name := fmt.Sprintf("jailed_%d", time.Now().UnixNano())
+	o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, "/bin/sh", "-c", `"$0" load-module module-null-sink sink_name="$1"; echo "exit $?"`, pactl, name), env, nil)
+	t.Logf("jailed load-module: %s", o.out)
+	if o.out == "exit 0" || slices.Contains(sinks(), name) {
+		t.Fatalf("a jailed pactl loaded a module (%s): sinks %q", o.out, sinks())
+	}
+	control := exec.Command(pactl, "--server=unix:"+sock, "load-module", "module-null-sink", "sink_name=control_"+name)
+	if out, err := control.CombinedOutput(); err != nil || !slices.Contains(sinks(), "control_"+name) {
+		t.Fatalf("control: pactl outside the jail loaded no module (%v): %s; sinks %q", err, out, sinks())
+	}
+}
+
+// TestPipeWireJailed: pipewire-pulse serves the PulseAudio protocol to a
+// jailed pactl through the sound filter as PulseAudio does, and the
+// filter refuses it modules the same way (pipewire-pulse maps
+// module-ladspa-sink onto a filter-chain that loads the plugin). PipeWire's own socket is no
+// grant: a client of it can have the server load a plugin from any path
+// (spa-node-factory's library.name climbs out of the plugin directory).
 func TestPipeWireJailed(t *testing.T) {
 	pw := needProgram(t, "pipewire")
 	pwPulse := needProgram(t, "pipewire-pulse")
@@ -442,16 +517,17 @@ func TestPipeWireJailed(t *testing.T) {
 	}
 	cmd = exec.Command(pwPulse)
 	cmd.Env = senv
-	startServer(t, cmd, filepath.Join(dir, "pulse", "native"))
+	sock := filepath.Join(dir, "pulse", "native")
+	startServer(t, cmd, sock)
 	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
 	launchers(t, func(t *testing.T, h *harness) {
-		pwGrant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pipewire"} }
-		runEscapeCase(t, h, escapeCase{name: "pipewire-0",
-			attempt: jailed(pwGrant, "unix_connect", filepath.Join(dir, "pulse", "native")), refused: []string{"EACCES"},
-			control: jailed(pwGrant, "unix_connect", filepath.Join(dir, "pipewire-0")), allowed: "ok"}, env)
 		o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "info"), env, nil)
 		if o.err != nil || !strings.Contains(o.out, "PulseAudio (on PipeWire") {
 			t.Fatalf("granted pactl info did not reach pipewire-pulse (%v):\n%s", o.err, o.out)
+		}
+		loadsNothing(t, h, env, sock, pactl)
+		if o := h.runApp(desktopApp("snd", []string{"pipewire"}, pactl, "info"), env, nil); o.err == nil || !strings.Contains(o.err.Error(), `"pipewire" is not a socket octosup grants`) {
+			t.Fatalf("an app with sockets [\"pipewire\"] started (%v)", o.err)
 		}
 	})
 }

@@ -62,13 +62,16 @@ type Guard struct {
 	// answers and the connects' goroutines spend from it.
 	spentMu sync.Mutex
 	spent   budget
+	// sound are the filters between the app and its PulseAudio server
+	// (guard_sound.go).
+	sound *soundFilters
 }
 
 // newGuard takes the listener fd of spec's filter.
 func newGuard(spec Spec, fd int, unprivPort uint16, slots appSlots, log *zap.Logger) *Guard {
 	unix.SetNonblock(fd, true)
 	return &Guard{f: os.NewFile(uintptr(fd), "seccomp-notify-"+spec.App), spec: spec, log: log, unprivPort: unprivPort,
-		slots: slots}
+		slots: slots, sound: newSoundFilters()}
 }
 
 // spend records work of the guard that took used, ending now, and says
@@ -87,13 +90,19 @@ func (p *Process) Guard() *Guard { return p.notify }
 
 // Close closes a guard that will not be served; the app's notified calls
 // then fail with ENOSYS.
-func (g *Guard) Close() error { return g.f.Close() }
+func (g *Guard) Close() error {
+	g.sound.end()
+	return g.f.Close()
+}
 
 // Serve answers notifications until every process of the app has exited
 // (the listener hangs up), ctx ends, or the listener fails; it closes the
-// listener. It returns nil when the app is gone.
+// listener and ends the app's sound filters. It returns nil when the app
+// is gone.
 func (g *Guard) Serve(ctx context.Context) error {
 	defer g.f.Close()
+	// The app is gone, or the daemon stops: so do its sound filters.
+	defer g.sound.end()
 	rc, err := g.f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("guard %s: %w", g.spec.App, err)

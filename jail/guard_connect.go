@@ -285,11 +285,14 @@ func (g *Guard) connect(c *call) (func() error, error) {
 	}
 	switch domain {
 	case unix.AF_UNIX:
-		path, err := g.connectUnix(a)
+		grant, err := g.connectUnix(a)
 		if err != nil {
 			return nil, err
 		}
-		return func() error { return unix.Connect(sock, &unix.SockaddrUnix{Name: path}) }, nil
+		if grant.Via == GrantPulseFilter {
+			return func() error { return g.connectFiltered(sock, grant.Path) }, nil
+		}
+		return func() error { return unix.Connect(sock, &unix.SockaddrUnix{Name: grant.Path}) }, nil
 	case unix.AF_INET, unix.AF_INET6:
 		if g.spec.Landlock.Net && (a.family == unix.AF_INET || a.family == unix.AF_INET6) && !slices.Contains(g.spec.Landlock.ConnectTCP, a.port) {
 			return nil, fmt.Errorf("port %d is not in tcp_connect: %w", a.port, unix.EACCES)
@@ -301,20 +304,20 @@ func (g *Guard) connect(c *call) (func() error, error) {
 
 // connectUnix is the granted socket a names: the grant's path, not the
 // app's bytes, is what the daemon connects to.
-func (g *Guard) connectUnix(a sockAddr) (string, error) {
+func (g *Guard) connectUnix(a sockAddr) (SocketGrant, error) {
 	switch {
 	case a.family != unix.AF_UNIX:
-		return "", fmt.Errorf("address family %d on a unix socket: %w", a.family, unix.EINVAL)
+		return SocketGrant{}, fmt.Errorf("address family %d on a unix socket: %w", a.family, unix.EINVAL)
 	case a.abstract:
-		return "", fmt.Errorf("abstract socket %q: the jail reaches no abstract socket outside it: %w", a.path, unix.EPERM)
+		return SocketGrant{}, fmt.Errorf("abstract socket %q: the jail reaches no abstract socket outside it: %w", a.path, unix.EPERM)
 	case a.path == "":
-		return "", unix.EINVAL
+		return SocketGrant{}, unix.EINVAL
 	}
 	i := slices.IndexFunc(g.spec.Sockets, func(s SocketGrant) bool { return s.Path == a.path })
 	if i < 0 {
-		return "", fmt.Errorf("%s is not a granted socket: %w", a.path, unix.EACCES)
+		return SocketGrant{}, fmt.Errorf("%s is not a granted socket: %w", a.path, unix.EACCES)
 	}
-	return g.spec.Sockets[i].Path, nil
+	return g.spec.Sockets[i], nil
 }
 
 // rawConnect connects sock to the address raw as it is (the daemon's

@@ -164,6 +164,22 @@ func probe(action string, a []string) (string, error) {
 		return "", err
 	case "unix_connect":
 		return "", unixConnect(a[0])
+	case "unix_connect_n":
+		// a[0] connects to a[1] at once, held open: the first refusal.
+		n, err := strconv.Atoi(a[0])
+		if err != nil {
+			return "", err
+		}
+		for range n {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return "", err
+			}
+			if err := unix.Connect(fd, &unix.SockaddrUnix{Name: a[1]}); err != nil {
+				return "", err
+			}
+		}
+		return "", nil
 	case "abstract_self":
 		// Listen on an abstract name inside the jail and connect to it:
 		// the jail's own abstract sockets stay usable.

@@ -205,6 +205,8 @@ func socketHow(g SocketGrant) string {
 			return "the daemon connects the app's socket; the compositor sees the daemon's pid and uid and gives no security context: every protocol it offers its clients, screen capture and virtual input among them where it has them"
 		}
 		return "the daemon connects the app's socket; the server sees the daemon's pid and uid"
+	case GrantPulseFilter:
+		return "the daemon connects the app's socket to its sound filter, which passes on playing, recording and the server's lists (no modules, defaults or devices); the server sees the daemon's pid and uid"
 	}
 	return g.Via
 }

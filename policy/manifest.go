@@ -102,12 +102,11 @@ type Sandbox struct {
 const (
 	SocketWayland    = "wayland"
 	SocketPulseAudio = "pulseaudio"
-	SocketPipeWire   = "pipewire"
 	DeviceDRI        = "dri"
 )
 
 // KnownSockets returns the sockets a manifest may grant, in a fixed order.
-func KnownSockets() []string { return []string{SocketWayland, SocketPulseAudio, SocketPipeWire} }
+func KnownSockets() []string { return []string{SocketWayland, SocketPulseAudio} }
 
 // KnownDevices returns the device groups a manifest may grant.
 func KnownDevices() []string { return []string{DeviceDRI} }

@@ -130,6 +130,8 @@ func grantLines(j *control.JailReport) []string {
 			if g.Name == "wayland" {
 				how += "; no security context, so every protocol the compositor offers its clients, screen capture and virtual input among them where it has them"
 			}
+		case "pulse-filter":
+			how = "through the daemon's sound filter: playing, recording and the server's lists; no modules, defaults or devices"
 		case "landlock":
 			how = "render node, read-write with its ioctls"
 		case "no-render-node":

@@ -69,6 +69,11 @@ type SocketGrant struct {
 // guard makes on the app's behalf.
 const GrantGuard = "guard-connect"
 
+// GrantPulseFilter is SocketGrant.Via for the PulseAudio server's socket:
+// the guard connects the app's socket to a filter in the daemon, which
+// passes on what playing and recording sound need (jail/pulsefilter).
+const GrantPulseFilter = "pulse-filter"
+
 // MaxSocketPath is the longest pathname a sockaddr_un holds (108 bytes
 // with its NUL).
 const MaxSocketPath = 107
@@ -353,11 +358,12 @@ func validateArgs(r Syscall) error {
 	return nil
 }
 
-// validateSockets checks the socket grants: named, absolute, clean paths
-// a sockaddr_un holds.
+// validateSockets checks the socket grants: the compositor's connected
+// by the guard, the sound server's through the filter and no other, at
+// absolute, clean paths a sockaddr_un holds.
 func (s Spec) validateSockets() error {
 	for _, g := range s.Sockets {
-		if g.Name == "" || g.Via != GrantGuard {
+		if !(g.Name == "wayland" && g.Via == GrantGuard || g.Name == "pulseaudio" && g.Via == GrantPulseFilter) {
 			return bad("socket grant %q via %q", g.Name, g.Via)
 		}
 		if !filepath.IsAbs(g.Path) || filepath.Clean(g.Path) != g.Path || len(g.Path) > MaxSocketPath || strings.ContainsRune(g.Path, 0) {

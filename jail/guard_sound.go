@@ -1,0 +1,134 @@
+package jail
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"octosup/internal/passrights"
+	"octosup/jail/pulsefilter"
+)
+
+// A pulseaudio grant is not a connect to the server: a client of the
+// user's own may load code into a PulseAudio server (pulsefilter's doc).
+// The guard dials the server itself, connects the app's socket to a
+// listener of its own that lives for that one connect, and runs a
+// pulsefilter between the two.
+
+// maxSoundConns bounds an app's connections to its sound server at once.
+// Each holds two of the daemon's descriptors and buffers, where a plain
+// connect held none of the daemon's; a client uses one, or a few.
+const maxSoundConns = 8
+
+// soundFilters are the filters a guard's connects started. Serve ends
+// them when it returns (the app is gone, or the daemon stops): each is a
+// goroutine of the guard's, counted in wg and in n.
+type soundFilters struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	ended  bool // guards wg's adds: none after end
+	n      int  // filters running
+	wg     sync.WaitGroup
+}
+
+func newSoundFilters() *soundFilters {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &soundFilters{ctx: ctx, cancel: cancel}
+}
+
+// end stops the filters and waits for them.
+func (s *soundFilters) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// connectFiltered connects the app's socket sock to a filter in front of
+// the PulseAudio server at path.
+func (g *Guard) connectFiltered(sock int, path string) error {
+	s := g.sound
+	s.mu.Lock()
+	if s.ended || s.n >= maxSoundConns {
+		s.mu.Unlock()
+		return fmt.Errorf("%d connections to the sound server at once: %w", maxSoundConns, unix.EAGAIN)
+	}
+	s.n++
+	s.wg.Add(1)
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		s.n--
+		s.mu.Unlock()
+		s.wg.Done()
+	}
+	server, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		release()
+		return err // the server's errno, as the app's own connect would get
+	}
+	app, err := handOver(sock)
+	if err != nil {
+		server.Close()
+		release()
+		return err
+	}
+	go func() {
+		defer release()
+		if err := pulsefilter.Run(s.ctx, app, server); errors.Is(err, pulsefilter.ErrRefused) {
+			g.log.Warn("sound filter: the app sent what playing and recording need not; its connection to the sound server is closed",
+				zap.String("app", g.spec.App), zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// handOver connects sock to a listener of the daemon's that takes that
+// one connection, and returns the daemon's end. The listener's name is
+// abstract and random, and the connection taken must be the daemon's own
+// (SO_PEERCRED): a jail app reaches no abstract socket, and anything
+// else that got there first is refused, not filtered.
+func handOver(sock int) (net.Conn, error) {
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sound filter: socket: %w", err)
+	}
+	defer unix.Close(ln)
+	// Connections inherit it: a descriptor the app sends is refused
+	// (internal/passrights).
+	if err := passrights.Refuse(ln); err != nil {
+		return nil, fmt.Errorf("sound filter: %w", err)
+	}
+	var name [16]byte
+	rand.Read(name[:])
+	addr := &unix.SockaddrUnix{Name: "@octosup-sound-" + hex.EncodeToString(name[:])}
+	if err := unix.Bind(ln, addr); err != nil {
+		return nil, fmt.Errorf("sound filter: bind: %w", err)
+	}
+	if err := unix.Listen(ln, 1); err != nil {
+		return nil, fmt.Errorf("sound filter: listen: %w", err)
+	}
+	if err := unix.Connect(sock, addr); err != nil {
+		return nil, fmt.Errorf("sound filter: connect the app's socket: %w", err)
+	}
+	fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("sound filter: accept: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "sound-filter")
+	defer f.Close()
+	if cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || int(cred.Pid) != os.Getpid() {
+		return nil, fmt.Errorf("sound filter: a connection not the daemon's took the listener: %w", unix.ECONNREFUSED)
+	}
+	return net.FileConn(f)
+}

@@ -1,0 +1,26 @@
+// Package pulsefilter stands between a jailed app and its PulseAudio
+// server (PulseAudio's own, or pipewire-pulse) and passes on only what
+// playing and recording sound needs.
+//
+// A sound server trusts a client of its own user: any of them may load a
+// module, and a module is code the server runs (module-ladspa-sink
+// dlopens the plugin path it is given, module-pipe-sink writes the file
+// it is given). A jailed app whose connect the daemon makes would be
+// such a client. The filter reads the app's half of the native protocol
+// frame by frame: a packet whose command is not on the allow-list below
+// ends the connection, and the app's AUTH is rewritten to offer no
+// shared memory, so that every later packet comes through this stream
+// (with shared memory the server moves packets to a ring it shares with
+// the client, where no filter sees them). The server's half is copied as
+// it is.
+//
+// Use: the guard (jail/guard_sound.go) dials the server, hands the app a
+// connection of its own, and calls Run with both for as long as the app
+// lives.
+//
+// Concurrency: Run copies the server's half on a goroutine of its own and
+// filters the app's half on the caller's; each half is the only writer
+// of its connection. Either half's end, a refusal or ctx's end closes
+// both connections, which ends the other half, and Run returns only once
+// that goroutine has ended.
+package pulsefilter

@@ -1,0 +1,175 @@
+package pulsefilter
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// ErrRefused is wrapped by Run's error when the app sent what the filter
+// does not pass on.
+var ErrRefused = errors.New("refused by the sound filter")
+
+// The frame: a descriptor of five big-endian uint32 (pstream.c), then
+// length bytes. Channel packetChannel is a packet (a tagstruct), any
+// other a memory block of a stream.
+const (
+	descriptorSize = 20
+	packetChannel  = 0xFFFFFFFF
+	// maxFrame is the server's own cap (FRAME_SIZE_MAX_ALLOW).
+	maxFrame = 16 << 20
+	// flagShmMask marks a frame that refers to shared memory.
+	flagShmMask = 0xFF000000
+)
+
+// A packet begins with its command and tag, each a tagstruct uint32:
+// 'L' and four big-endian bytes. AUTH's next value is the protocol
+// version, whose top bits offer shared memory (PA_PROTOCOL_FLAG_SHM,
+// PA_PROTOCOL_FLAG_MEMFD).
+const (
+	tagU32     = 'L'
+	headSize   = 10
+	authSize   = 15
+	authFlags  = 11 // the version's most significant byte
+	offerShm   = 0x80
+	offerMemfd = 0x40
+)
+
+// Commands, by their number in the protocol (native-common.h).
+const cmdAuth = 8
+
+// allowed are the commands a client needs to play, record and look at
+// what it plays on: streams and their latency, the sample cache, lookups
+// and lists, subscriptions, its own name and properties, and its
+// streams' volume. Loading and unloading modules, extensions and object
+// messages (code and state inside the server), killing, moving and
+// suspending what is not the app's, the defaults, cards, ports and
+// device volumes, and EXIT are not on it; nor anything only a server
+// sends, nor shared memory's commands.
+var allowed = [...]string{
+	3: "create_playback_stream", 4: "delete_playback_stream", 5: "create_record_stream", 6: "delete_record_stream",
+	8: "auth", 9: "set_client_name", 10: "lookup_sink", 11: "lookup_source", 12: "drain_playback_stream",
+	13: "stat", 14: "get_playback_latency", 15: "create_upload_stream", 16: "delete_upload_stream",
+	17: "finish_upload_stream", 18: "play_sample", 19: "remove_sample", 20: "get_server_info",
+	21: "get_sink_info", 22: "get_sink_info_list", 23: "get_source_info", 24: "get_source_info_list",
+	25: "get_module_info", 26: "get_module_info_list", 27: "get_client_info", 28: "get_client_info_list",
+	29: "get_sink_input_info", 30: "get_sink_input_info_list", 31: "get_source_output_info",
+	32: "get_source_output_info_list", 33: "get_sample_info", 34: "get_sample_info_list", 35: "subscribe",
+	37: "set_sink_input_volume", 41: "cork_playback_stream", 42: "flush_playback_stream",
+	43: "trigger_playback_stream", 46: "set_playback_stream_name", 47: "set_record_stream_name",
+	57: "get_record_latency", 58: "cork_record_stream", 59: "flush_record_stream", 60: "prebuf_playback_stream",
+	69: "set_sink_input_mute", 72: "set_playback_stream_buffer_attr", 73: "set_record_stream_buffer_attr",
+	74: "update_playback_stream_sample_rate", 75: "update_record_stream_sample_rate",
+	80: "update_record_stream_proplist", 81: "update_playback_stream_proplist", 82: "update_client_proplist",
+	83: "remove_record_stream_proplist", 84: "remove_playback_stream_proplist", 85: "remove_client_proplist",
+	88: "get_card_info", 89: "get_card_info_list", 98: "set_source_output_volume", 99: "set_source_output_mute",
+}
+
+// Run passes app's frames to server through the filter and server's
+// bytes back to app, until either side ends, ctx ends or the app sends
+// what is refused (ErrRefused). It closes both connections.
+func Run(ctx context.Context, app, server net.Conn) error {
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { app.Close(); server.Close() }) }
+	stop := context.AfterFunc(ctx, closeBoth)
+	defer stop()
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		io.Copy(app, server)
+		closeBoth()
+	}()
+	err := filter(server, bufio.NewReaderSize(app, 64<<10))
+	closeBoth()
+	<-back
+	if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+		err = nil
+	}
+	return err
+}
+
+// filter copies r to w frame by frame, as Run's app-to-server half does:
+// nil at r's end, ErrRefused for a frame it does not pass on (nothing of
+// that frame is written), or the read or write error.
+func filter(w io.Writer, r io.Reader) error {
+	var d [descriptorSize + authSize]byte
+	for {
+		if _, err := io.ReadFull(r, d[:descriptorSize]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		n := binary.BigEndian.Uint32(d[0:])
+		channel := binary.BigEndian.Uint32(d[4:])
+		flags := binary.BigEndian.Uint32(d[16:])
+		head := 0
+		switch {
+		case n > maxFrame:
+			return fmt.Errorf("a frame of %d bytes (the most is %d): %w", n, maxFrame, ErrRefused)
+		case flags&flagShmMask != 0:
+			return fmt.Errorf("a frame that refers to shared memory (flags %#x): %w", flags, ErrRefused)
+		case channel == packetChannel:
+			head = min(int(n), authSize)
+			p := d[descriptorSize : descriptorSize+head]
+			if _, err := io.ReadFull(r, p); err != nil {
+				return err
+			}
+			if err := check(p); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(d[:descriptorSize+head]); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, r, int64(n)-int64(head)); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // inside a frame
+			}
+			return err
+		}
+	}
+}
+
+// check decides a packet by its first bytes p (up to authSize of them),
+// and takes the shared-memory offer out of an AUTH.
+func check(p []byte) error {
+	if len(p) < headSize || p[0] != tagU32 || p[5] != tagU32 {
+		return fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
+	}
+	cmd := binary.BigEndian.Uint32(p[1:])
+	if cmd >= uint32(len(allowed)) || allowed[cmd] == "" {
+		return fmt.Errorf("command %d (%s): %w", cmd, commandName(cmd), ErrRefused)
+	}
+	if cmd == cmdAuth {
+		if len(p) < authSize || p[headSize] != tagU32 {
+			return fmt.Errorf("an AUTH without its version: %w", ErrRefused)
+		}
+		p[authFlags] &^= offerShm | offerMemfd
+	}
+	return nil
+}
+
+// refusedNames name, for the log, the refused commands a client may
+// mean to send.
+var refusedNames = [...]string{
+	0: "error", 1: "timeout", 2: "reply", 7: "exit", 36: "set_sink_volume", 38: "set_source_volume",
+	39: "set_sink_mute", 40: "set_source_mute", 44: "set_default_sink", 45: "set_default_source",
+	48: "kill_client", 49: "kill_sink_input", 50: "kill_source_output", 51: "load_module", 52: "unload_module",
+	67: "move_sink_input", 68: "move_source_output", 70: "suspend_sink", 71: "suspend_source",
+	87: "extension", 90: "set_card_profile", 96: "set_sink_port", 97: "set_source_port",
+	100: "set_port_latency_offset", 101: "enable_srbchannel", 102: "disable_srbchannel",
+	103: "register_memfd_shmid", 104: "send_object_message",
+}
+
+func commandName(cmd uint32) string {
+	if cmd < uint32(len(refusedNames)) && refusedNames[cmd] != "" {
+		return refusedNames[cmd]
+	}
+	return "not one a client sends"
+}

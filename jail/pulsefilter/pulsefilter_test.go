@@ -1,0 +1,154 @@
+package pulsefilter
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+)
+
+// packet is a control frame: the descriptor, then the command and tag as
+// tagstruct uint32s, then rest.
+func packet(cmd uint32, rest ...byte) []byte {
+	p := []byte{tagU32, 0, 0, 0, 0, tagU32, 0, 0, 0, 7}
+	binary.BigEndian.PutUint32(p[1:], cmd)
+	p = append(p, rest...)
+	return frame(packetChannel, 0, p)
+}
+
+func frame(channel, flags uint32, payload []byte) []byte {
+	d := make([]byte, descriptorSize, descriptorSize+len(payload))
+	binary.BigEndian.PutUint32(d[0:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(d[4:], channel)
+	binary.BigEndian.PutUint32(d[16:], flags)
+	return append(d, payload...)
+}
+
+// auth is an AUTH offering shm and memfd (version 35), with a cookie.
+func auth(flags byte) []byte {
+	cookie := bytes.Repeat([]byte{0xAB}, 256)
+	rest := append([]byte{tagU32, flags, 0, 0, 35, 'x', 0, 0, 1, 0}, cookie...)
+	return packet(cmdAuth, rest...)
+}
+
+func TestFilter(t *testing.T) {
+	audio := frame(0, 0, bytes.Repeat([]byte{1, 2, 3}, 5000))
+	play := packet(3, []byte("the rest of a create_playback_stream")...)
+	for _, tc := range []struct {
+		name    string
+		in      [][]byte
+		want    [][]byte // what the server gets
+		refused string   // in the error; "" for none
+	}{
+		{name: "a session: auth, a stream, its audio", in: [][]byte{auth(offerShm | offerMemfd), play, audio},
+			want: [][]byte{auth(0), play, audio}},
+		{name: "auth without the offer is as it was", in: [][]byte{auth(0)}, want: [][]byte{auth(0)}},
+		{name: "auth keeps the version's other bits", in: [][]byte{auth(0xFF)}, want: [][]byte{auth(0x3F)}},
+		{name: "load_module", in: [][]byte{auth(0), packet(51, []byte("module-ladspa-sink")...)}, want: [][]byte{auth(0)},
+			refused: "command 51 (load_module)"},
+		{name: "exit", in: [][]byte{packet(7)}, refused: "command 7 (exit)"},
+		{name: "extension", in: [][]byte{packet(87)}, refused: "(extension)"},
+		{name: "send_object_message", in: [][]byte{packet(104)}, refused: "(send_object_message)"},
+		{name: "a server's command", in: [][]byte{packet(61)}, refused: "command 61 (not one a client sends)"},
+		{name: "past the last command", in: [][]byte{packet(1 << 31)}, refused: "command 2147483648"},
+		{name: "a packet shorter than its head", in: [][]byte{frame(packetChannel, 0, []byte{tagU32, 0, 0, 0, 3})},
+			refused: "does not begin with its command and tag"},
+		{name: "a command of another type", in: [][]byte{frame(packetChannel, 0, []byte{'t', 0, 0, 0, 3, tagU32, 0, 0, 0, 1})},
+			refused: "does not begin with its command and tag"},
+		{name: "an auth cut before its version", in: [][]byte{packet(cmdAuth, tagU32, 0x80)}, refused: "AUTH without its version"},
+		{name: "shared memory", in: [][]byte{frame(0, 0x80000000, nil)}, refused: "shared memory"},
+		{name: "a shm release", in: [][]byte{frame(packetChannel, 0x40000000, nil)}, refused: "shared memory"},
+		{name: "over the server's cap", in: [][]byte{append(frame(0, 0, nil)[:0], 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)},
+			refused: "a frame of 16777217 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got bytes.Buffer
+			err := filter(&got, bytes.NewReader(bytes.Join(tc.in, nil)))
+			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
+				t.Fatalf("Filter: %v; want refused %q", err, tc.refused)
+			}
+			if want := bytes.Join(tc.want, nil); !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("the server got %d bytes, want %d:\n% x\nwant\n% x", got.Len(), len(want), got.Bytes(), want)
+			}
+		})
+	}
+}
+
+// TestFilterCutShort: a stream that ends inside a frame is an error, not
+// a clean end.
+func TestFilterCutShort(t *testing.T) {
+	whole := auth(0)
+	for _, n := range []int{1, descriptorSize - 1, descriptorSize + 3, len(whole) - 1} {
+		if err := filter(io.Discard, bytes.NewReader(whole[:n])); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("cut at %d: %v, want io.ErrUnexpectedEOF", n, err)
+		}
+	}
+}
+
+// TestRun: the server's bytes reach the app as they are, a refused
+// command closes both connections, and Run returns why.
+func TestRun(t *testing.T) {
+	app, appEnd := net.Pipe()
+	server, serverEnd := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- Run(context.Background(), appEnd, serverEnd) }()
+	go app.Write(auth(offerShm))
+	got := make([]byte, len(auth(0)))
+	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, auth(0)) {
+		t.Fatalf("server read %v: % x", err, got)
+	}
+	reply := packet(2, tagU32, 0, 0, 0, 35)
+	go server.Write(reply)
+	back := make([]byte, len(reply))
+	if _, err := io.ReadFull(app, back); err != nil || !bytes.Equal(back, reply) {
+		t.Fatalf("app read %v: % x", err, back)
+	}
+	go app.Write(packet(51))
+	if err := <-done; !errors.Is(err, ErrRefused) {
+		t.Fatalf("Run: %v, want ErrRefused", err)
+	}
+	if _, err := server.Read(make([]byte, 1)); err == nil {
+		t.Error("the server's connection is still open")
+	}
+	if _, err := app.Read(make([]byte, 1)); err == nil {
+		t.Error("the app's connection is still open")
+	}
+}
+
+// TestRunContext: Run ends with ctx, closing both.
+func TestRunContext(t *testing.T) {
+	_, appEnd := net.Pipe()
+	_, serverEnd := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, appEnd, serverEnd) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+}
+
+// FuzzFilter: whatever the app sends, the server gets a prefix of it in
+// which at most AUTH's offer bits were cleared.
+func FuzzFilter(f *testing.F) {
+	f.Add(bytes.Join([][]byte{auth(0xC0), packet(3, 1, 2, 3), frame(0, 0, []byte("pcm"))}, nil))
+	f.Add(packet(51))
+	f.Add(frame(packetChannel, 0, []byte{tagU32}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var got bytes.Buffer
+		filter(&got, bytes.NewReader(in))
+		out := got.Bytes()
+		if len(out) > len(in) {
+			t.Fatalf("wrote %d bytes of %d", len(out), len(in))
+		}
+		for i := range out {
+			if out[i] != in[i] && out[i] != in[i]&^(offerShm|offerMemfd) {
+				t.Fatalf("byte %d: %#x became %#x", i, in[i], out[i])
+			}
+		}
+	})
+}
