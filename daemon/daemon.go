@@ -273,9 +273,20 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 		})
 	}
 	run("supervisor", d.runApps)
-	run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
-
-	if _, err := d.apps.Apply(gctx, m, supervisor.ApplyOptions{}); err != nil && gctx.Err() == nil {
+	// The control socket is served while the apps start, once they are
+	// the supervisor's: a client that connects at once (a socket systemd
+	// holds, or octosupctl waiting for the socket) sees every app,
+	// starting, never an empty list.
+	serving := false
+	serveOnce := func() {
+		if !serving {
+			serving = true
+			run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+		}
+	}
+	_, err := d.apps.Apply(gctx, m, supervisor.ApplyOptions{Swapped: serveOnce})
+	serveOnce()
+	if err != nil && gctx.Err() == nil {
 		cancel()
 		g.Wait()
 		return fmt.Errorf("start the manifest's apps: %w", err)

@@ -47,6 +47,9 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	if err != nil {
 		return done, err
 	}
+	if opt.Swapped != nil {
+		opt.Swapped()
+	}
 	// cgroup files are live: changed limits need no restart.
 	for _, l := range plan.limits {
 		if s.applyLimitsLive(l) {

@@ -30,6 +30,11 @@ type ApplyOptions struct {
 	// KeepRunning leaves each running app whose process would now run
 	// differently as it is: its status says Stale until it is restarted.
 	KeepRunning bool
+	// Swapped, when set, is called once the manifest's apps are the
+	// supervisor's (Status lists them, added ones perhaps starting) and
+	// before Apply waits for them to settle; not when Apply fails before.
+	// It must not block nor call Apply.
+	Swapped func()
 }
 
 // Applied is what an Apply did, each list in manifest order.

@@ -455,6 +455,34 @@ func TestEnvironmentAndDescriptors(t *testing.T) {
 	}
 }
 
+// TestApplySwapped: Swapped is called once Status lists every app of the
+// manifest, before Apply returns (the daemon serves its control socket
+// from then on, so that a client never sees an empty list), and not for
+// a manifest Apply refuses.
+func TestApplySwapped(t *testing.T) {
+	exe := testExe(t)
+	sup := startSup(t, nil)
+	var listed []string
+	called := false
+	m := &policy.Manifest{Version: 1, Apps: []policy.App{testApp(exe, "a", "sleep", true), testApp(exe, "b", "sleep", false)}}
+	if _, err := sup.Apply(context.Background(), m, ApplyOptions{Swapped: func() {
+		called = true
+		st, _ := sup.Status("")
+		for _, a := range st {
+			listed = append(listed, a.ID)
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if !called || strings.Join(listed, ",") != "a,b" {
+		t.Fatalf("Swapped called %v, listing %q; want a,b", called, listed)
+	}
+	bad := &policy.Manifest{Version: 1, Apps: []policy.App{testApp(exe, "c", "sleep", true), testApp(exe, "c", "sleep", true)}}
+	if _, err := sup.Apply(context.Background(), bad, ApplyOptions{Swapped: func() { t.Error("Swapped called for a refused manifest") }}); err == nil {
+		t.Fatal("duplicate ids applied")
+	}
+}
+
 func TestApplyReload(t *testing.T) {
 	exe := testExe(t)
 	sup := startSup(t, func(c *Config) { c.StopGrace = 300 * time.Millisecond })
