@@ -351,7 +351,15 @@ func (c *Conn) read() {
 		ch := c.pending[id]
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- line // buffered 1; ids are never reused
+			select {
+			case ch <- line: // buffered 1; ids are never reused
+			default:
+				// Its first answer is still unread: a daemon that
+				// answers one request twice is not to be trusted with
+				// the next, and the reader must not wait on it.
+				c.fail(fmt.Errorf("daemon answered request %d more than once", id))
+				return
+			}
 		}
 	}
 }

@@ -228,6 +228,35 @@ func TestCutWriteEndsConn(t *testing.T) {
 	}
 }
 
+// TestAnswerRepeated: a daemon that answers one request again while its
+// first answer is unread ends the connection with that said; the reader
+// does not block on the answer nobody takes. (The request is in flight
+// as a Do's would be, its answer not yet taken: the order a Do cannot
+// hold still.)
+func TestAnswerRepeated(t *testing.T) {
+	nc, daemon := net.Pipe()
+	conn := NewConn(nc)
+	defer conn.Close()
+	conn.mu.Lock()
+	conn.pending[1] = make(chan []byte, 1)
+	conn.mu.Unlock()
+	go func() {
+		for range 3 {
+			if _, err := daemon.Write([]byte(`{"id":1,"ok":true,"data":{}}` + "\n")); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection is still up after three answers to one request")
+	}
+	if err := conn.Err(); err == nil || !strings.Contains(err.Error(), "answered request 1 more than once") {
+		t.Fatalf("Err = %v", err)
+	}
+}
+
 // TestAnswerLines: an answer is its request's, however the daemon laid
 // it out: with the id first (handed over unread, decoded once by the
 // request) or elsewhere (read whole by the reader); one whose data does
