@@ -3,6 +3,7 @@ package jail
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"fmt"
 	"net"
 	"os"
@@ -139,7 +140,10 @@ func startPulse(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-n", "--daemonize=no", "--exit-idle-time=-1", "--disable-shm=yes", "--use-pid-file=no",
-		"-L", "module-native-protocol-unix socket="+sock+" auth-anonymous=1", "-L", "module-null-sink")
+		"-L", "module-native-protocol-unix socket="+sock+" auth-anonymous=1", "-L", "module-null-sink",
+		// As Debian's default.pa loads it: it loads the module a stream's
+		// filter.apply names.
+		"-L", "module-filter-apply")
 	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "HOME=" + dir, "PATH=/usr/bin:/bin"}
 	startServer(t, cmd, sock)
 	return sock
@@ -432,7 +436,45 @@ func TestPulseJailed(t *testing.T) {
 		}
 		plays(t, h, env, pacat)
 		loadsNothing(t, h, env, sock, pactl)
+		runsNoPlugin(t, h, env, sock, pacat)
 	})
+	runsNoPlugin(t, nil, env, sock, pacat)
+}
+
+//go:embed testdata/marker.c
+var markerSource []byte
+
+// runsNoPlugin: a stream whose properties ask module-filter-apply for
+// module-ladspa-sink with plugin= a shared object of the test's
+// (testdata/marker.c) does not have the server run its code through the
+// filter (jailed), and does without it (h nil: pacat outside the jail,
+// the positive control).
+func runsNoPlugin(t *testing.T, h *harness, env []string, sock, pacat string) {
+	t.Helper()
+	dir := t.TempDir()
+	marker, so, src := filepath.Join(dir, "loaded"), filepath.Join(dir, "marker.so"), filepath.Join(dir, "marker.c")
+	// Embedded: TestAsNobody runs the test binary elsewhere.
+	if err := os.WriteFile(src, markerSource, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gcc := exec.Command("gcc", "-shared", "-fPIC", "-o", so, `-DMARKER="`+marker+`"`, src)
+	if out, err := gcc.CombinedOutput(); err != nil {
+		t.Fatalf("build the plugin: %v\n%s", err, out)
+	}
+	args := []string{"--playback", "--raw", "--latency-msec=50", "--property=filter.apply=ladspa-sink",
+		"--property=filter.apply.ladspa-sink.parameters=plugin=" + so + " label=x", pacat}
+	if h != nil {
+		o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, append([]string{pacat}, args...)...), env, nil)
+		t.Logf("jailed pacat asking for a plugin: %v %s", o.err, o.out)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the sound server ran a jailed app's plugin: module-filter-apply loaded it through the filter")
+		}
+		return
+	}
+	out, err := exec.Command(pacat, append([]string{"--server=unix:" + sock}, args...)...).CombinedOutput()
+	if _, serr := os.Stat(marker); serr != nil {
+		t.Fatalf("control: the sound server ran no plugin for pacat outside the jail (%v): %s", err, out)
+	}
 }
 
 // TestSoundConnectionsBounded: each connection through the sound filter
@@ -507,6 +549,7 @@ func TestPipeWireJailed(t *testing.T) {
 	pw := needProgram(t, "pipewire")
 	pwPulse := needProgram(t, "pipewire-pulse")
 	pactl := needProgram(t, "pactl")
+	pacat := needProgram(t, "pacat")
 	dir := runtimeDir(t)
 	senv := []string{"XDG_RUNTIME_DIR=" + dir, "HOME=" + dir, "PATH=/usr/bin:/bin", "PIPEWIRE_RUNTIME_DIR=" + dir, "DBUS_SESSION_BUS_ADDRESS=disabled:"}
 	cmd := exec.Command(pw)
@@ -529,7 +572,19 @@ func TestPipeWireJailed(t *testing.T) {
 		if o := h.runApp(desktopApp("snd", []string{"pipewire"}, pactl, "info"), env, nil); o.err == nil || !strings.Contains(o.err.Error(), `"pipewire" is not a socket octosup grants`) {
 			t.Fatalf("an app with sockets [\"pipewire\"] started (%v)", o.err)
 		}
+		// pipewire-pulse hands a stream's properties to its PipeWire
+		// node, whose adapter reads adapt.follower.node as a pointer.
+		h.runApp(desktopApp("snd", []string{"pulseaudio"}, "/usr/bin/timeout", "2", pacat, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero"), env, nil)
+		if out, err := exec.Command(pactl, "--server=unix:"+sock, "info").CombinedOutput(); err != nil {
+			t.Fatalf("pipewire-pulse is gone after a jailed stream set adapt.follower.node (%v): %s", err, out)
+		}
 	})
+	// The control, last: outside the jail the same stream takes the
+	// server down.
+	exec.Command("/usr/bin/timeout", "2", pacat, "--server=unix:"+sock, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero").Run()
+	if out, err := exec.Command(pactl, "--server=unix:"+sock, "info").CombinedOutput(); err == nil {
+		t.Fatalf("control: pipewire-pulse outlived a stream with adapt.follower.node outside the jail: %s", out)
+	}
 }
 
 // TestConnectRace: a thread that rewrites the address while the guard

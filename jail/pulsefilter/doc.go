@@ -7,12 +7,15 @@
 // dlopens the plugin path it is given, module-pipe-sink writes the file
 // it is given). A jailed app whose connect the daemon makes would be
 // such a client. The filter reads the app's half of the native protocol
-// frame by frame: a packet whose command is not on the allow-list below
-// ends the connection, and the app's AUTH is rewritten to offer no
-// shared memory, so that every later packet comes through this stream
-// (with shared memory the server moves packets to a ring it shares with
-// the client, where no filter sees them). The server's half is copied as
-// it is.
+// frame by frame: a packet whose command is not on the allow-list ends
+// the connection; every property list in a packet keeps only the keys
+// PulseAudio defines for a client to describe itself, its streams and
+// events (a stream's filter.apply has module-filter-apply load a module,
+// and pipewire-pulse copies a stream's properties into its PipeWire
+// node's); and the app's AUTH is rewritten to offer no shared memory, so
+// that every later packet comes through this stream (with shared memory
+// the server moves packets to a ring it shares with the client, where no
+// filter sees them). The server's half is copied as it is.
 //
 // Use: the guard (jail/guard_sound.go) dials the server, hands the app a
 // connection of its own, and calls Run with both for as long as the app

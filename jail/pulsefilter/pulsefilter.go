@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 )
 
@@ -72,8 +73,9 @@ var allowed = [...]string{
 
 // Run passes app's frames to server through the filter and server's
 // bytes back to app, until either side ends, ctx ends or the app sends
-// what is refused (ErrRefused). It closes both connections.
-func Run(ctx context.Context, app, server net.Conn) error {
+// what is refused (ErrRefused). It closes both connections. dropped, when
+// set, is told of each property it leaves out of what the app sent.
+func Run(ctx context.Context, app, server net.Conn, dropped func(key string)) error {
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { app.Close(); server.Close() }) }
 	stop := context.AfterFunc(ctx, closeBoth)
@@ -84,7 +86,7 @@ func Run(ctx context.Context, app, server net.Conn) error {
 		io.Copy(app, server)
 		closeBoth()
 	}()
-	err := filter(server, bufio.NewReaderSize(app, 64<<10))
+	err := filter(server, bufio.NewReaderSize(app, 64<<10), dropped)
 	closeBoth()
 	<-back
 	if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
@@ -93,13 +95,20 @@ func Run(ctx context.Context, app, server net.Conn) error {
 	return err
 }
 
+// maxPacket bounds a packet, which the filter reads whole: a client's
+// are small (a stream's properties, an icon among them); audio comes in
+// memory blocks, which are copied through.
+const maxPacket = 1 << 20
+
 // filter copies r to w frame by frame, as Run's app-to-server half does:
 // nil at r's end, ErrRefused for a frame it does not pass on (nothing of
-// that frame is written), or the read or write error.
-func filter(w io.Writer, r io.Reader) error {
-	var d [descriptorSize + authSize]byte
+// that frame is written), or the read or write error. dropped, when set,
+// is told of each property it leaves out.
+func filter(w io.Writer, r io.Reader, dropped func(key string)) error {
+	var d [descriptorSize]byte
+	var in, out []byte
 	for {
-		if _, err := io.ReadFull(r, d[:descriptorSize]); err != nil {
+		if _, err := io.ReadFull(r, d[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -108,51 +117,68 @@ func filter(w io.Writer, r io.Reader) error {
 		n := binary.BigEndian.Uint32(d[0:])
 		channel := binary.BigEndian.Uint32(d[4:])
 		flags := binary.BigEndian.Uint32(d[16:])
-		head := 0
 		switch {
 		case n > maxFrame:
 			return fmt.Errorf("a frame of %d bytes (the most is %d): %w", n, maxFrame, ErrRefused)
 		case flags&flagShmMask != 0:
 			return fmt.Errorf("a frame that refers to shared memory (flags %#x): %w", flags, ErrRefused)
+		case channel == packetChannel && n > maxPacket:
+			return fmt.Errorf("a packet of %d bytes (the filter reads %d at most): %w", n, maxPacket, ErrRefused)
 		case channel == packetChannel:
-			head = min(int(n), authSize)
-			p := d[descriptorSize : descriptorSize+head]
-			if _, err := io.ReadFull(r, p); err != nil {
+			in = slices.Grow(in[:0], int(n))[:n]
+			if _, err := io.ReadFull(r, in); err != nil {
+				return unexpected(err)
+			}
+			var err error
+			if out, err = check(out[:0], in, dropped); err != nil {
 				return err
 			}
-			if err := check(p); err != nil {
+			binary.BigEndian.PutUint32(d[0:], uint32(len(out)))
+			if _, err := w.Write(append(d[:], out...)); err != nil {
 				return err
 			}
+			continue
 		}
-		if _, err := w.Write(d[:descriptorSize+head]); err != nil {
+		if _, err := w.Write(d[:]); err != nil {
 			return err
 		}
-		if _, err := io.CopyN(w, r, int64(n)-int64(head)); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF // inside a frame
-			}
-			return err
+		if _, err := io.CopyN(w, r, int64(n)); err != nil {
+			return unexpected(err)
 		}
 	}
 }
 
-// check decides a packet by its first bytes p (up to authSize of them),
-// and takes the shared-memory offer out of an AUTH.
-func check(p []byte) error {
+// unexpected is a read's error inside a frame.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// check decides the packet p and appends what is passed on of it to out:
+// the command must be on the allow-list, an AUTH loses its shared-memory
+// offer, and every property list keeps only a client's keys (cleanTags).
+func check(out, p []byte, dropped func(string)) ([]byte, error) {
 	if len(p) < headSize || p[0] != tagU32 || p[5] != tagU32 {
-		return fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
+		return nil, fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
 	}
 	cmd := binary.BigEndian.Uint32(p[1:])
 	if cmd >= uint32(len(allowed)) || allowed[cmd] == "" {
-		return fmt.Errorf("command %d (%s): %w", cmd, commandName(cmd), ErrRefused)
+		return nil, fmt.Errorf("command %d (%s): %w", cmd, commandName(cmd), ErrRefused)
 	}
+	out = append(out, p[:headSize]...)
+	rest := p[headSize:]
 	if cmd == cmdAuth {
-		if len(p) < authSize || p[headSize] != tagU32 {
-			return fmt.Errorf("an AUTH without its version: %w", ErrRefused)
+		if len(rest) < authSize-headSize || rest[0] != tagU32 {
+			return nil, fmt.Errorf("an AUTH without its version: %w", ErrRefused)
 		}
-		p[authFlags] &^= offerShm | offerMemfd
+		version := append([]byte(nil), rest[:authSize-headSize]...)
+		version[authFlags-headSize] &^= offerShm | offerMemfd
+		out = append(out, version...)
+		rest = rest[authSize-headSize:]
 	}
-	return nil
+	return cleanTags(out, rest, dropped)
 }
 
 // refusedNames name, for the log, the refused commands a client may

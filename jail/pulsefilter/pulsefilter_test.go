@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,19 +36,60 @@ func auth(flags byte) []byte {
 	return packet(cmdAuth, rest...)
 }
 
+// props is a property list of key, value pairs (values as strings, NUL
+// ended as libpulse sets them).
+func props(kv ...string) []byte {
+	p := []byte{tagProplist}
+	for i := 0; i < len(kv); i += 2 {
+		v := append([]byte(kv[i+1]), 0)
+		p = append(append(append(p, tagString), kv[i]...), 0)
+		p = binary.BigEndian.AppendUint32(append(p, tagU32), uint32(len(v)))
+		p = append(binary.BigEndian.AppendUint32(append(p, tagArbitrary), uint32(len(v))), v...)
+	}
+	return append(p, tagStringNull)
+}
+
+// stream is the values of a create_playback_stream before and after its
+// property list, shortened: a name, a sample spec, a channel map, a
+// volume, booleans.
+func stream(proplist ...byte) []byte {
+	b := []byte{'t', 's', 0, 'a', 3, 2, 0, 0, 0xAC, 0x44, 'm', 2, 1, 2, 'v', 2, 0, 1, 0, 0, 0, 1, 0, 0, '1', '0', 'N'}
+	return append(append(b, proplist...), 'U', 0, 0, 0, 0, 0, 0, 0, 1)
+}
+
 func TestFilter(t *testing.T) {
+	noEnd := props("media.name", "x")
+	noEnd = noEnd[:len(noEnd)-1]
 	audio := frame(0, 0, bytes.Repeat([]byte{1, 2, 3}, 5000))
-	play := packet(3, []byte("the rest of a create_playback_stream")...)
+	play := packet(3, stream(props("media.name", "a tune", "media.role", "music")...)...)
 	for _, tc := range []struct {
 		name    string
 		in      [][]byte
 		want    [][]byte // what the server gets
 		refused string   // in the error; "" for none
+		dropped []string // the properties left out
 	}{
 		{name: "a session: auth, a stream, its audio", in: [][]byte{auth(offerShm | offerMemfd), play, audio},
 			want: [][]byte{auth(0), play, audio}},
 		{name: "auth without the offer is as it was", in: [][]byte{auth(0)}, want: [][]byte{auth(0)}},
 		{name: "auth keeps the version's other bits", in: [][]byte{auth(0xFF)}, want: [][]byte{auth(0x3F)}},
+		{name: "a stream's properties: a client's pass, filter.apply and a PipeWire pointer do not",
+			in:      [][]byte{packet(3, stream(props("media.name", "x", "filter.apply", "ladspa-sink", "filter.apply.ladspa-sink.parameters", "plugin=/e.so", "adapt.follower.node", "pointer:0x41")...)...)},
+			want:    [][]byte{packet(3, stream(props("media.name", "x")...)...)},
+			dropped: []string{"filter.apply", "filter.apply.ladspa-sink.parameters", "adapt.follower.node"}},
+		{name: "a client's properties", in: [][]byte{packet(82, append([]byte{tagU32, 0, 0, 0, 1}, props("application.name", "a", "filter.want", "echo-cancel")...)...)},
+			want:    [][]byte{packet(82, append([]byte{tagU32, 0, 0, 0, 1}, props("application.name", "a")...)...)},
+			dropped: []string{"filter.want"}},
+		{name: "a format's properties", in: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.rate", "48000", "node.target", "x")...)...)},
+			want:    [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.rate", "48000")...)...)},
+			dropped: []string{"node.target"}},
+		{name: "a value of no known type", in: [][]byte{packet(3, 'z', 0)}, refused: `value of type 'z'`},
+		{name: "a string with no end", in: [][]byte{packet(9, 't', 'a', 'b')}, refused: "string has no end"},
+		{name: "a property list with no end", in: [][]byte{packet(9, noEnd...)}, refused: "property list with no end"},
+		{name: "a property whose length is not its value's", in: [][]byte{packet(9, 'P', 't', 'k', 0, tagU32, 0, 0, 0, 9, tagArbitrary, 0, 0, 0, 1, 'v', tagStringNull)},
+			refused: "whose length is not its value's"},
+		{name: "an arbitrary value past the packet", in: [][]byte{packet(9, tagArbitrary, 0xFF, 0, 0, 0, 1)}, refused: "arbitrary value is cut short"},
+		{name: "a packet past the filter's bound", in: [][]byte{frame(packetChannel, 0, make([]byte, maxPacket+1))}, refused: "the filter reads"},
 		{name: "load_module", in: [][]byte{auth(0), packet(51, []byte("module-ladspa-sink")...)}, want: [][]byte{auth(0)},
 			refused: "command 51 (load_module)"},
 		{name: "exit", in: [][]byte{packet(7)}, refused: "command 7 (exit)"},
@@ -67,12 +109,16 @@ func TestFilter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got bytes.Buffer
-			err := filter(&got, bytes.NewReader(bytes.Join(tc.in, nil)))
+			var dropped []string
+			err := filter(&got, bytes.NewReader(bytes.Join(tc.in, nil)), func(k string) { dropped = append(dropped, k) })
 			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
 				t.Fatalf("Filter: %v; want refused %q", err, tc.refused)
 			}
 			if want := bytes.Join(tc.want, nil); !bytes.Equal(got.Bytes(), want) {
 				t.Fatalf("the server got %d bytes, want %d:\n% x\nwant\n% x", got.Len(), len(want), got.Bytes(), want)
+			}
+			if !slices.Equal(dropped, tc.dropped) {
+				t.Fatalf("dropped %q, want %q", dropped, tc.dropped)
 			}
 		})
 	}
@@ -83,7 +129,7 @@ func TestFilter(t *testing.T) {
 func TestFilterCutShort(t *testing.T) {
 	whole := auth(0)
 	for _, n := range []int{1, descriptorSize - 1, descriptorSize + 3, len(whole) - 1} {
-		if err := filter(io.Discard, bytes.NewReader(whole[:n])); !errors.Is(err, io.ErrUnexpectedEOF) {
+		if err := filter(io.Discard, bytes.NewReader(whole[:n]), nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("cut at %d: %v, want io.ErrUnexpectedEOF", n, err)
 		}
 	}
@@ -95,7 +141,7 @@ func TestRun(t *testing.T) {
 	app, appEnd := net.Pipe()
 	server, serverEnd := net.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- Run(context.Background(), appEnd, serverEnd) }()
+	go func() { done <- Run(context.Background(), appEnd, serverEnd, nil) }()
 	go app.Write(auth(offerShm))
 	got := make([]byte, len(auth(0)))
 	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, auth(0)) {
@@ -125,30 +171,29 @@ func TestRunContext(t *testing.T) {
 	_, serverEnd := net.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, appEnd, serverEnd) }()
+	go func() { done <- Run(ctx, appEnd, serverEnd, nil) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
 	}
 }
 
-// FuzzFilter: whatever the app sends, the server gets a prefix of it in
-// which at most AUTH's offer bits were cleared.
+// FuzzFilter: whatever the app sends, what the server gets is what the
+// filter passes on unchanged (filtering it again changes nothing), and
+// every property in it is a client's.
 func FuzzFilter(f *testing.F) {
-	f.Add(bytes.Join([][]byte{auth(0xC0), packet(3, 1, 2, 3), frame(0, 0, []byte("pcm"))}, nil))
+	f.Add(bytes.Join([][]byte{auth(0xC0), packet(3, stream(props("media.name", "x", "filter.apply", "y")...)...), frame(0, 0, []byte("pcm"))}, nil))
 	f.Add(packet(51))
+	f.Add(packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.rate", "1", "a.b", "c")...)...))
 	f.Add(frame(packetChannel, 0, []byte{tagU32}))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var got bytes.Buffer
-		filter(&got, bytes.NewReader(in))
-		out := got.Bytes()
-		if len(out) > len(in) {
-			t.Fatalf("wrote %d bytes of %d", len(out), len(in))
-		}
-		for i := range out {
-			if out[i] != in[i] && out[i] != in[i]&^(offerShm|offerMemfd) {
-				t.Fatalf("byte %d: %#x became %#x", i, in[i], out[i])
-			}
+		var once, twice bytes.Buffer
+		err1 := filter(&once, bytes.NewReader(in), nil)
+		err2 := filter(&twice, bytes.NewReader(once.Bytes()), func(k string) { t.Fatalf("passed on property %q", k) })
+		// A stream cut inside an audio block is passed on as far as it
+		// goes, and is cut the second time too.
+		if err1 == nil && err2 != nil || !bytes.Equal(once.Bytes(), twice.Bytes()) {
+			t.Fatalf("the filtered stream filters differently (%v, then %v):\n% x\n% x", err1, err2, once.Bytes(), twice.Bytes())
 		}
 	})
 }
