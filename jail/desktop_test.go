@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/jail/helper"
+	"octosup/jail/pulsefilter"
 	"octosup/policy"
 )
 
@@ -437,8 +439,51 @@ func TestPulseJailed(t *testing.T) {
 		plays(t, h, env, pacat)
 		loadsNothing(t, h, env, sock, pactl)
 		runsNoPlugin(t, h, env, sock, pacat)
+		uploadsNoBigSample(t, h, env, sock, pactl)
 	})
 	runsNoPlugin(t, nil, env, sock, pacat)
+}
+
+// uploadsNoBigSample: a jailed pactl cannot put a sample over the
+// filter's 4 MiB in the server's cache (pipewire-pulse 0.3 reads past a
+// 4 MiB buffer playing one), and a smaller one goes in; outside the jail
+// the big one does too (the control).
+func uploadsNoBigSample(t *testing.T, h *harness, env []string, sock, pactl string) {
+	t.Helper()
+	jail := h.dirs.JailDir("snd")
+	if err := os.MkdirAll(jail, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	wav := func(name string, data int) string {
+		// A WAV header (44 bytes), then silence: 16-bit stereo, 48 kHz.
+		b := []byte("RIFF\x00\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x02\x00\x80\xbb\x00\x00\x00\xee\x02\x00\x04\x00\x10\x00data\x00\x00\x00\x00")
+		binary.LittleEndian.PutUint32(b[4:], uint32(36+data))
+		binary.LittleEndian.PutUint32(b[40:], uint32(data))
+		p := filepath.Join(jail, name)
+		if err := os.WriteFile(p, append(b, make([]byte, data)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	samples := func() string {
+		out, err := exec.Command(pactl, "--server=unix:"+sock, "list", "short", "samples").CombinedOutput()
+		if err != nil {
+			t.Fatalf("pactl list samples: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	// pactl may send the samples as float32: the small one is under the
+	// bound either way, the big one over it.
+	small, big := wav("small.wav", pulsefilter.MaxSample/4), wav("big.wav", pulsefilter.MaxSample+1024)
+	name := fmt.Sprintf("s%d", time.Now().UnixNano())
+	h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "upload-sample", big, name+"_big"), env, nil)
+	h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "upload-sample", small, name+"_small"), env, nil)
+	if got := samples(); strings.Contains(got, name+"_big") || !strings.Contains(got, name+"_small") {
+		t.Fatalf("jailed uploads of a big sample and a small one left the cache with:\n%s", got)
+	}
+	if out, err := exec.Command(pactl, "--server=unix:"+sock, "upload-sample", big, name+"_control").CombinedOutput(); err != nil || !strings.Contains(samples(), name+"_control") {
+		t.Fatalf("control: pactl outside the jail uploaded no big sample (%v): %s", err, out)
+	}
 }
 
 //go:embed testdata/marker.c

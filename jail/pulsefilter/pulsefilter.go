@@ -42,7 +42,10 @@ const (
 )
 
 // Commands, by their number in the protocol (native-common.h).
-const cmdAuth = 8
+const (
+	cmdAuth               = 8
+	cmdCreateUploadStream = 15
+)
 
 // allowed are the commands a client needs to play, record and look at
 // what it plays on: streams and their latency, the sample cache, lookups
@@ -178,7 +181,40 @@ func check(out, p []byte, dropped func(string)) ([]byte, error) {
 		out = append(out, version...)
 		rest = rest[authSize-headSize:]
 	}
+	if cmd == cmdCreateUploadStream {
+		if err := checkUpload(rest); err != nil {
+			return nil, err
+		}
+	}
 	return cleanTags(out, rest, dropped)
+}
+
+// MaxSample bounds a sample an app uploads to the cache: pipewire-pulse
+// before 1.x takes a length up to 16 MiB into a buffer of 4 MiB and,
+// playing the sample, reads past it (a hostile review crashed it, and
+// recorded what lay beyond). An event sound is far smaller.
+const MaxSample = 4 << 20
+
+// checkUpload refuses a CREATE_UPLOAD_STREAM whose length, its fourth
+// value after a name, a sample spec and a channel map, passes MaxSample.
+func checkUpload(p []byte) error {
+	for range 3 {
+		if len(p) == 0 {
+			return fmt.Errorf("an upload without its length: %w", ErrRefused)
+		}
+		n, err := valueSize(p)
+		if err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	if len(p) < 5 || p[0] != tagU32 {
+		return fmt.Errorf("an upload without its length: %w", ErrRefused)
+	}
+	if n := binary.BigEndian.Uint32(p[1:]); n > MaxSample {
+		return fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", n, MaxSample, ErrRefused)
+	}
+	return nil
 }
 
 // refusedNames name, for the log, the refused commands a client may

@@ -57,6 +57,14 @@ func stream(proplist ...byte) []byte {
 	return append(append(b, proplist...), 'U', 0, 0, 0, 0, 0, 0, 0, 1)
 }
 
+// upload is a create_upload_stream's values: a name, a sample spec, a
+// channel map, the length, properties.
+func upload(length uint32) []byte {
+	b := []byte{'t', 's', 0, 'a', 3, 2, 0, 0, 0xAC, 0x44, 'm', 2, 1, 2}
+	b = binary.BigEndian.AppendUint32(append(b, tagU32), length)
+	return append(b, props("event.id", "bell")...)
+}
+
 func TestFilter(t *testing.T) {
 	noEnd := props("media.name", "x")
 	noEnd = noEnd[:len(noEnd)-1]
@@ -90,6 +98,9 @@ func TestFilter(t *testing.T) {
 			refused: "whose length is not its value's"},
 		{name: "an arbitrary value past the packet", in: [][]byte{packet(9, tagArbitrary, 0xFF, 0, 0, 0, 1)}, refused: "arbitrary value is cut short"},
 		{name: "a packet past the filter's bound", in: [][]byte{frame(packetChannel, 0, make([]byte, maxPacket+1))}, refused: "the filter reads"},
+		{name: "an upload of a sample of 4 MiB", in: [][]byte{packet(15, upload(MaxSample)...)}, want: [][]byte{packet(15, upload(MaxSample)...)}},
+		{name: "an upload past 4 MiB", in: [][]byte{packet(15, upload(MaxSample+1)...)}, refused: "a sample of 4194305 bytes"},
+		{name: "an upload without its length", in: [][]byte{packet(15, 't', 's', 0, 'a', 3, 2, 0, 0, 0xAC, 0x44)}, refused: "without its length"},
 		{name: "load_module", in: [][]byte{auth(0), packet(51, []byte("module-ladspa-sink")...)}, want: [][]byte{auth(0)},
 			refused: "command 51 (load_module)"},
 		{name: "exit", in: [][]byte{packet(7)}, refused: "command 7 (exit)"},
