@@ -603,10 +603,32 @@ func TestPipeWireJailed(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "pulse"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(pwPulse)
-	cmd.Env = senv
 	sock := filepath.Join(dir, "pulse", "native")
-	startServer(t, cmd, sock)
+	startPulse := func() {
+		cmd := exec.Command(pwPulse)
+		cmd.Env = senv
+		startServer(t, cmd, sock)
+	}
+	startPulse()
+	alive := func() error {
+		out, err := exec.Command(pactl, "--server=unix:"+sock, "info").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	// Streams pipewire-pulse 0.3 (Debian 12's) does not survive: a
+	// property it reads as a pointer, a format's channel map past its
+	// 64-entry array, buffer attributes before the stream has a rate.
+	crashers := []struct {
+		name string
+		app  policy.App
+		args []string // the same, as a plain probe outside the jail
+	}{
+		{"adapt.follower.node", desktopApp("snd", []string{"pulseaudio"}, "/usr/bin/timeout", "2", pacat, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero"), nil},
+		{"a channel map of 250", policy.App{}, []string{"pulse_raw", "chmap", "250", sock}},
+		{"buffer attributes at rate 0", policy.App{}, []string{"pulse_raw", "battr", "2", sock}},
+	}
 	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
 	launchers(t, func(t *testing.T, h *harness) {
 		o := h.runApp(desktopApp("snd", []string{"pulseaudio"}, pactl, "info"), env, nil)
@@ -617,18 +639,35 @@ func TestPipeWireJailed(t *testing.T) {
 		if o := h.runApp(desktopApp("snd", []string{"pipewire"}, pactl, "info"), env, nil); o.err == nil || !strings.Contains(o.err.Error(), `"pipewire" is not a socket octosup grants`) {
 			t.Fatalf("an app with sockets [\"pipewire\"] started (%v)", o.err)
 		}
-		// pipewire-pulse hands a stream's properties to its PipeWire
-		// node, whose adapter reads adapt.follower.node as a pointer.
-		h.runApp(desktopApp("snd", []string{"pulseaudio"}, "/usr/bin/timeout", "2", pacat, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero"), env, nil)
-		if out, err := exec.Command(pactl, "--server=unix:"+sock, "info").CombinedOutput(); err != nil {
-			t.Fatalf("pipewire-pulse is gone after a jailed stream set adapt.follower.node (%v): %s", err, out)
+		for _, c := range crashers {
+			app := c.app
+			if c.args != nil {
+				app = h.probeApp("snd", c.args...)
+				app.Sandbox.Sockets = []string{"pulseaudio"}
+			}
+			o := h.runApp(app, env, nil)
+			t.Logf("jailed %s: %v %s", c.name, o.err, o.out)
+			if err := alive(); err != nil {
+				t.Fatalf("pipewire-pulse is gone after a jailed app's %s: %v", c.name, err)
+			}
 		}
 	})
-	// The control, last: outside the jail the same stream takes the
-	// server down.
-	exec.Command("/usr/bin/timeout", "2", pacat, "--server=unix:"+sock, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero").Run()
-	if out, err := exec.Command(pactl, "--server=unix:"+sock, "info").CombinedOutput(); err == nil {
-		t.Fatalf("control: pipewire-pulse outlived a stream with adapt.follower.node outside the jail: %s", out)
+	// The controls, last: outside the jail each takes the server down
+	// (a new one for the next).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range crashers {
+		cmd := exec.Command("/usr/bin/timeout", "2", pacat, "--server=unix:"+sock, "--playback", "--raw", "--property=adapt.follower.node=pointer:0x4141414141", "/dev/zero")
+		if c.args != nil {
+			cmd = exec.Command(exe, append([]string{probeArg}, c.args...)...)
+		}
+		cmd.Run()
+		if alive() == nil {
+			t.Fatalf("control: pipewire-pulse outlived %s outside the jail", c.name)
+		}
+		startPulse()
 	}
 }
 

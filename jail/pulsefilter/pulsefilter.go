@@ -43,8 +43,12 @@ const (
 
 // Commands, by their number in the protocol (native-common.h).
 const (
-	cmdAuth               = 8
-	cmdCreateUploadStream = 15
+	cmdCreatePlaybackStream  = 3
+	cmdCreateRecordStream    = 5
+	cmdAuth                  = 8
+	cmdCreateUploadStream    = 15
+	cmdSetPlaybackBufferAttr = 72
+	cmdSetRecordBufferAttr   = 73
 )
 
 // allowed are the commands a client needs to play, record and look at
@@ -110,6 +114,7 @@ const maxPacket = 1 << 20
 func filter(w io.Writer, r io.Reader, dropped func(key string)) error {
 	var d [descriptorSize]byte
 	var in, out []byte
+	var c conn
 	for {
 		if _, err := io.ReadFull(r, d[:]); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -133,7 +138,7 @@ func filter(w io.Writer, r io.Reader, dropped func(key string)) error {
 				return unexpected(err)
 			}
 			var err error
-			if out, err = check(out[:0], in, dropped); err != nil {
+			if out, err = c.check(out[:0], in, dropped); err != nil {
 				return err
 			}
 			binary.BigEndian.PutUint32(d[0:], uint32(len(out)))
@@ -159,10 +164,20 @@ func unexpected(err error) error {
 	return err
 }
 
+// conn is what the filter remembers of a connection.
+type conn struct {
+	// rateless: a stream was created with a sample spec of rate 0 (its
+	// format comes from its format list, as GStreamer's are made).
+	// pipewire-pulse 0.3 divides by a stream's rate when its buffer
+	// attributes are set, before it has one from the format (a hostile
+	// review crashed it), so such a connection may not set them.
+	rateless bool
+}
+
 // check decides the packet p and appends what is passed on of it to out:
 // the command must be on the allow-list, an AUTH loses its shared-memory
 // offer, and every property list keeps only a client's keys (cleanTags).
-func check(out, p []byte, dropped func(string)) ([]byte, error) {
+func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 	if len(p) < headSize || p[0] != tagU32 || p[5] != tagU32 {
 		return nil, fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
 	}
@@ -181,9 +196,18 @@ func check(out, p []byte, dropped func(string)) ([]byte, error) {
 		out = append(out, version...)
 		rest = rest[authSize-headSize:]
 	}
-	if cmd == cmdCreateUploadStream {
+	switch cmd {
+	case cmdCreateUploadStream:
 		if err := checkUpload(rest); err != nil {
 			return nil, err
+		}
+	case cmdCreatePlaybackStream, cmdCreateRecordStream:
+		if rateOf(rest) == 0 {
+			c.rateless = true
+		}
+	case cmdSetPlaybackBufferAttr, cmdSetRecordBufferAttr:
+		if c.rateless {
+			return nil, fmt.Errorf("buffer attributes on a connection that made a stream of rate 0: %w", ErrRefused)
 		}
 	}
 	return cleanTags(out, rest, dropped)
@@ -194,6 +218,22 @@ func check(out, p []byte, dropped func(string)) ([]byte, error) {
 // playing the sample, reads past it (a hostile review crashed it, and
 // recorded what lay beyond). An event sound is far smaller.
 const MaxSample = 4 << 20
+
+// rateOf is the rate of the first sample spec in the values p (0 when
+// there is none, or the walk stops).
+func rateOf(p []byte) uint32 {
+	for len(p) > 0 {
+		n, err := valueSize(p)
+		if err != nil {
+			return 0
+		}
+		if p[0] == 'a' {
+			return binary.BigEndian.Uint32(p[3:])
+		}
+		p = p[n:]
+	}
+	return 0
+}
 
 // checkUpload refuses a CREATE_UPLOAD_STREAM whose length, its fourth
 // value after a name, a sample spec and a channel map, passes MaxSample.

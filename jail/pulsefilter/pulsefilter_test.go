@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -65,6 +66,23 @@ func upload(length uint32) []byte {
 	return append(b, props("event.id", "bell")...)
 }
 
+// chmap is a format's channel map of n names, as a JSON string.
+func chmap(n int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "aux" + strconv.Itoa(i)
+	}
+	return `"` + strings.Join(names, ",") + `"`
+}
+
+// rateless is stream's values with the sample spec's rate 0, as a
+// client that gives formats sends it.
+func rateless(b []byte) []byte {
+	b = slices.Clone(b)
+	copy(b[6:10], []byte{0, 0, 0, 0})
+	return b
+}
+
 func TestFilter(t *testing.T) {
 	noEnd := props("media.name", "x")
 	noEnd = noEnd[:len(noEnd)-1]
@@ -101,6 +119,16 @@ func TestFilter(t *testing.T) {
 		{name: "an upload of a sample of 4 MiB", in: [][]byte{packet(15, upload(MaxSample)...)}, want: [][]byte{packet(15, upload(MaxSample)...)}},
 		{name: "an upload past 4 MiB", in: [][]byte{packet(15, upload(MaxSample+1)...)}, refused: "a sample of 4194305 bytes"},
 		{name: "an upload without its length", in: [][]byte{packet(15, 't', 's', 0, 'a', 3, 2, 0, 0, 0xAC, 0x44)}, refused: "without its length"},
+		{name: "a format's channel map of 32", in: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.channels", "32", "format.channel_map", chmap(32))...)...)},
+			want: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.channels", "32", "format.channel_map", chmap(32))...)...)}},
+		{name: "a format's channel map of 33", in: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.channel_map", chmap(33))...)...)},
+			refused: "a channel map of 33 channels"},
+		{name: "a format of 300 channels", in: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.channels", "300")...)...)},
+			refused: `format.channels "300"`},
+		{name: "buffer attributes after a stream of a rate", in: [][]byte{packet(3, stream(props("media.name", "x")...)...), packet(72, tagU32, 0, 0, 0, 0)},
+			want: [][]byte{packet(3, stream(props("media.name", "x")...)...), packet(72, tagU32, 0, 0, 0, 0)}},
+		{name: "buffer attributes after a stream of rate 0", in: [][]byte{packet(3, rateless(stream(props("media.name", "x")...))...), packet(73, tagU32, 0, 0, 0, 0)},
+			want: [][]byte{packet(3, rateless(stream(props("media.name", "x")...))...)}, refused: "a stream of rate 0"},
 		{name: "load_module", in: [][]byte{auth(0), packet(51, []byte("module-ladspa-sink")...)}, want: [][]byte{auth(0)},
 			refused: "command 51 (load_module)"},
 		{name: "exit", in: [][]byte{packet(7)}, refused: "command 7 (exit)"},

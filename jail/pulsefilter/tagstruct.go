@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 )
 
 // A packet's values are a tagstruct (tagstruct.c): each a type byte, then
@@ -205,6 +206,9 @@ func cleanProplist(out, p []byte, dropped func(string)) ([]byte, error) {
 			return nil, err
 		}
 		if clientKeys[key] {
+			if err := checkValue(key, p[i+head+5:i+head+value]); err != nil {
+				return nil, err
+			}
 			out = append(out, p[i:i+head+value]...)
 		} else if dropped != nil {
 			dropped(key)
@@ -212,4 +216,26 @@ func cleanProplist(out, p []byte, dropped func(string)) ([]byte, error) {
 		i += head + value
 	}
 	return append(out, tagStringNull), nil
+}
+
+// maxChannels is PulseAudio's PA_CHANNELS_MAX.
+const maxChannels = 32
+
+// checkValue checks the value v of a key that is passed on, where a
+// server trusts it: pipewire-pulse 0.3 writes each name of a format's
+// channel map into a 64-entry array on its stack, however many there are
+// (a hostile review smashed its stack with 250).
+func checkValue(key string, v []byte) error {
+	switch key {
+	case "format.channel_map":
+		if n := bytes.Count(v, []byte(",")) + 1; n > maxChannels {
+			return fmt.Errorf("a channel map of %d channels (%d at most): %w", n, maxChannels, ErrRefused)
+		}
+	case "format.channels":
+		n, err := strconv.Atoi(string(bytes.Trim(v, "\x00\" ")))
+		if err != nil || n < 0 || n > maxChannels {
+			return fmt.Errorf("format.channels %q (%d at most): %w", bytes.TrimRight(v, "\x00"), maxChannels, ErrRefused)
+		}
+	}
+	return nil
 }
