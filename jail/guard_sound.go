@@ -72,7 +72,10 @@ func (g *Guard) connectFiltered(sock int, path string) error {
 		s.mu.Unlock()
 		s.wg.Done()
 	}
-	server, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	// With the filters' context: end, and with it the guard's Serve,
+	// never waits on a dial.
+	var d net.Dialer
+	server, err := d.DialContext(s.ctx, "unix", path)
 	if err != nil {
 		release()
 		return err // the server's errno, as the app's own connect would get
