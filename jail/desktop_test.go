@@ -541,6 +541,51 @@ func TestSoundConnectionsBounded(t *testing.T) {
 	})
 }
 
+// TestSoundServerBacklog: a sound server slow to accept fills its
+// listen backlog, and the app's connects wait for room as a blocking
+// connect does (the daemon's dial does not wait by itself: EAGAIN, which
+// CI met on a loaded machine).
+func TestSoundServerBacklog(t *testing.T) {
+	dir := runtimeDir(t)
+	sock := filepath.Join(dir, "slow")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.FileListener(os.NewFile(uintptr(fd), "slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A slow server: one accept every 50 ms, the connections held.
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "PULSE_SERVER=unix:" + sock, "PATH=/usr/bin:/bin"}
+	grant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pulseaudio"} }
+	launchers(t, func(t *testing.T, h *harness) {
+		app := h.probeApp("snd", "unix_connect_n", "6", sock)
+		grant(&app)
+		if o := h.runApp(app, env, nil); o.err != nil || o.out != "ok" {
+			t.Fatalf("6 connects to a slow server: %v %q, want ok", o.err, o.out)
+		}
+	})
+}
+
 // plays: through the filter a jailed pacat plays its own binary, as raw
 // samples (about a second), to the end. (A PipeWire with no session
 // manager, as the tests run it, links no stream: pacat outside the jail

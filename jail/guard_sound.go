@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -72,10 +73,7 @@ func (g *Guard) connectFiltered(sock int, path string) error {
 		s.mu.Unlock()
 		s.wg.Done()
 	}
-	// With the filters' context: end, and with it the guard's Serve,
-	// never waits on a dial.
-	var d net.Dialer
-	server, err := d.DialContext(s.ctx, "unix", path)
+	server, err := dialServer(s.ctx, path)
 	if err != nil {
 		release()
 		return err // the server's errno, as the app's own connect would get
@@ -101,6 +99,37 @@ func (g *Guard) connectFiltered(sock int, path string) error {
 		}
 	}()
 	return nil
+}
+
+// dialWait bounds how long dialServer waits for room in the server's
+// backlog.
+const dialWait = 5 * time.Second
+
+// dialServer connects to the sound server at path as the app's own
+// blocking connect would: Go's dial of a unix socket does not wait, and
+// is EAGAIN while the server's backlog is full (a burst of connects on a
+// loaded machine, which CI met), where the app's connect waits for room.
+// It waits up to dialWait, and ends with ctx: end, and with it the
+// guard's Serve, never waits on it for long.
+func dialServer(ctx context.Context, path string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, dialWait)
+	defer cancel()
+	var d net.Dialer
+	pause := time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if !errors.Is(err, unix.EAGAIN) {
+			return c, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }
 
 // handOver connects sock to a listener of the daemon's that takes that
