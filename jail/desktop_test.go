@@ -541,6 +541,26 @@ func TestSoundConnectionsBounded(t *testing.T) {
 	})
 }
 
+// listenBacklog listens on the unix socket path with the given backlog,
+// which net.Listen does not take, and returns the listener's fd for the
+// caller to close.
+func listenBacklog(t testing.TB, path string, backlog int) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	return fd
+}
+
 // TestSoundServerBacklog: a sound server slow to accept fills its
 // listen backlog, and the app's connects wait for room as a blocking
 // connect does (the daemon's dial does not wait by itself: EAGAIN, which
@@ -548,17 +568,9 @@ func TestSoundConnectionsBounded(t *testing.T) {
 func TestSoundServerBacklog(t *testing.T) {
 	dir := runtimeDir(t)
 	sock := filepath.Join(dir, "slow")
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.FileListener(os.NewFile(uintptr(fd), "slow"))
+	f := os.NewFile(uintptr(listenBacklog(t, sock, 0)), "slow")
+	ln, err := net.FileListener(f) // a copy of f's fd
+	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,17 +742,7 @@ func TestConnectRace(t *testing.T) {
 	count := func(f func() string) (out string, goodN, badN int) {
 		listen := func(p string) int {
 			os.Remove(p)
-			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := unix.Bind(fd, &unix.SockaddrUnix{Name: p}); err != nil {
-				t.Fatal(err)
-			}
-			if err := unix.Listen(fd, 4096); err != nil {
-				t.Fatal(err)
-			}
-			return fd
+			return listenBacklog(t, p, 4096)
 		}
 		drain := func(fd int) (n int) {
 			defer unix.Close(fd)
@@ -852,17 +854,8 @@ func TestStalledConnectsAreBounded(t *testing.T) {
 		// ends the connects the daemon still makes.
 		name := "wayland-" + filepath.Base(t.Name())
 		sock := filepath.Join(dir, name)
-		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		fd := listenBacklog(t, sock, 0)
 		t.Cleanup(func() { unix.Close(fd) })
-		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Listen(fd, 0); err != nil {
-			t.Fatal(err)
-		}
 		env := []string{"XDG_RUNTIME_DIR=" + dir, "WAYLAND_DISPLAY=" + name}
 		run := func(n, want int) string {
 			app := h.probeApp("stall", "connect_stall", sock, fmt.Sprint(n), fmt.Sprint(want))
