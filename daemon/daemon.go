@@ -277,13 +277,9 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 	// the supervisor's: a client that connects at once (a socket systemd
 	// holds, or octosupctl waiting for the socket) sees every app,
 	// starting, never an empty list.
-	serving := false
-	serveOnce := func() {
-		if !serving {
-			serving = true
-			run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
-		}
-	}
+	serveOnce := sync.OnceFunc(func() {
+		run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	})
 	_, err := d.apps.Apply(gctx, m, supervisor.ApplyOptions{Swapped: serveOnce})
 	serveOnce()
 	if err != nil && gctx.Err() == nil {

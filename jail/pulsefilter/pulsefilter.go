@@ -176,7 +176,8 @@ type conn struct {
 
 // check decides the packet p and appends what is passed on of it to out:
 // the command must be on the allow-list, an AUTH loses its shared-memory
-// offer, and every property list keeps only a client's keys (cleanTags).
+// offer (in p, the filter's own copy), and every property list keeps only
+// a client's keys (cleanTags).
 func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 	if len(p) < headSize || p[0] != tagU32 || p[5] != tagU32 {
 		return nil, fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
@@ -187,16 +188,12 @@ func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 	}
 	out = append(out, p[:headSize]...)
 	rest := p[headSize:]
-	if cmd == cmdAuth {
-		if len(rest) < authSize-headSize || rest[0] != tagU32 {
+	switch cmd {
+	case cmdAuth:
+		if len(p) < authSize || p[headSize] != tagU32 {
 			return nil, fmt.Errorf("an AUTH without its version: %w", ErrRefused)
 		}
-		version := append([]byte(nil), rest[:authSize-headSize]...)
-		version[authFlags-headSize] &^= offerShm | offerMemfd
-		out = append(out, version...)
-		rest = rest[authSize-headSize:]
-	}
-	switch cmd {
+		p[authFlags] &^= offerShm | offerMemfd
 	case cmdCreateUploadStream:
 		if err := checkUpload(rest); err != nil {
 			return nil, err
