@@ -35,7 +35,8 @@
 //
 // Goroutines, each with its owner:
 //   - Run's serve: an errgroup of the supervisor (Supervisor.Run), the
-//     control server (Serve), and once ready keepStatus and the watchdog;
+//     control server (Serve, started once the manifest's apps are the
+//     supervisor's), and once ready keepStatus and the watchdog;
 //     the first that fails ends the others, and Run waits for them all.
 //   - Serve: the accept loop (Serve's caller), the closer of the
 //     listener, and one serveConn per connection; Serve waits for them
