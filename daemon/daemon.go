@@ -47,9 +47,6 @@ type Config struct {
 	// benchmarks that run a daemon in process learn so when it is
 	// listening).
 	Setup func(ctx context.Context, s *Server, apps Apps) error
-
-	// newApps replaces the real supervisor in tests.
-	newApps func(supervisor.Config) (Apps, func(context.Context) error, error)
 }
 
 // Run is the daemon: it returns when ctx is done (after stopping every
@@ -142,13 +139,8 @@ func (d *instance) newSupervisor() error {
 	if jcfg.Log == nil {
 		jcfg.Log = d.log.Named("jail")
 	}
-	newApps := d.cfg.newApps
-	if newApps == nil {
-		newApps = newSupervisor
-	}
 	d.launcher = jail.NewLauncher(jcfg)
-	var err error
-	d.apps, d.runApps, err = newApps(supervisor.Config{
+	sup, err := supervisor.New(supervisor.Config{
 		Launcher:  d.launcher,
 		Links:     d.links.m,
 		Dirs:      d.dirs,
@@ -174,6 +166,7 @@ func (d *instance) newSupervisor() error {
 	if err != nil {
 		return fmt.Errorf("create the supervisor: %w", err)
 	}
+	d.apps, d.runApps = sup, sup.Run
 	return nil
 }
 
@@ -243,16 +236,6 @@ func (d *instance) reload(ctx context.Context, opt supervisor.ApplyOptions) (int
 		zap.Strings("added", done.Added), zap.Strings("removed", done.Removed),
 		zap.Strings("restarted", changeIDs(done.Restarted)), zap.Strings("stale", changeIDs(done.Stale)),
 		zap.Strings("limits_in_place", done.Limits))
-	// A limit that does not hold is never silent: said at each start, and
-	// again at each reload for every app that runs without one.
-	if all, err := d.apps.Status(""); err == nil {
-		for _, st := range all {
-			if l := st.Limits; st.Pid != 0 && l != nil && len(l.Missing) > 0 {
-				d.log.Warn("app runs without some of its limits", zap.String("app", st.ID), zap.Strings("missing", l.Missing),
-					zap.String("limiter", l.Limiter), zap.Strings("applied", l.Applied))
-			}
-		}
-	}
 	return len(m.Apps), done, nil
 }
 
@@ -336,14 +319,6 @@ func changeIDs(list []supervisor.AppChange) []string {
 		out = append(out, c.ID)
 	}
 	return out
-}
-
-func newSupervisor(cfg supervisor.Config) (Apps, func(context.Context) error, error) {
-	s, err := supervisor.New(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, s.Run, nil
 }
 
 // ManifestError is the error of a manifest that did not load: Err is the

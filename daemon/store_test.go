@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"octosup/control"
 	"octosup/peer"
 	"octosup/policy"
-	"octosup/supervisor"
 )
 
 // garbage is n bytes that are no bbolt page.
@@ -185,39 +183,5 @@ func TestFullDiskDropsAuditNotCalls(t *testing.T) {
 	store := storeStatus(t, rig.ts.client)
 	if store.Healthy || store.AuditDropped != calls || !strings.Contains(strings.Join(store.Notes, "\n"), "audit: 500 entries dropped: no space left on device") {
 		t.Fatalf("status's store: %+v", store)
-	}
-}
-
-// TestReloadSaysMissingLimits: an app that runs without a limit of its
-// entry is said in the log at its start and again at every reload, not
-// only in status (a daemon without cgroups here, so that cpu_weight is
-// missing on any host).
-func TestReloadSaysMissingLimits(t *testing.T) {
-	env := newTestEnv(t)
-	env.writeManifest(t, []byte(`{"version": 1, "apps": [{"id": "talker", "exec": ["/bin/sleep", "600"], "autostart": true,
-		"grants": {}, "sandbox": {"policy": "broad"}, "storage": {}, "limits": {"cpu_weight": 50}}]}`))
-	core, logged := observer.New(zapcore.InfoLevel)
-	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
-	d := startDaemonConfig(t, env, func(c *Config) {
-		c.Log = log
-		c.newApps = func(sc supervisor.Config) (Apps, func(context.Context) error, error) {
-			sc.NoCgroup = true
-			return newSupervisor(sc)
-		}
-	})
-	said := func() int {
-		return logged.FilterMessage("app runs without some of its limits").FilterField(zap.String("app", "talker")).Len()
-	}
-	if n := said(); n != 1 {
-		t.Fatalf("said %d times at start, want once", n)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.client.Do(ctx, control.OpReload, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	entries := logged.FilterMessage("app runs without some of its limits").FilterField(zap.String("app", "talker")).All()
-	if len(entries) != 2 || !slices.Contains(entries[1].ContextMap()["missing"].([]any), any("limits.cpu")) {
-		t.Fatalf("said %+v after a reload, want it said again with limits.cpu", entries)
 	}
 }

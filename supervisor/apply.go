@@ -60,7 +60,32 @@ func (s *Supervisor) Apply(ctx context.Context, m *policy.Manifest, opt ApplyOpt
 	if err != nil {
 		return done, err
 	}
-	return done, s.awaitApplied(ctx, plan.wait, restarts, &done)
+	if err := s.awaitApplied(ctx, plan.wait, restarts, &done); err != nil {
+		return done, err
+	}
+	s.sayMissingLimits(done)
+	return done, nil
+}
+
+// sayMissingLimits repeats, for every app that runs without some limit of
+// its entry, the warning its start gave (start.go): a limit that does not
+// hold is never silent, and an edited manifest is when its author looks.
+// The apps this Apply started said it at their start.
+func (s *Supervisor) sayMissingLimits(done Applied) {
+	started := make(map[string]bool, len(done.Added)+len(done.Restarted))
+	for _, id := range done.Added {
+		started[id] = true
+	}
+	for _, c := range done.Restarted {
+		started[c.ID] = true
+	}
+	all, _ := s.Status("") // all apps: never an error
+	for _, st := range all {
+		if l := st.Limits; st.Pid != 0 && !started[st.ID] && l != nil && len(l.Missing) > 0 {
+			s.log.Warn("app runs without some of its limits", zap.String("app", st.ID), zap.Strings("missing", l.Missing),
+				zap.String("limiter", l.Limiter), zap.Strings("applied", l.Applied))
+		}
+	}
 }
 
 // checkIDs checks what Apply relies on of m, before anything changes:

@@ -18,7 +18,7 @@ import (
 // the reap and the event. Compare with BenchmarkKillWaitpid.
 func BenchmarkCrashDetect(b *testing.B) {
 	exe := testExe(b)
-	sup := startSup(b, func(c *Config) { c.Log = zap.NewNop() })
+	sup := startSup(b, func(c *testConfig) { c.Log = zap.NewNop() })
 	apply(b, sup, testApp(exe, "victim", "sleep", false))
 	sub := sup.Subscribe(4096)
 	defer sub.Close()
@@ -73,7 +73,7 @@ func BenchmarkKillWaitpid(b *testing.B) {
 // does the same work whatever the state).
 func BenchmarkStatus100(b *testing.B) {
 	exe := testExe(b)
-	sup := startSup(b, func(c *Config) { c.Log = zap.NewNop() })
+	sup := startSup(b, func(c *testConfig) { c.Log = zap.NewNop() })
 	apps := make([]policy.App, 100)
 	for i := range apps {
 		apps[i] = testApp(exe, fmt.Sprintf("app-%d", i), "sleep", false)

@@ -91,7 +91,7 @@ func TestCgroupStopsSetsidDescendant(t *testing.T) {
 			if c.end == "stop" {
 				grace = 300 * time.Millisecond
 			}
-			sup := startSup(t, func(cfg *Config) { cfg.StopGrace = grace; cfg.NoCgroup = c.noCgroup })
+			sup := startSup(t, func(cfg *testConfig) { cfg.StopGrace = grace; cfg.noCgroup = c.noCgroup })
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			apply(t, sup, testApp(exe, "tree", "setsid-grandchild", true))

@@ -87,8 +87,9 @@
 // systemd service with Delegate=yes; cgroup.go), each process is forked
 // straight into a leaf of its own (jail.Request.CgroupFD,
 // CLONE_INTO_CGROUP), and the SIGKILLs above also go to the whole leaf
-// through cgroup.kill, and a stop's SIGTERM to every process of the leaf. AppStatus.Stopper says "cgroup" then,
-// "process-group" elsewhere (Config.NoCgroup forces it). At start the
+// through cgroup.kill, and a stop's SIGTERM to every process of the
+// leaf. AppStatus.Stopper says "cgroup" then, "process-group"
+// elsewhere. At start the
 // supervisor kills and removes the leaves of a daemon that is gone (one
 // SIGKILLed, whose apps' descendants outlived it).
 //

@@ -28,12 +28,12 @@ var stoppers = []struct {
 	noCgroup bool
 }{{"process-group", true}, {"cgroup", false}}
 
-func withStopper(t *testing.T, noCgroup bool) func(*Config) {
+func withStopper(t *testing.T, noCgroup bool) func(*testConfig) {
 	t.Helper()
 	if !noCgroup {
 		cgroupOrSkip(t)
 	}
-	return func(c *Config) { c.NoCgroup = noCgroup }
+	return func(c *testConfig) { c.noCgroup = noCgroup }
 }
 
 // jailTestApp is broadSetsid as a jail app that may fork, as the
@@ -159,7 +159,7 @@ func TestStopEndsEveryProcess(t *testing.T) {
 	for _, st := range stoppers {
 		t.Run(st.name, func(t *testing.T) {
 			edit := withStopper(t, st.noCgroup)
-			sup := startSup(t, func(c *Config) { edit(c); c.StopGrace = 300 * time.Millisecond })
+			sup := startSup(t, func(c *testConfig) { edit(c); c.StopGrace = 300 * time.Millisecond })
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			apply(t, sup, testApp(exe, "sticky", "regroup", true))
@@ -198,7 +198,7 @@ func TestTermReachesEveryProcess(t *testing.T) {
 		}{{"own-group", func(exe, id, mode string) policy.App { return testApp(exe, id, mode, true) }}, {"broad-setsid", broadSetsid}} {
 			t.Run(fmt.Sprintf("%s/%s", st.name, app.name), func(t *testing.T) {
 				edit := withStopper(t, st.noCgroup)
-				sup := startSup(t, func(c *Config) { edit(c); c.StopGrace = 10 * time.Minute })
+				sup := startSup(t, func(c *testConfig) { edit(c); c.StopGrace = 10 * time.Minute })
 				sub := sup.Subscribe(1024)
 				defer sub.Close()
 				apply(t, sup, app.make(exe, "tree", "termtree"))
@@ -227,7 +227,7 @@ func TestTermReachesEveryProcess(t *testing.T) {
 func TestContainedAppDiesWithItsLeader(t *testing.T) {
 	exe := testExe(t)
 	cgroupOrSkip(t)
-	sup := startSup(t, func(c *Config) { c.StopGrace = 10 * time.Minute })
+	sup := startSup(t, func(c *testConfig) { c.StopGrace = 10 * time.Minute })
 	sub := sup.Subscribe(1024)
 	defer sub.Close()
 	apply(t, sup, jailTestApp(exe, "orph", "orphan"))

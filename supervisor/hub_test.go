@@ -49,7 +49,7 @@ func TestHubTakesNoDescriptors(t *testing.T) {
 		t.Run(app.name, func(t *testing.T) {
 			links := &holdLinks{hubs: map[string]*os.File{}}
 			defer links.closeAll()
-			sup := startSup(t, func(c *Config) { c.Links = links })
+			sup := startSup(t, func(c *testConfig) { c.Links = links })
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			a := testApp(exe, "passfd", "pass-fd", true)

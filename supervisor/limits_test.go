@@ -183,7 +183,7 @@ func TestSystemTasks(t *testing.T) {
 // best-effort one starts and reports it missing.
 func TestStrictRefusesMissingLimits(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true; cfg.Strictness = jail.Strict })
+	sup := startSup(t, func(cfg *testConfig) { cfg.noCgroup = true; cfg.Strictness = jail.Strict })
 	strict := testApp(exe, "strict", "sleep", false)
 	strict.Limits = policy.ResourceLimits{CPUWeight: 50, TasksMax: 512}
 	lax := strict
@@ -193,7 +193,7 @@ func TestStrictRefusesMissingLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := sup.Start(ctx, "strict")
-	want := "limits: limits.cpu missing and the app is strict: the daemon was told not to use cgroups"
+	want := "limits: limits.cpu missing and the app is strict: the supervisor was made without cgroups"
 	if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
 		t.Fatalf("strict start: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
 	}
@@ -214,7 +214,7 @@ func TestStrictRefusesMissingLimits(t *testing.T) {
 // and starts the app.
 func TestUnheldLimitsRefused(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true })
+	sup := startSup(t, func(cfg *testConfig) { cfg.noCgroup = true })
 	hog := testApp(exe, "hog", "sleep", false)
 	hog.Limits = policy.ResourceLimits{MemoryMax: 64 << 20, TasksMax: 512}
 	bomb := testApp(exe, "bomb", "sleep", false)
@@ -223,13 +223,13 @@ func TestUnheldLimitsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := sup.Start(ctx, "hog")
-	want := "limits: memory_max 64M cannot be held here (the daemon was told not to use cgroups): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
+	want := "limits: memory_max 64M cannot be held here (the supervisor was made without cgroups): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
 	if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
 		t.Fatalf("memory_max: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
 	}
 	st, err = sup.Start(ctx, "bomb")
 	if os.Geteuid() == 0 {
-		want := "limits: tasks_max 64 cannot be held here (the daemon was told not to use cgroups; RLIMIT_NPROC does not hold a root daemon's apps): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
+		want := "limits: tasks_max 64 cannot be held here (the supervisor was made without cgroups; RLIMIT_NPROC does not hold a root daemon's apps): remove it from the entry to run the app without it, or run octosupd where its cgroup has the controller (docs/limits.md)"
 		if !errors.Is(err, ErrStartFailed) || st.State != Failed || st.Reason != want {
 			t.Fatalf("tasks_max as root: %v, state %s reason %q; want failed with %q", err, st.State, st.Reason, want)
 		}
@@ -246,7 +246,7 @@ func TestUnheldLimitsRefused(t *testing.T) {
 // limit is missing instead of applied.
 func TestNprocFallback(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true })
+	sup := startSup(t, func(cfg *testConfig) { cfg.noCgroup = true })
 	app := testApp(exe, "one", "sleep", false)
 	if os.Geteuid() != 0 {
 		app.Limits.TasksMax = 64 // as root, one set is refused (TestUnheldLimitsRefused)
@@ -488,7 +488,7 @@ func TestNprocHoldsForkBomb(t *testing.T) {
 		t.Skip("root is exempt from RLIMIT_NPROC: TestForkBombAsNobody runs this as nobody")
 	}
 	exe := testExe(t)
-	sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = true })
+	sup := startSup(t, func(cfg *testConfig) { cfg.noCgroup = true })
 	sub := sup.Subscribe(4096)
 	defer sub.Close()
 	bomb := testApp(exe, "bomb", "forkbomb", false)
@@ -536,7 +536,7 @@ func TestReloadLimitsInPlace(t *testing.T) {
 				cgroupOrSkip(t)
 			}
 			exe := testExe(t)
-			sup := startSup(t, func(cfg *Config) { cfg.NoCgroup = c.noCgroup })
+			sup := startSup(t, func(cfg *testConfig) { cfg.noCgroup = c.noCgroup })
 			if !c.noCgroup {
 				limitsOrSkip(t, sup, "memory", "pids")
 			}

@@ -31,7 +31,7 @@ func TestPing(t *testing.T) {
 			release := make(chan struct{})
 			entered := make(chan struct{}, 1)
 			links := &wedgeLinks{wedge: tc.wedge == "runner", entered: entered, release: release}
-			sup := startSupLaunch(t, func(c *Config) { c.Links = links }, func(launch launchFunc) launchFunc {
+			sup := startSupLaunch(t, func(c *testConfig) { c.Links = links }, func(launch launchFunc) launchFunc {
 				return func(req jail.Request) (spawned, error) {
 					if tc.wedge == "spawner" && req.App.ID == "wedged" {
 						entered <- struct{}{}

@@ -17,7 +17,7 @@ import (
 func TestPublishBeforeTheCallerHears(t *testing.T) {
 	var mu sync.Mutex
 	last := map[string]uint64{} // the Seq of each app's last state event
-	sup := startSup(t, func(c *Config) {
+	sup := startSup(t, func(c *testConfig) {
 		c.Publish = func(ev Event) {
 			if ev.Kind == KindState {
 				mu.Lock()

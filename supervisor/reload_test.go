@@ -203,7 +203,7 @@ func TestReloadWhileStarting(t *testing.T) {
 	open := func() { release.Do(func() { close(gate) }) }
 	deferred := make(chan zapcore.Entry, 1)
 	var gated bool
-	sup := startSupLaunch(t, func(c *Config) {
+	sup := startSupLaunch(t, func(c *testConfig) {
 		c.Log = zap.New(zapcore.NewTee(c.Log.Core(), entryCore{"manifest change waits for the start under way", deferred}))
 	}, func(launch launchFunc) launchFunc {
 		return func(req jail.Request) (spawned, error) {
@@ -353,7 +353,7 @@ func TestReloadNeighbourRefusesAGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	sup := startSup(t, func(c *Config) { c.Log = zap.New(core) })
+	sup := startSup(t, func(c *testConfig) { c.Log = zap.New(core) })
 	jailed := func(id string, autostart bool, ext ...policy.External) policy.App {
 		a := testApp(exe, id, "sleep", autostart)
 		a.Sandbox = policy.Sandbox{Policy: policy.PolicyJail, Network: policy.NetworkNone, External: ext}
@@ -406,5 +406,29 @@ func TestStartsShareTheEntries(t *testing.T) {
 		if len(got) != len(ids) || &got[0] != &first[0] {
 			t.Fatalf("%s started with entries of its own (%d), not the manifest's", id, len(got))
 		}
+	}
+}
+
+// TestReloadSaysMissingLimits: an app that runs without a limit of its
+// entry is said in the log at its start and again at every Apply, not
+// only in its status (a supervisor without cgroups, so that cpu_weight
+// is missing on any host).
+func TestReloadSaysMissingLimits(t *testing.T) {
+	exe := testExe(t)
+	core, logs := observer.New(zap.InfoLevel)
+	sup := startSup(t, func(c *testConfig) { c.Log = zap.New(core); c.noCgroup = true })
+	a := testApp(exe, "talker", "sleep", true)
+	a.Limits = policy.ResourceLimits{CPUWeight: 50}
+	said := func() []observer.LoggedEntry {
+		return logs.FilterMessage("app runs without some of its limits").FilterField(zap.String("app", "talker")).All()
+	}
+	apply(t, sup, a)
+	if n := len(said()); n != 1 {
+		t.Fatalf("said %d times at start, want once", n)
+	}
+	apply(t, sup, a)
+	entries := said()
+	if len(entries) != 2 || !slices.Contains(entries[1].ContextMap()["missing"].([]any), any("limits.cpu")) {
+		t.Fatalf("said %+v after an Apply, want it said again with limits.cpu", entries)
 	}
 }

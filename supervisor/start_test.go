@@ -338,7 +338,7 @@ func TestSlowLinkHandlerWarns(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	var mu sync.Mutex
 	now := time.Now()
-	sup := startSupLaunch(t, func(c *Config) {
+	sup := startSupLaunch(t, func(c *testConfig) {
 		c.Log = zap.New(core)
 		c.Links = closeLinks{}
 		c.Now = func() time.Time {

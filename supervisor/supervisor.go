@@ -97,9 +97,6 @@ type Config struct {
 	// caller hears of it; a line under its app's ring lock. It must not
 	// block nor call the Supervisor.
 	Publish func(Event)
-	// NoCgroup stops apps through their process groups even where the
-	// daemon could give each process a cgroup leaf (cgroup.go).
-	NoCgroup bool
 	// Strictness is the daemon's jail strictness (jail.Config's), which
 	// an entry's sandbox.strictness overrides: a strict app does not start
 	// without every limit its entry asks for (limits.go).
@@ -195,8 +192,21 @@ type Supervisor struct {
 	tasks *taskWatch
 }
 
-// New checks cfg and returns a Supervisor with no apps.
+// New checks cfg and returns a Supervisor with no apps, which gives each
+// app process a cgroup leaf where the daemon can (cgroup.go), and stops
+// apps through their process groups where it cannot.
 func New(cfg Config) (*Supervisor, error) {
+	s, err := newSupervisor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.openCgroups()
+	return s, nil
+}
+
+// newSupervisor is New without cgroups: its apps are stopped through
+// their process groups until openCgroups finds a tree.
+func newSupervisor(cfg Config) (*Supervisor, error) {
 	if cfg.Launcher == nil {
 		return nil, errors.New("supervisor: Config.Launcher is nil (use jail.NewLauncher)")
 	}
@@ -241,24 +251,27 @@ func New(cfg Config) (*Supervisor, error) {
 	s.sid = sid
 	s.launch = launcherFunc(cfg.Launcher)
 	s.spec = cfg.Launcher.Spec
-	s.noCgroup = "the daemon was told not to use cgroups"
-	if !cfg.NoCgroup {
-		t, err := openCgroupTree(cfg.Log)
-		if err != nil {
-			s.noCgroup = err.Error()
-			cfg.Log.Info("apps are stopped through their process groups", zap.Error(err))
-		} else {
-			s.cgroups = t
-			cfg.Log.Info("each app process runs in a cgroup of its own", zap.String("cgroup", t.dir),
-				zap.Strings("controllers", keys(t.controllers)), zap.String("lacking", t.lacking))
-			if t.controllers["pids"] {
-				if s.tasks, err = newTaskWatch(cfg.Log, s.warnTasks); err != nil {
-					cfg.Log.Warn("apps at their tasks_max go unreported", zap.Error(err))
-				}
-			}
+	s.noCgroup = "the supervisor was made without cgroups"
+	return s, nil
+}
+
+// openCgroups gives s the daemon's cgroup tree, when it has one it may
+// write, and says which stopper its apps get.
+func (s *Supervisor) openCgroups() {
+	t, err := openCgroupTree(s.log)
+	if err != nil {
+		s.noCgroup = err.Error()
+		s.log.Info("apps are stopped through their process groups", zap.Error(err))
+		return
+	}
+	s.cgroups = t
+	s.log.Info("each app process runs in a cgroup of its own", zap.String("cgroup", t.dir),
+		zap.Strings("controllers", keys(t.controllers)), zap.String("lacking", t.lacking))
+	if t.controllers["pids"] {
+		if s.tasks, err = newTaskWatch(s.log, s.warnTasks); err != nil {
+			s.log.Warn("apps at their tasks_max go unreported", zap.Error(err))
 		}
 	}
-	return s, nil
 }
 
 // warnTasks tells of an app whose forks are refused at its tasks_max:

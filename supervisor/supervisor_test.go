@@ -34,29 +34,40 @@ func testExe(t testing.TB) string {
 
 // startSup runs a Supervisor until the test ends; cleanup waits for Run
 // to return, so no app outlives the test.
-func startSup(t testing.TB, edit func(*Config)) *Supervisor {
+func startSup(t testing.TB, edit func(*testConfig)) *Supervisor {
 	t.Helper()
 	return startSupLaunch(t, edit, nil)
 }
 
+// testConfig is what startSup's edit may change: the Config, and whether
+// the supervisor goes without cgroups (its apps stopped through their
+// process groups, as where the daemon may not create any).
+type testConfig struct {
+	Config
+	noCgroup bool
+}
+
 // startSupLaunch is startSup with the launch wrapped by wrap (when not
 // nil): the tests' stand-in for launchers that misbehave.
-func startSupLaunch(t testing.TB, edit func(*Config), wrap func(launchFunc) launchFunc) *Supervisor {
+func startSupLaunch(t testing.TB, edit func(*testConfig), wrap func(launchFunc) launchFunc) *Supervisor {
 	t.Helper()
-	cfg := Config{
+	cfg := testConfig{Config: Config{
 		Launcher:  jail.NewLauncher(jail.Config{}),
 		Log:       zaptest.NewLogger(t),
 		Dirs:      policy.Dirs{Data: t.TempDir()},
 		BaseEnv:   os.Environ(),
 		StopGrace: 2 * time.Second,
-	}
+	}}
 	if edit != nil {
 		edit(&cfg)
 	}
-	events := withEvents(&cfg)
-	sup, err := New(cfg)
+	events := withEvents(&cfg.Config)
+	sup, err := newSupervisor(cfg.Config)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !cfg.noCgroup {
+		sup.openCgroups()
 	}
 	started(t, sup, events)
 	if wrap != nil {
@@ -237,7 +248,7 @@ func TestStop(t *testing.T) {
 		{"ignoreterm", 300 * time.Millisecond, "SIGKILL"}, // killed after the grace period
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			sup := startSup(t, func(c *Config) { c.StopGrace = tc.grace })
+			sup := startSup(t, func(c *testConfig) { c.StopGrace = tc.grace })
 			sub := sup.Subscribe(1024)
 			defer sub.Close()
 			apply(t, sup, testApp(exe, "app", tc.mode, true))
@@ -270,7 +281,7 @@ func TestStopKillsGrandchild(t *testing.T) {
 	exe := testExe(t)
 	// The grandchild ignores SIGTERM: the stop's SIGKILL at the end of
 	// the grace ends it, though its leader died of the SIGTERM at once.
-	sup := startSup(t, func(c *Config) { c.StopGrace = 300 * time.Millisecond })
+	sup := startSup(t, func(c *testConfig) { c.StopGrace = 300 * time.Millisecond })
 	sub := sup.Subscribe(1024)
 	defer sub.Close()
 	apply(t, sup, testApp(exe, "tree", "grandchild", true))
@@ -298,7 +309,7 @@ func TestOnFailureStartLimit(t *testing.T) {
 	// A clock that stands still: every start falls in one window and every
 	// process ran for 0s, whatever the load of the machine.
 	frozen := time.Unix(1_000_000, 0)
-	sup := startSup(t, func(c *Config) { c.Now = func() time.Time { return frozen } })
+	sup := startSup(t, func(c *testConfig) { c.Now = func() time.Time { return frozen } })
 	sub := sup.Subscribe(4096)
 	defer sub.Close()
 	a := testApp(exe, "loop", "exit3", true)
@@ -389,7 +400,7 @@ func TestEnvironmentAndDescriptors(t *testing.T) {
 	links := &fakeLinks{attached: make(chan *os.File, 1)}
 	secrets := []string{"OCTOS_AUTH_TOKEN=tok", "OCTOSENSE_VAULT=/vault", "OCTOSUP_X=x",
 		"NOTIFY_SOCKET=/run/notify", "WATCHDOG_USEC=100", "LISTEN_FDS=1"}
-	sup := startSup(t, func(c *Config) {
+	sup := startSup(t, func(c *testConfig) {
 		c.Links = links
 		c.BaseEnv = append(os.Environ(), secrets...)
 	})
@@ -485,7 +496,7 @@ func TestApplySwapped(t *testing.T) {
 
 func TestApplyReload(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(c *Config) { c.StopGrace = 300 * time.Millisecond })
+	sup := startSup(t, func(c *testConfig) { c.StopGrace = 300 * time.Millisecond })
 	apply(t, sup, testApp(exe, "a", "sleep", true), testApp(exe, "b", "sleep", true))
 	a, b := status(t, sup, "a"), status(t, sup, "b")
 	if a.State != Running || b.State != Running {
@@ -538,7 +549,7 @@ func TestApplyReload(t *testing.T) {
 
 func TestLogsBounded(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(c *Config) { c.LogLines = 10 })
+	sup := startSup(t, func(c *testConfig) { c.LogLines = 10 })
 	sub := sup.Subscribe(4096)
 	defer sub.Close()
 	a := testApp(exe, "chatty", "lines", true)
@@ -703,7 +714,7 @@ func TestShutdownStopsApps(t *testing.T) {
 // waits for the stop to finish, then starts a new process.
 func TestStartWhileStopping(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(c *Config) { c.StopGrace = 300 * time.Millisecond })
+	sup := startSup(t, func(c *testConfig) { c.StopGrace = 300 * time.Millisecond })
 	sub := sup.Subscribe(1024)
 	defer sub.Close()
 	apply(t, sup, testApp(exe, "stubborn", "ignoreterm", true))
@@ -734,7 +745,7 @@ func TestStartWhileStopping(t *testing.T) {
 // process is gone gets a new process only once the old one has ended.
 func TestReaddWhileStopping(t *testing.T) {
 	exe := testExe(t)
-	sup := startSup(t, func(c *Config) { c.StopGrace = 500 * time.Millisecond })
+	sup := startSup(t, func(c *testConfig) { c.StopGrace = 500 * time.Millisecond })
 	sub := sup.Subscribe(1024)
 	defer sub.Close()
 	a := testApp(exe, "phoenix", "ignoreterm", true)

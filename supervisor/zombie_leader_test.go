@@ -80,7 +80,7 @@ func TestZombieLeaderDiesWithTheApp(t *testing.T) {
 						// The child ignores SIGTERM: after the short grace,
 						// only the kill step can end it.
 						withSt := withStopper(t, st.noCgroup)
-						sup := startSup(t, func(c *Config) {
+						sup := startSup(t, func(c *testConfig) {
 							withSt(c)
 							c.StopGrace = 200 * time.Millisecond
 							c.Launcher = jail.NewLauncher(jail.Config{UseHelper: launch.helper})
