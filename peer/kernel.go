@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -435,14 +436,26 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	return buf.Bytes(), nil
 }
 
+// turnIDOf is the turn_id of an ok reply to turn.start: the member named
+// exactly so, as the app reads it, with no member beside it that a
+// reader folding case (encoding/json's) would take for it instead.
 func turnIDOf(data json.RawMessage) (string, error) {
-	var v struct {
-		TurnID json.RawMessage `json:"turn_id"`
+	bad := refuse(ErrInvalid, "an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", policy.MethodTurnStart)
+	if len(data) == 0 || data[0] != '{' {
+		return "", bad
+	}
+	m, err := frame.Members(data)
+	if err != nil {
+		return "", bad
+	}
+	for name := range m {
+		if name != "turn_id" && strings.EqualFold(name, "turn_id") {
+			return "", refuse(ErrInvalid, "an ok reply to %s has %q beside \"turn_id\": an app that reads names regardless of case would take it for the turn's id", policy.MethodTurnStart, name)
+		}
 	}
 	var id string
-	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &v) != nil ||
-		len(v.TurnID) == 0 || v.TurnID[0] != '"' || json.Unmarshal(v.TurnID, &id) != nil || !frame.ValidID(id) {
-		return "", refuse(ErrInvalid, "an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", policy.MethodTurnStart)
+	if v := m["turn_id"]; len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &id) != nil || !frame.ValidID(id) {
+		return "", bad
 	}
 	return id, nil
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -171,5 +172,43 @@ func TestKernelValuesFitAFrame(t *testing.T) {
 	}
 	if got := a.okReply(r); len(got["text"].(string)) != 20<<10 {
 		t.Fatalf("the app got %d bytes of text", len(got["text"].(string)))
+	}
+}
+
+// TestTurnIDReadExactly: the turn_id of an ok reply to turn.start is the
+// member named exactly so, as the app reads it; a reply with a member
+// that folds to "turn_id" beside it, or in its place, is refused, so that
+// the daemon's turn (its events, history and uniqueness) and the app's
+// reading of the reply never name two turns. encoding/json's reading took
+// "Turn_ID" over "turn_id", and "TURN_ID" alone as the turn's id.
+func TestTurnIDReadExactly(t *testing.T) {
+	h := newHarness(t, nil)
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(map[string]any{"title": "t"})
+	for i, tc := range []struct{ data, refused string }{
+		{`{"turn_id":"T1","Turn_ID":"hidden-1"}`, `has "Turn_ID" beside "turn_id"`},
+		{`{"Turn_ID":"hidden-2","turn_id":"T1"}`, `has "Turn_ID" beside "turn_id"`},
+		{`{"TURN_ID":"hidden-3"}`, `has "TURN_ID" beside "turn_id"`},
+		{`{"turn_id":7}`, `needs data {"turn_id": "..."}`},
+		{`{"turn_id":"T1","turn_id":"T2"}`, `duplicate key "turn_id"`},
+	} {
+		id := a.request(policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": i})
+		k.nextRequest(t)
+		err := ks.Reply(KernelReply{App: "notes", ReqID: id, OK: true, Data: json.RawMessage(tc.data)})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.refused) {
+			t.Fatalf("reply %s: %v, want it refused with %q", tc.data, err, tc.refused)
+		}
+		// The request still waits for its reply: a well-formed one starts
+		// the turn the app is told of.
+		want := fmt.Sprintf("T%d", i)
+		if err := ks.Reply(KernelReply{App: "notes", ReqID: id, OK: true, Data: json.RawMessage(`{"turn_id":"` + want + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.okReply(id)["turn_id"]; got != want || streamingTurn(ks, "notes", id) != want {
+			t.Fatalf("the app read turn_id %v, the daemon streams %q; want %s for both", got, streamingTurn(ks, "notes", id), want)
+		}
+		endTurnOK(t, a, ks, id)
 	}
 }
