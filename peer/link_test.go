@@ -706,3 +706,42 @@ func passthroughOfSize(n int) []byte {
 	const head, tail = `{"pad":"`, `"}`
 	return []byte(head + strings.Repeat("p", n-len(head)-len(tail)) + tail)
 }
+
+// TestRefusalsOfLongNamesFitAFrame: a refusal quotes the name the app
+// chose (a member's, a type, a method), and quoting with the frame's
+// escapes grows some characters sixfold (U+0085: 2 bytes, then
+// "\\u0085"): a line of 400 KB made an error frame past 1 MiB, which was
+// dropped, and the app heard nothing (or an internal error in place of
+// its reply's code). The message is cut to 1024 bytes instead.
+func TestRefusalsOfLongNamesFitAFrame(t *testing.T) {
+	name := strings.Repeat("\u0085", 200000)
+	for _, tc := range []struct{ what, line, code string }{
+		{"unknown member", `{"octos_peer":{"type":"request","req_id":"r1","method":"octos.session.open","` + name + `":1}}`, frame.CodeBadFrame},
+		{"unknown type", `{"octos_peer":{"type":"` + name + `","req_id":"r2"}}`, frame.CodeBadFrame},
+		{"member beside the envelope", `{"octos_peer":{"type":"request","req_id":"r3","method":"m"},"` + name + `":1}`, frame.CodeBadFrame},
+		{"unknown method", `{"octos_peer":{"type":"request","req_id":"r4","method":"` + name + `"}}`, frame.CodeUnknownMethod},
+		{"unknown member of args", `{"octos_peer":{"type":"request","req_id":"r5","method":"octos.session.open","args":{"` + name + `":1}}}`, frame.CodeBadFrame},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			h := newHarness(t, nil)
+			a := h.attach(notesApp("notes"))
+			h.grant(a)
+			a.write(tc.line + "\n")
+			var code, msg string
+			switch d := a.next().(type) {
+			case *frame.ErrorFrame:
+				code, msg = d.Code, d.Message
+			case *frame.Reply:
+				if d.Error != nil {
+					code, msg = d.Error.Code, d.Error.Message
+				}
+			}
+			if code != tc.code || len(msg) > 1024+len("…") || !strings.HasSuffix(msg, "…") {
+				t.Fatalf("got %s with a message of %d bytes (%.80q…), want %s cut to 1024 bytes", code, len(msg), msg, tc.code)
+			}
+			if n := h.logs.FilterMessageSnippet("encode down frame").Len(); n != 0 {
+				t.Fatalf("%d frames did not encode", n)
+			}
+		})
+	}
+}

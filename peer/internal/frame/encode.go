@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // EncodeDown encodes a daemon → app frame as one line: encoding/json's
@@ -22,7 +23,7 @@ func EncodeDown(f Down) ([]byte, error) {
 		case f.Error == nil:
 			return nil, errors.New(`encode frame: "ok": false needs an error`)
 		default:
-			r.Error = f.Error
+			r.Error = &Error{Code: f.Error.Code, Message: cutMessage(f.Error.Message)}
 		}
 		v = r
 	case *Event:
@@ -38,7 +39,7 @@ func EncodeDown(f Down) ([]byte, error) {
 	case *ContextClosed:
 		v = contextClosed{t, f.ContextID, f.Reason}
 	case *ErrorFrame:
-		v = errorFrame{t, f.Code, f.Message, f.ReqID}
+		v = errorFrame{t, f.Code, cutMessage(f.Message), f.ReqID}
 	default:
 		return nil, fmt.Errorf("encode: unknown down frame %T", f)
 	}
@@ -47,6 +48,25 @@ func EncodeDown(f Down) ([]byte, error) {
 		return nil, fmt.Errorf("encode frame: %w", err)
 	}
 	return append(b, '\n'), nil
+}
+
+// maxMessage bounds an error's message in a frame. A message may quote
+// what the app sent (a member's name, a method), which the quoting and
+// the frame's escapes can grow sixfold: cut, the refusal of any line the
+// app may send still fits a frame, and reads as well.
+const maxMessage = 1024
+
+// cutMessage is m cut to maxMessage bytes at a character's start, with
+// "…" after what is left.
+func cutMessage(m string) string {
+	if len(m) <= maxMessage {
+		return m
+	}
+	i := maxMessage
+	for i > 0 && !utf8.RuneStart(m[i]) {
+		i--
+	}
+	return m[:i] + "…"
 }
 
 // The down frames as encoding/json writes them.
