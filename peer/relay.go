@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -75,14 +76,20 @@ func (rl *relay) deliver(n relayNote) {
 const relayQueueBytes = 8 << 20
 
 // relayRing is the bounded queue of relay callbacks kept while no relay
-// is installed: past size callbacks or relayQueueBytes bytes the oldest
-// go, and are counted.
+// is installed: past size callbacks or relayQueueBytes bytes a callback
+// goes, and is counted. The one that goes is the oldest of the app that
+// holds the most of the queue (callbacks, or bytes, whichever bound is
+// reached): an app that fills the queue while no kernel listens loses its
+// own outcomes, not its neighbours'.
 type relayRing struct {
 	size    int
 	buf     []relayNote
 	bytes   int
 	dropped int
+	held    map[string]relayHeld // what each app has in buf
 }
+
+type relayHeld struct{ notes, bytes int }
 
 // noteBytes is about what a callback's event line takes as the kernel's
 // connection writes it: its result counted as written (resultLen), each
@@ -92,12 +99,43 @@ func noteBytes(n relayNote) int {
 }
 
 func (q *relayRing) push(n relayNote) {
-	for len(q.buf) > 0 && (len(q.buf) >= q.size || q.bytes+noteBytes(n) > relayQueueBytes) {
-		q.bytes -= noteBytes(q.buf[0])
-		q.buf[0] = relayNote{}
-		q.buf = q.buf[1:]
-		q.dropped++
+	nb := noteBytes(n)
+	for len(q.buf) > 0 && (len(q.buf) >= q.size || q.bytes+nb > relayQueueBytes) {
+		q.evict(n.app, len(q.buf) >= q.size)
+	}
+	if q.held == nil {
+		q.held = make(map[string]relayHeld)
 	}
 	q.buf = append(q.buf, n)
-	q.bytes += noteBytes(n)
+	q.bytes += nb
+	h := q.held[n.app]
+	q.held[n.app] = relayHeld{h.notes + 1, h.bytes + nb}
+}
+
+// evict drops the oldest callback of the app that holds the most
+// callbacks (byNotes) or bytes: of two that hold as much, app's (the one
+// pushing), else the one whose oldest callback came first.
+func (q *relayRing) evict(app string, byNotes bool) {
+	share := func(app string) int {
+		if byNotes {
+			return q.held[app].notes
+		}
+		return q.held[app].bytes
+	}
+	hog, most := -1, -1
+	for i, n := range q.buf {
+		if v := share(n.app); v > most || (v == most && n.app == app && q.buf[hog].app != app) {
+			hog, most = i, v
+		}
+	}
+	n := q.buf[hog]
+	nb := noteBytes(n)
+	q.buf = slices.Delete(q.buf, hog, hog+1)
+	q.bytes -= nb
+	q.dropped++
+	if h := q.held[n.app]; h.notes == 1 {
+		delete(q.held, n.app)
+	} else {
+		q.held[n.app] = relayHeld{h.notes - 1, h.bytes - nb}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -565,6 +566,65 @@ func TestToolRelayQueue(t *testing.T) {
 	a.expectFrames()
 	expectRelay(t, first, "fin notes c1 ok", "ack notes c2", "fin notes c2 ok", "ack notes c3")
 	expectRelay(t, second, "fin notes c3 ok")
+}
+
+// TestToolRelayQueueFair: past the queue's bounds, what goes is the
+// oldest outcome of the app that holds the most of the queue, so that an
+// app answering many calls (or with large results) while no kernel
+// listens cannot push another app's outcomes out of it. It was one queue
+// whose oldest went first, whichever app's.
+func TestToolRelayQueueFair(t *testing.T) {
+	big, err := json.Marshal(map[string]string{"x": strings.Repeat("A", relayRoom-64)}) // the largest a result relays
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		queue int    // RelayQueue: 0 for the default
+		calls int    // the other app's
+		data  string // its results
+		want  []string
+	}{
+		// 4 callbacks at most: the victim's two, then the other's, whose
+		// own oldest go.
+		{"by count", 4, 3, "", []string{"ack victim v1", "fin victim v1 ok", "ack evil e2", "fin evil e2 ok"}},
+		// 8 MiB at most: nine results of about 1 MiB each.
+		{"by bytes", 0, 9, string(big), []string{"ack victim v1", "fin victim v1 ok"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.RelayQueue = tc.queue })
+			victim, vctx := h.toolApp(toolEntry("victim"))
+			evil, ectx := h.toolApp(toolEntry("evil"))
+			h.call("victim", kc(vctx, "v1", "notes.search", RiskRead, ConfirmNone))
+			victim.nextToolCall("v1")
+			victim.ok("v1", "")
+			victim.expectFrames()
+			for i := range tc.calls {
+				id := fmt.Sprintf("e%d", i)
+				h.call("evil", kc(ectx, id, "notes.search", RiskRead, ConfirmNone))
+				evil.nextToolCall(id)
+				evil.ok(id, tc.data)
+				evil.expectFrames()
+			}
+			r := &RecordingToolRelay{}
+			h.m.SetToolRelay(r)
+			got := r.WaitFor(1, wait)
+			var victims, names []string
+			for _, e := range got {
+				s := e.String()
+				if strings.Contains(s, " victim ") {
+					victims = append(victims, s)
+				}
+				names = append(names, s[:min(len(s), 24)])
+			}
+			if !slices.Equal(victims, tc.want[:2]) {
+				t.Fatalf("the next relay heard %v of the victim (all: %v), want %v", victims, names, tc.want[:2])
+			}
+			if tc.queue > 0 {
+				expectRelay(t, r, tc.want...)
+			}
+		})
+	}
 }
 
 // toolKernel is a kernel that is also the tool relay, as the control
