@@ -48,9 +48,10 @@ type peer struct {
 	sheets    int                  // its pending host sheets (Config.MaxPendingApprovals)
 
 	// The duplicate window: the last finished call ids, across processes.
-	recentCalls map[string]struct{}
-	recentRing  []string
-	recentNext  int
+	recentCalls idWindow
+	// The req_ids that timed out at the attached kernel, whose late
+	// reply may still come: one is not a new request's until then.
+	lateReqs idWindow
 }
 
 func newPeer(m *Manager, id string, kept appPolicy) *peer {

@@ -151,6 +151,7 @@ func (s *KernelSession) detach() (failed int, ok bool) {
 
 // kernelDetached ends the requests the kernel held: how many.
 func (p *peer) kernelDetached() int {
+	p.lateReqs.clear() // no reply of that kernel comes now
 	if p.link == nil {
 		return 0
 	}
@@ -196,7 +197,14 @@ func (p *peer) kernelTimeout(r *request) {
 	}
 	p.m.log.Warn("kernel did not answer in time", zap.String("app", p.id), zap.String("req_id", r.id))
 	p.finish(r, frame.Errorf(frame.CodeTimeout, "the agent kernel did not answer within %s", p.m.cfg.KernelTimeout))
+	// Its reply may still come: until it does (or the kernel detaches),
+	// the req_id names no new request, which the reply would answer.
+	p.lateReqs.add(r.id, lateWindow)
 }
+
+// lateWindow is how many timed-out req_ids a peer keeps waiting for the
+// kernel's late reply (peer.lateReqs).
+const lateWindow = 256
 
 // onPeer runs f on app's peer for the session: ErrKernelDetached when s
 // is not the attached kernel, ErrUnknownRequest when app never had a
@@ -223,6 +231,10 @@ func (p *peer) openRequest(s *KernelSession, reqID string) (*request, error) {
 		return nil, refuse(ErrUnknownRequest, "the app is not connected: its requests ended with its process")
 	}
 	r := p.link.requests[reqID]
+	if r == nil && p.lateReqs.has(reqID) {
+		p.lateReqs.remove(reqID)
+		return nil, refuse(ErrUnknownRequest, "request %q timed out before this reply came (the app was told so)", reqID)
+	}
 	if r == nil || (r.state != reqAtKernel && r.state != reqStreaming) {
 		return nil, refuse(ErrUnknownRequest, "no open turn request %q: it ended, or was never sent", reqID)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"octosup/peer/internal/frame"
 	"octosup/policy"
 )
 
@@ -211,4 +213,48 @@ func TestTurnIDReadExactly(t *testing.T) {
 		}
 		endTurnOK(t, a, ks, id)
 	}
+}
+
+// TestLateReplyNeverAnswersANewRequest: a turn request that timed out
+// at the kernel keeps its req_id until the kernel's late reply comes
+// (refused unknown_request, as docs/protocol.md says) or the kernel
+// detaches: a new request under that req_id is a duplicate meanwhile.
+// It was taken, and the late reply meant for the first request (another
+// context's turn) started the second's.
+func TestLateReplyNeverAnswersANewRequest(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.KernelTimeout = 50 * time.Millisecond })
+	k, ks := h.kernel()
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctxA, ctxB := a.open(nil), a.open(nil)
+	turn := func(ctx string) {
+		a.requestID("r1", policy.MethodTurnStart, map[string]any{"context_id": ctx, "input": "x"})
+	}
+	turn(ctxA)
+	k.nextRequest(t)
+	a.failReply("r1", frame.CodeTimeout)
+	turn(ctxB)
+	if e := a.errorFrame(frame.CodeDuplicate, "r1"); !strings.Contains(e.Message, "late reply may still come") {
+		t.Fatalf("reused req_id: %q", e.Message)
+	}
+	err := ks.Reply(KernelReply{App: "notes", ReqID: "r1", OK: true, Data: json.RawMessage(`{"turn_id":"TA"}`)})
+	if !errors.Is(err, ErrUnknownRequest) || !strings.Contains(err.Error(), "timed out before this reply came") {
+		t.Fatalf("the late reply: %v, want unknown_request", err)
+	}
+	// Answered late, the req_id is free again.
+	turn(ctxB)
+	k.nextRequest(t)
+	startedB := `{"turn_id":"TB"}`
+	if err := ks.Reply(KernelReply{App: "notes", ReqID: "r1", OK: true, Data: json.RawMessage(startedB)}); err != nil {
+		t.Fatal(err)
+	}
+	a.okReply("r1")
+	endTurnOK(t, a, ks, "r1")
+	// A detach frees the timed-out req_ids too: that kernel replies no more.
+	a.requestID("r2", policy.MethodTurnStart, map[string]any{"context_id": ctxA, "input": "x"})
+	k.nextRequest(t)
+	a.failReply("r2", frame.CodeTimeout)
+	ks.Detach()
+	a.requestID("r2", policy.MethodTurnStart, map[string]any{"context_id": ctxA, "input": "x"})
+	a.failReply("r2", frame.CodeNoKernel)
 }

@@ -154,6 +154,11 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 			Message: fmt.Sprintf("req_id %q is still open on this link", f.ReqID)})
 		return
 	}
+	if p.lateReqs.has(f.ReqID) {
+		l.sendFrame(&frame.ErrorFrame{Code: frame.CodeDuplicate, ReqID: f.ReqID,
+			Message: fmt.Sprintf("req_id %q timed out at the agent kernel, whose late reply may still come: give this request another req_id", f.ReqID)})
+		return
+	}
 	if e := p.check(f.Method); e != nil {
 		p.fail(l, f.ReqID, e)
 		return

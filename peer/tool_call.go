@@ -153,7 +153,7 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	if l.calls[kc.CallID] != nil {
 		return nil, refuse(ErrDuplicate, "call_id %q is outstanding: give each call its own", kc.CallID)
 	}
-	if _, seen := p.recentCalls[kc.CallID]; seen {
+	if p.recentCalls.has(kc.CallID) {
 		return nil, refuse(ErrDuplicate, "call_id %q finished recently: give each call its own", kc.CallID)
 	}
 	if n := len(l.calls); n >= p.m.cfg.MaxCalls {
@@ -282,7 +282,7 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	}
 	delete(l.calls, c.id)
 	delete(c.ctx.calls, c.id)
-	p.rememberCall(c.id, m.cfg.DuplicateWindow)
+	p.recentCalls.add(c.id, m.cfg.DuplicateWindow)
 	// The entry is queued before the outcome is handed over: whoever
 	// sees the outcome and then asks for the audit trail finds the call
 	// in it (Audit flushes what is queued).
@@ -304,21 +304,6 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	if cancel != "" && wasSent {
 		l.sendFrame(&frame.ToolCancel{CallID: c.id, Reason: cancel})
 	}
-}
-
-// rememberCall keeps a finished call id for the duplicate window: the
-// last window ids of the app, across its processes.
-func (p *peer) rememberCall(id string, window int) {
-	if p.recentCalls == nil {
-		p.recentCalls = make(map[string]struct{}, window)
-		p.recentRing = make([]string, window)
-	}
-	if old := p.recentRing[p.recentNext]; old != "" {
-		delete(p.recentCalls, old)
-	}
-	p.recentRing[p.recentNext] = id
-	p.recentCalls[id] = struct{}{}
-	p.recentNext = (p.recentNext + 1) % window
 }
 
 func (p *peer) callTimeout(c *call) {
@@ -344,7 +329,7 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 	c := l.calls[f.CallID]
 	if c == nil || !c.sent() {
 		why := "a call this app was never sent"
-		if _, late := p.recentCalls[f.CallID]; late {
+		if p.recentCalls.has(f.CallID) {
 			why = "a call that already has its outcome"
 		}
 		p.m.log.Info("tool_result ignored: "+why, zap.String("app", p.id), zap.String("call_id", f.CallID))
