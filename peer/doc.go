@@ -53,7 +53,8 @@
 //     drop it), a store job. A writer past its hard bound shuts its link
 //     or connection there and then, closing its socket; a push past a
 //     hub's soft bound is refused (ErrQueueFull); the relay's backlog
-//     drops its oldest outcomes, the audit log its newest entries; the
+//     drops the oldest outcomes of the app that holds the most of it,
+//     the audit log its newest entries; the
 //     jobs queue is not bounded. Log lines are written in steps: a
 //     stalled log sink stalls the app that logs. So what an app sends,
 //     to its hub and to the kernel, leaves in the order its steps ran;
