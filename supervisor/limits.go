@@ -280,7 +280,8 @@ func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 		}
 	}
 	if len(want) < len(all) {
-		whys = append(whys, fmt.Sprintf("%s offers %s of %s (cgroup.controllers)", own, orNone(want), strings.Join(all, ", ")))
+		lacks := slices.DeleteFunc(slices.Clone(all), func(c string) bool { return avail[c] })
+		whys = append(whys, fmt.Sprintf("%s has no %s controller (its cgroup.controllers offers %s of %s)", own, strings.Join(lacks, ", "), orNone(want), strings.Join(all, ", ")))
 	}
 	have = map[string]bool{}
 	if len(want) == 0 {
