@@ -541,6 +541,34 @@ func TestSoundConnectionsBounded(t *testing.T) {
 	})
 }
 
+// TestSoundServerHoldingsBounded: a jailed app holds at most
+// pulsefilter.MaxStreams streams in its sound server, however it deletes
+// (a delete of a channel it was never given frees nothing), and caches at
+// most pulsefilter.MaxCache bytes of samples; the same client outside the
+// jail makes and caches more (the controls).
+func TestSoundServerHoldingsBounded(t *testing.T) {
+	dir := runtimeDir(t)
+	sock := startPulse(t, dir)
+	env := []string{"XDG_RUNTIME_DIR=" + dir, "PATH=/usr/bin:/bin"}
+	grant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pulseaudio"} }
+	streams := strconv.Itoa(pulsefilter.MaxStreams + 6)
+	samples, size := pulsefilter.MaxCache/pulsefilter.MaxSample, strconv.Itoa(pulsefilter.MaxSample)
+	launchers(t, func(t *testing.T, h *harness) {
+		runEscapeCase(t, h, escapeCase{name: "streams, with deletes of channels never made",
+			attempt: jailed(grant, "pulse_streams", streams, sock), refused: cutAt("made", pulsefilter.MaxStreams),
+			control: plain("pulse_streams", streams, sock), allowed: "made " + streams}, env)
+		runEscapeCase(t, h, escapeCase{name: "samples",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock), refused: cutAt("cached", samples),
+			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+	})
+}
+
+// cutAt are what a pulse_streams or pulse_uploads probe reports when its
+// connection was ended after n.
+func cutAt(what string, n int) []string {
+	return []string{fmt.Sprintf("%s %d, then: EOF", what, n), fmt.Sprintf("%s %d, then: connection reset by peer", what, n)}
+}
+
 // listenBacklog listens on the unix socket path with the given backlog,
 // which net.Listen does not take, and returns the listener's fd for the
 // caller to close.
@@ -693,6 +721,16 @@ func TestPipeWireJailed(t *testing.T) {
 			t.Fatalf("granted pactl info did not reach pipewire-pulse (%v):\n%s", o.err, o.out)
 		}
 		loadsNothing(t, h, env, sock, pactl)
+		// The sample cache's bound, as against PulseAudio
+		// (TestSoundServerHoldingsBounded); streams are not tried here:
+		// with no session manager to link them, pipewire-pulse answers
+		// no create.
+		samples, size := pulsefilter.MaxCache/pulsefilter.MaxSample, strconv.Itoa(pulsefilter.MaxSample)
+		grant := func(a *policy.App) { a.Sandbox.Sockets = []string{"pulseaudio"} }
+		runEscapeCase(t, h, escapeCase{name: "samples",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock),
+			refused: cutAt("cached", samples),
+			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
 		if o := h.runApp(desktopApp("snd", []string{"pipewire"}, pactl, "info"), env, nil); o.err == nil || !strings.Contains(o.err.Error(), `"pipewire" is not a socket octosup grants`) {
 			t.Fatalf("an app with sockets [\"pipewire\"] started (%v)", o.err)
 		}

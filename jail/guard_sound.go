@@ -93,7 +93,7 @@ func (g *Guard) connectFiltered(sock int, path string) error {
 				g.log.Warn("sound filter: a property the app set is not passed on", zap.String("app", g.spec.App), zap.String("key", key))
 			}
 		}
-		if err := pulsefilter.Run(s.ctx, app, server, dropped); errors.Is(err, pulsefilter.ErrRefused) {
+		if err := pulsefilter.Run(s.ctx, app, server, g.slots.sound, dropped); errors.Is(err, pulsefilter.ErrRefused) {
 			g.log.Warn("sound filter: the app sent what playing and recording need not; its connection to the sound server is closed",
 				zap.String("app", g.spec.App), zap.Error(err))
 		}

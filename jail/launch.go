@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/jail/helper"
+	"octosup/jail/pulsefilter"
 	"octosup/policy"
 )
 
@@ -142,7 +143,12 @@ func guardSpec(spec Spec) Spec {
 // kept across the app's processes, since that work can outlive the
 // process that asked for it: connects under way, and closes of the
 // daemon's copies of the app's descriptors.
-type appSlots struct{ connects, closes chan struct{} }
+type appSlots struct {
+	connects, closes chan struct{}
+	// sound is what the app holds in its sound server (pulsefilter's
+	// Ledger): its samples outlive a run of the app.
+	sound *pulsefilter.Ledger
+}
 
 // slotsOf are app's slots, made at its first start.
 func (l *Launcher) slotsOf(app string) appSlots {
@@ -153,7 +159,7 @@ func (l *Launcher) slotsOf(app string) appSlots {
 	}
 	s, ok := l.slots[app]
 	if !ok {
-		s = appSlots{connects: make(chan struct{}, maxConnects), closes: make(chan struct{}, maxCloses)}
+		s = appSlots{connects: make(chan struct{}, maxConnects), closes: make(chan struct{}, maxCloses), sound: pulsefilter.NewLedger()}
 		l.slots[app] = s
 	}
 	return s

@@ -16,13 +16,13 @@ func TestAsNobody(t *testing.T) {
 	}
 	dir := asnobody.NewDir(t)
 	helperBin := asnobody.Copy(t, dir, standaloneHelper(t), HelperName)
-	out := asnobody.RunIn(t, dir, "^(TestEscape|TestJailedProcess|TestNarrow|TestHelperFailure|TestPlantedSymlinkIsNotFollowed|TestPlantedSymlinkRace|TestGuardDoesNotFollowAPlantedRoot|TestSignalsStartClean|TestShebangGrantsOnlyWhatTheKernelRuns|TestExecPathsAreGrantedLikeExternals|TestSigioReachesNoOutsideGroup|TestDesktopSocketEscapes|TestPulseJailed|TestPipeWireJailed|TestWatchTakesTheAppsAccess)$",
+	out := asnobody.RunIn(t, dir, "^(TestEscape|TestJailedProcess|TestNarrow|TestHelperFailure|TestPlantedSymlinkIsNotFollowed|TestPlantedSymlinkRace|TestGuardDoesNotFollowAPlantedRoot|TestSignalsStartClean|TestShebangGrantsOnlyWhatTheKernelRuns|TestExecPathsAreGrantedLikeExternals|TestSigioReachesNoOutsideGroup|TestDesktopSocketEscapes|TestPulseJailed|TestPipeWireJailed|TestSoundServerHoldingsBounded|TestWatchTakesTheAppsAccess)$",
 		helperPathEnv+"="+helperBin)
 	// The run must have been real: every escape case ran as nobody.
 	if n := strings.Count(out, "--- PASS: TestEscape/helper/"); n < 25 {
 		t.Fatalf("as nobody only %d escape cases passed:\n%s", n, out)
 	}
 	asnobody.WantPassed(t, out, "TestPlantedSymlinkIsNotFollowed", "TestPlantedSymlinkRace", "TestGuardDoesNotFollowAPlantedRoot", "TestSignalsStartClean",
-		"TestShebangGrantsOnlyWhatTheKernelRuns", "TestExecPathsAreGrantedLikeExternals", "TestSigioReachesNoOutsideGroup", "TestDesktopSocketEscapes", "TestPulseJailed", "TestPipeWireJailed", "TestWatchTakesTheAppsAccess")
+		"TestShebangGrantsOnlyWhatTheKernelRuns", "TestExecPathsAreGrantedLikeExternals", "TestSigioReachesNoOutsideGroup", "TestDesktopSocketEscapes", "TestPulseJailed", "TestPipeWireJailed", "TestSoundServerHoldingsBounded", "TestWatchTakesTheAppsAccess")
 	t.Logf("as nobody: %d escape cases passed", strings.Count(out, "--- PASS: TestEscape/helper/"))
 }

@@ -2,14 +2,138 @@ package jail
 
 import (
 	"encoding/binary"
+	"fmt"
+	"io"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// pulseRaw is the probe action pulse_raw MODE N PATH: a client that
-// writes the PulseAudio native protocol itself, as a hostile app would,
-// to the server at PATH. It authenticates, names itself and creates a
+// pulseClient writes the PulseAudio native protocol itself, as a hostile
+// app would: packets of its own making, its tags counted up.
+type pulseClient struct {
+	fd  int
+	b   []byte
+	tag uint32
+}
+
+func dialPulse(path string) (*pulseClient, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &pulseClient{fd: fd}, nil
+}
+
+func (c *pulseClient) u32(v uint32) { c.b = binary.BigEndian.AppendUint32(append(c.b, 'L'), v) }
+
+func (c *pulseClient) prop(k, v string) {
+	c.b = append(append(append(c.b, 't'), k...), 0)
+	c.u32(uint32(len(v) + 1))
+	c.b = append(binary.BigEndian.AppendUint32(append(c.b, 'x'), uint32(len(v)+1)), append([]byte(v), 0)...)
+}
+
+// send writes the packet cmd with the values body appends; its tag.
+func (c *pulseClient) send(cmd uint32, body func()) (uint32, error) {
+	c.b = c.b[:0]
+	c.u32(cmd)
+	tag := c.tag
+	c.u32(tag)
+	c.tag++
+	body()
+	d := make([]byte, 20)
+	binary.BigEndian.PutUint32(d, uint32(len(c.b)))
+	binary.BigEndian.PutUint32(d[4:], 0xFFFFFFFF)
+	_, err := unix.Write(c.fd, append(d, c.b...))
+	return tag, err
+}
+
+// answer reads the server's frames until the answer to tag: the reply's
+// first uint32 (a created stream's channel), or an error for the
+// server's error or the connection's end.
+func (c *pulseClient) answer(tag uint32) (uint32, error) {
+	d := make([]byte, 20)
+	for {
+		if err := readFull(c.fd, d); err != nil {
+			return 0, err
+		}
+		p := make([]byte, binary.BigEndian.Uint32(d))
+		if err := readFull(c.fd, p); err != nil {
+			return 0, err
+		}
+		if binary.BigEndian.Uint32(d[4:]) != 0xFFFFFFFF || len(p) < 10 || binary.BigEndian.Uint32(p[6:]) != tag {
+			continue // audio, or what the server sends unasked
+		}
+		switch cmd := binary.BigEndian.Uint32(p[1:]); {
+		case cmd == 0:
+			return 0, fmt.Errorf("the server refused tag %d", tag)
+		case len(p) >= 15:
+			return binary.BigEndian.Uint32(p[11:]), nil
+		default:
+			return 0, nil
+		}
+	}
+}
+
+func readFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Read(fd, b)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.EOF
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// hello authenticates (protocol 35, no shared memory) and names the
+// client.
+func (c *pulseClient) hello() error {
+	if _, err := c.send(8, func() {
+		c.u32(35)
+		c.b = append(binary.BigEndian.AppendUint32(append(c.b, 'x'), 256), make([]byte, 256)...)
+	}); err != nil {
+		return err
+	}
+	_, err := c.send(9, func() { c.b = append(c.b, 'P'); c.prop("application.name", "probe"); c.b = append(c.b, 'N') })
+	return err
+}
+
+// createStream sends a CREATE_PLAYBACK_STREAM of a sample spec of rate
+// and a format whose channel map lists channels names.
+func (c *pulseClient) createStream(rate uint32, channels string) (uint32, error) {
+	return c.send(3, func() {
+		c.b = binary.BigEndian.AppendUint32(append(c.b, 'a', 3, 2), rate)
+		c.b = append(c.b, 'm', 2, 1, 2)
+		c.u32(0xFFFFFFFF)
+		c.b = append(c.b, 'N')
+		c.u32(0xFFFFFFFF)
+		c.b = append(c.b, '0')
+		for range 3 {
+			c.u32(0xFFFFFFFF)
+		}
+		c.u32(c.tag)                                      // the sync group: streams of one are created corked
+		c.b = append(c.b, 'v', 2, 0, 1, 0, 0, 0, 1, 0, 0) // both channels at 100%
+		c.b = append(c.b, '0', '0', '0', '0', '0', '0', '0', '0', '0', 'P')
+		c.prop("media.name", "x")
+		c.b = append(c.b, 'N', '0', '0', '0', '0', '0', '0', '0', 'B', 1, 'f', 'B', 1, 'P')
+		c.prop("format.sample_format", `"s16le"`)
+		c.prop("format.rate", "44100")
+		c.prop("format.channels", "2")
+		c.prop("format.channel_map", `"`+channels+`"`)
+		c.b = append(c.b, 'N')
+	})
+}
+
+// pulseRaw is the probe action pulse_raw MODE N PATH: a hostile client of
+// the server at PATH. It authenticates, names itself and creates a
 // playback stream in format mode, whose format's channel map lists N
 // channels (pipewire-pulse 0.3 writes them into a 64-entry array on its
 // stack). With MODE battr the stream's sample spec has rate 0 and the
@@ -17,90 +141,127 @@ import (
 // by the rate). It reports "sent" once the packets are written; what the
 // server did is the test's to see.
 func pulseRaw(mode string, n int, path string) (string, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	c, err := dialPulse(path)
 	if err != nil {
 		return "", err
 	}
-	defer unix.Close(fd)
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
-		return "", err
-	}
-	var b []byte
-	u32 := func(v uint32) { b = binary.BigEndian.AppendUint32(append(b, 'L'), v) }
-	prop := func(k, v string) {
-		b = append(append(append(b, 't'), k...), 0)
-		u32(uint32(len(v) + 1))
-		b = append(binary.BigEndian.AppendUint32(append(b, 'x'), uint32(len(v)+1)), append([]byte(v), 0)...)
-	}
-	tag := uint32(0)
-	send := func(cmd uint32, body func()) error {
-		b = b[:0]
-		u32(cmd)
-		u32(tag)
-		tag++
-		body()
-		d := make([]byte, 20)
-		binary.BigEndian.PutUint32(d, uint32(len(b)))
-		binary.BigEndian.PutUint32(d[4:], 0xFFFFFFFF)
-		_, err := unix.Write(fd, append(d, b...))
-		return err
-	}
+	defer unix.Close(c.fd)
 	rate := uint32(44100)
 	if mode == "battr" {
 		rate = 0
 	}
-	names := strings.TrimSuffix(strings.Repeat("aux63,", n), ",")
-	steps := []struct {
-		cmd  uint32
-		body func()
-	}{
-		{8, func() { u32(35); b = append(binary.BigEndian.AppendUint32(append(b, 'x'), 256), make([]byte, 256)...) }},
-		{9, func() { b = append(b, 'P'); prop("application.name", "probe"); b = append(b, 'N') }},
-		{3, func() {
-			b = binary.BigEndian.AppendUint32(append(b, 'a', 3, 2), rate)
-			b = append(b, 'm', 2, 1, 2)
-			u32(0xFFFFFFFF)
-			b = append(b, 'N')
-			u32(0xFFFFFFFF)
-			b = append(b, '0')
-			for range 4 {
-				u32(0xFFFFFFFF)
-			}
-			b = append(b, 'v', 0, '0', '0', '0', '0', '0', '0', '0', '0', '0', 'P')
-			prop("media.name", "x")
-			b = append(b, 'N', '0', '0', '0', '0', '0', '0', '0', 'B', 1, 'f', 'B', 1, 'P')
-			prop("format.sample_format", `"s16le"`)
-			prop("format.rate", "44100")
-			prop("format.channels", "2")
-			prop("format.channel_map", `"`+names+`"`)
-			b = append(b, 'N')
-		}},
+	if err := c.hello(); err != nil {
+		return "", err
+	}
+	if _, err := c.createStream(rate, strings.TrimSuffix(strings.Repeat("aux63,", n), ",")); err != nil {
+		return "", err
 	}
 	if mode == "battr" {
-		steps = append(steps, struct {
-			cmd  uint32
-			body func()
-		}{72, func() {
-			u32(0)
+		if _, err := c.send(72, func() {
+			c.u32(0)
 			for range 4 {
-				u32(0xFFFFFFFF)
+				c.u32(0xFFFFFFFF)
 			}
-			b = append(b, '0', '0')
-		}})
-	}
-	for _, s := range steps {
-		if err := send(s.cmd, s.body); err != nil {
+			c.b = append(c.b, '0', '0')
+		}); err != nil {
 			return "", err
 		}
 	}
 	// Give the server the packets' time, then leave: read what comes
 	// until it closes or a second passes.
-	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
+	unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
 	buf := make([]byte, 4096)
 	for {
-		if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+		if n, err := unix.Read(c.fd, buf); n <= 0 || err != nil {
 			break
 		}
 	}
 	return "sent", nil
+}
+
+// pulseStreams is the probe action pulse_streams N PATH: a client that
+// creates N playback streams on the server at PATH, one after another,
+// and after each deletes a channel that is none of them (as if to free
+// the stream from a count). It reports how many the server made:
+// "made N", or "made K, then: why".
+func pulseStreams(n int, path string) (string, error) {
+	c, err := dialPulse(path)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(c.fd)
+	if err := c.hello(); err != nil {
+		return "", err
+	}
+	for i := range n {
+		tag, err := c.createStream(44100, "front-left,front-right")
+		if err == nil {
+			_, err = c.answer(tag)
+		}
+		if err == nil {
+			_, err = c.send(4, func() { c.u32(uint32(1_000_000 + i)) })
+		}
+		if err != nil {
+			return fmt.Sprintf("made %d, then: %v", i, err), nil
+		}
+	}
+	return fmt.Sprintf("made %d", n), nil
+}
+
+// pulseUploads is the probe action pulse_uploads N SIZE PATH: a client
+// that puts N samples of SIZE bytes in the sample cache of the server at
+// PATH, named probe-0, probe-1 and so on (an upload stream, its audio,
+// its finish). It reports how many the server cached: "cached N", or
+// "cached K, then: why".
+func pulseUploads(n, size int, path string) (string, error) {
+	c, err := dialPulse(path)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(c.fd)
+	if err := c.hello(); err != nil {
+		return "", err
+	}
+	chunk := make([]byte, 20+64<<10)
+	upload := func(i int) error {
+		tag, err := c.send(15, func() {
+			// As libpulse names a sample: by its event.id, in the
+			// name value and the properties both.
+			name := fmt.Sprintf("probe-%d", i)
+			c.b = append(append(append(c.b, 't'), name...), 0)
+			c.b = binary.BigEndian.AppendUint32(append(c.b, 'a', 3, 2), 44100)
+			c.b = append(c.b, 'm', 2, 1, 2)
+			c.u32(uint32(size))
+			c.b = append(c.b, 'P')
+			c.prop("event.id", name)
+			c.b = append(c.b, 'N')
+		})
+		if err != nil {
+			return err
+		}
+		channel, err := c.answer(tag)
+		if err != nil {
+			return err
+		}
+		for left := size; left > 0; {
+			m := min(left, len(chunk)-20)
+			binary.BigEndian.PutUint32(chunk, uint32(m))
+			binary.BigEndian.PutUint32(chunk[4:], channel)
+			if _, err := unix.Write(c.fd, chunk[:20+m]); err != nil {
+				return err
+			}
+			left -= m
+		}
+		if tag, err = c.send(17, func() { c.u32(channel) }); err != nil {
+			return err
+		}
+		_, err = c.answer(tag)
+		return err
+	}
+	for i := range n {
+		if err := upload(i); err != nil {
+			return fmt.Sprintf("cached %d, then: %v", i, err), nil
+		}
+	}
+	return fmt.Sprintf("cached %d", n), nil
 }

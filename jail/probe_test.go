@@ -166,6 +166,10 @@ func probe(action string, a []string) (string, error) {
 		return "", unixConnect(a[0])
 	case "pulse_raw":
 		return pulseRaw(a[0], atoi(a[1]), a[2])
+	case "pulse_streams":
+		return pulseStreams(atoi(a[0]), a[1])
+	case "pulse_uploads":
+		return pulseUploads(atoi(a[0]), atoi(a[1]), a[2])
 	case "unix_connect_n":
 		// a[0] connects to a[1] at once, held open: the first refusal.
 		n, err := strconv.Atoi(a[0])

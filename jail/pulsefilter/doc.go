@@ -15,15 +15,23 @@
 // node's); and the app's AUTH is rewritten to offer no shared memory, so
 // that every later packet comes through this stream (with shared memory
 // the server moves packets to a ring it shares with the client, where no
-// filter sees them). The server's half is copied as it is.
+// filter sees them). The server's half is copied as it is, the head of
+// each of its packets read on the way: a Ledger, one an app, keeps what
+// the app holds in the server within bounds across its connections
+// (MaxStreams streams at once, placed by the server's answers to the
+// creates; MaxCache bytes of samples, by the name the server caches
+// them under).
 //
 // Use: the guard (jail/guard_sound.go) dials the server, hands the app a
-// connection of its own, and calls Run with both for as long as the app
-// lives.
+// connection of its own, and calls Run with both and the app's Ledger
+// (kept across the app's restarts) for as long as the app lives.
 //
 // Concurrency: Run copies the server's half on a goroutine of its own and
 // filters the app's half on the caller's; each half is the only writer
-// of its connection. Either half's end, a refusal or ctx's end closes
-// both connections, which ends the other half, and Run returns only once
-// that goroutine has ended.
+// of its connection. Both follow the connection's streams, under that
+// state's mutex, which takes the Ledger's (shared by the app's
+// connections) inside it; neither lock is held across I/O. Either half's
+// end, a refusal or ctx's end closes both connections, which ends the
+// other half, and Run returns only once that goroutine has ended and the
+// connection's streams are given back to the Ledger.
 package pulsefilter

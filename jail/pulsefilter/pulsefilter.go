@@ -79,21 +79,28 @@ var allowed = [...]string{
 }
 
 // Run passes app's frames to server through the filter and server's
-// bytes back to app, until either side ends, ctx ends or the app sends
-// what is refused (ErrRefused). It closes both connections. dropped, when
-// set, is told of each property it leaves out of what the app sent.
-func Run(ctx context.Context, app, server net.Conn, dropped func(key string)) error {
+// frames back to app, until either side ends, ctx ends or the app sends
+// what is refused (ErrRefused). It closes both connections. ledger is
+// the app's, which every connection of it shares (nil: one of this
+// connection's own). dropped, when set, is told of each property it
+// leaves out of what the app sent.
+func Run(ctx context.Context, app, server net.Conn, ledger *Ledger, dropped func(key string)) error {
+	if ledger == nil {
+		ledger = NewLedger()
+	}
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { app.Close(); server.Close() }) }
 	stop := context.AfterFunc(ctx, closeBoth)
 	defer stop()
+	c := conn{streams: newStreams(ledger)}
+	defer c.streams.close()
 	back := make(chan struct{})
 	go func() {
 		defer close(back)
-		io.Copy(app, server)
+		copyBack(app, bufio.NewReaderSize(server, 64<<10), c.streams)
 		closeBoth()
 	}()
-	err := filter(server, bufio.NewReaderSize(app, 64<<10), dropped)
+	err := c.filter(server, bufio.NewReaderSize(app, 64<<10), dropped)
 	closeBoth()
 	<-back
 	if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
@@ -101,6 +108,38 @@ func Run(ctx context.Context, app, server net.Conn, dropped func(key string)) er
 	}
 	return err
 }
+
+// copyBack copies the server's frames in r to w as they are, telling s
+// of each packet's command, tag and first value, until either side ends.
+func copyBack(w io.Writer, r io.Reader, s *streams) error {
+	var b [descriptorSize + replyHeadSize]byte
+	for {
+		if _, err := io.ReadFull(r, b[:descriptorSize]); err != nil {
+			return err
+		}
+		n := int64(binary.BigEndian.Uint32(b[0:]))
+		head := b[:descriptorSize]
+		if binary.BigEndian.Uint32(b[4:]) == packetChannel {
+			head = b[:descriptorSize+min(n, replyHeadSize)]
+			if _, err := io.ReadFull(r, head[descriptorSize:]); err != nil {
+				return err
+			}
+			if p := head[descriptorSize:]; len(p) >= headSize && p[0] == tagU32 && p[5] == tagU32 {
+				s.received(binary.BigEndian.Uint32(p[1:]), binary.BigEndian.Uint32(p[6:]), p[headSize:])
+			}
+		}
+		if _, err := w.Write(head); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, r, n-int64(len(head)-descriptorSize)); err != nil {
+			return err
+		}
+	}
+}
+
+// replyHeadSize is how much of a server's packet copyBack reads: its
+// command, its tag and a uint32 (a created stream's channel).
+const replyHeadSize = headSize + 5
 
 // maxPacket bounds a packet, which the filter reads whole: a client's
 // are small (a stream's properties, an icon among them); audio comes in
@@ -111,10 +150,9 @@ const maxPacket = 1 << 20
 // nil at r's end, ErrRefused for a frame it does not pass on (nothing of
 // that frame is written), or the read or write error. dropped, when set,
 // is told of each property it leaves out.
-func filter(w io.Writer, r io.Reader, dropped func(key string)) error {
+func (c *conn) filter(w io.Writer, r io.Reader, dropped func(key string)) error {
 	var d [descriptorSize]byte
 	var in, out []byte
-	var c conn
 	for {
 		if _, err := io.ReadFull(r, d[:]); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -172,12 +210,15 @@ type conn struct {
 	// attributes are set, before it has one from the format (a hostile
 	// review crashed it), so such a connection may not set them.
 	rateless bool
+	// streams are its streams and uploads in the app's Ledger.
+	streams *streams
 }
 
 // check decides the packet p and appends what is passed on of it to out:
 // the command must be on the allow-list, an AUTH loses its shared-memory
-// offer (in p, the filter's own copy), and every property list keeps only
-// a client's keys (cleanTags).
+// offer (in p, the filter's own copy), every property list keeps only
+// a client's keys (cleanTags), and the app's streams and samples stay
+// within its Ledger's bounds (streams.send).
 func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 	if len(p) < headSize || p[0] != tagU32 || p[5] != tagU32 {
 		return nil, fmt.Errorf("a packet that does not begin with its command and tag: %w", ErrRefused)
@@ -194,10 +235,6 @@ func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 			return nil, fmt.Errorf("an AUTH without its version: %w", ErrRefused)
 		}
 		p[authFlags] &^= offerShm | offerMemfd
-	case cmdCreateUploadStream:
-		if err := checkUpload(rest); err != nil {
-			return nil, err
-		}
 	case cmdCreatePlaybackStream, cmdCreateRecordStream:
 		if rateOf(rest) == 0 {
 			c.rateless = true
@@ -207,7 +244,15 @@ func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 			return nil, fmt.Errorf("buffer attributes on a connection that made a stream of rate 0: %w", ErrRefused)
 		}
 	}
-	return cleanTags(out, rest, dropped)
+	out, err := cleanTags(out, rest, dropped)
+	if err != nil {
+		return nil, err
+	}
+	tag := binary.BigEndian.Uint32(p[6:])
+	if err := c.streams.send(cmd, tag, out[headSize:]); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // MaxSample bounds a sample an app uploads to the cache: pipewire-pulse
@@ -230,28 +275,6 @@ func rateOf(p []byte) uint32 {
 		p = p[n:]
 	}
 	return 0
-}
-
-// checkUpload refuses a CREATE_UPLOAD_STREAM whose length, its fourth
-// value after a name, a sample spec and a channel map, passes MaxSample.
-func checkUpload(p []byte) error {
-	for range 3 {
-		if len(p) == 0 {
-			return fmt.Errorf("an upload without its length: %w", ErrRefused)
-		}
-		n, err := valueSize(p)
-		if err != nil {
-			return err
-		}
-		p = p[n:]
-	}
-	if len(p) < 5 || p[0] != tagU32 {
-		return fmt.Errorf("an upload without its length: %w", ErrRefused)
-	}
-	if n := binary.BigEndian.Uint32(p[1:]); n > MaxSample {
-		return fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", n, MaxSample, ErrRefused)
-	}
-	return nil
 }
 
 // refusedNames name, for the log, the refused commands a client may

@@ -22,6 +22,19 @@ func packet(cmd uint32, rest ...byte) []byte {
 	return frame(packetChannel, 0, p)
 }
 
+// withTag is the packet frame f with the tag tag.
+func withTag(f []byte, tag uint32) []byte {
+	f = slices.Clone(f)
+	binary.BigEndian.PutUint32(f[descriptorSize+6:], tag)
+	return f
+}
+
+// filter runs a connection's filter with a Ledger of its own.
+func filter(w io.Writer, r io.Reader, dropped func(string)) error {
+	c := conn{streams: newStreams(NewLedger())}
+	return c.filter(w, r, dropped)
+}
+
 func frame(channel, flags uint32, payload []byte) []byte {
 	d := make([]byte, descriptorSize, descriptorSize+len(payload))
 	binary.BigEndian.PutUint32(d[0:], uint32(len(payload)))
@@ -58,12 +71,22 @@ func stream(proplist ...byte) []byte {
 	return append(append(b, proplist...), 'U', 0, 0, 0, 0, 0, 0, 0, 1)
 }
 
-// upload is a create_upload_stream's values: a name, a sample spec, a
-// channel map, the length, properties.
-func upload(length uint32) []byte {
-	b := []byte{'t', 's', 0, 'a', 3, 2, 0, 0, 0xAC, 0x44, 'm', 2, 1, 2}
+// upload is a create_upload_stream's values as libpulse sends them: a
+// name (its event.id), a sample spec, a channel map, the length,
+// properties.
+func upload(length uint32) []byte { return uploadNamed("bell", length, props("event.id", "bell")) }
+
+// uploadNamed is a create_upload_stream's values with the name value
+// name ("" for a null string) and the property list proplist (none when
+// nil).
+func uploadNamed(name string, length uint32, proplist []byte) []byte {
+	b := []byte{tagStringNull}
+	if name != "" {
+		b = append(append([]byte{tagString}, name...), 0)
+	}
+	b = append(b, 'a', 3, 2, 0, 0, 0xAC, 0x44, 'm', 2, 1, 2)
 	b = binary.BigEndian.AppendUint32(append(b, tagU32), length)
-	return append(b, props("event.id", "bell")...)
+	return append(b, proplist...)
 }
 
 // chmap is a format's channel map of n names, as a JSON string.
@@ -95,8 +118,8 @@ func TestFilter(t *testing.T) {
 		refused string   // in the error; "" for none
 		dropped []string // the properties left out
 	}{
-		{name: "a session: auth, a stream, its audio", in: [][]byte{auth(offerShm | offerMemfd), play, audio},
-			want: [][]byte{auth(0), play, audio}},
+		{name: "a session: auth, a stream, its audio", in: [][]byte{auth(offerShm | offerMemfd), withTag(play, 8), audio},
+			want: [][]byte{auth(0), withTag(play, 8), audio}},
 		{name: "auth without the offer is as it was", in: [][]byte{auth(0)}, want: [][]byte{auth(0)}},
 		{name: "auth keeps the version's other bits", in: [][]byte{auth(0xFF)}, want: [][]byte{auth(0x3F)}},
 		{name: "a stream's properties: a client's pass, filter.apply and a PipeWire pointer do not",
@@ -125,9 +148,9 @@ func TestFilter(t *testing.T) {
 			refused: "a channel map of 33 channels"},
 		{name: "a format of 300 channels", in: [][]byte{packet(3, append([]byte{tagFormatInfo, tagU8, 1}, props("format.channels", "300")...)...)},
 			refused: `format.channels "300"`},
-		{name: "buffer attributes after a stream of a rate", in: [][]byte{packet(3, stream(props("media.name", "x")...)...), packet(72, tagU32, 0, 0, 0, 0)},
-			want: [][]byte{packet(3, stream(props("media.name", "x")...)...), packet(72, tagU32, 0, 0, 0, 0)}},
-		{name: "buffer attributes after a stream of rate 0", in: [][]byte{packet(3, rateless(stream(props("media.name", "x")...))...), packet(73, tagU32, 0, 0, 0, 0)},
+		{name: "buffer attributes after a stream of a rate", in: [][]byte{packet(3, stream(props("media.name", "x")...)...), withTag(packet(72, tagU32, 0, 0, 0, 0), 8)},
+			want: [][]byte{packet(3, stream(props("media.name", "x")...)...), withTag(packet(72, tagU32, 0, 0, 0, 0), 8)}},
+		{name: "buffer attributes after a stream of rate 0", in: [][]byte{packet(3, rateless(stream(props("media.name", "x")...))...), withTag(packet(73, tagU32, 0, 0, 0, 0), 8)},
 			want: [][]byte{packet(3, rateless(stream(props("media.name", "x")...))...)}, refused: "a stream of rate 0"},
 		{name: "load_module", in: [][]byte{auth(0), packet(51, []byte("module-ladspa-sink")...)}, want: [][]byte{auth(0)},
 			refused: "command 51 (load_module)"},
@@ -180,7 +203,7 @@ func TestRun(t *testing.T) {
 	app, appEnd := net.Pipe()
 	server, serverEnd := net.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- Run(context.Background(), appEnd, serverEnd, nil) }()
+	go func() { done <- Run(context.Background(), appEnd, serverEnd, nil, nil) }()
 	go app.Write(auth(offerShm))
 	got := make([]byte, len(auth(0)))
 	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, auth(0)) {
@@ -210,7 +233,7 @@ func TestRunContext(t *testing.T) {
 	_, serverEnd := net.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, appEnd, serverEnd, nil) }()
+	go func() { done <- Run(ctx, appEnd, serverEnd, nil, nil) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)

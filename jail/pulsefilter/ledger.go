@@ -1,0 +1,334 @@
+package pulsefilter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+)
+
+// MaxStreams bounds the streams an app's sound connections hold in the
+// server at once, playback, record and upload together, asked for or
+// made: pipewire-pulse 0.3 gives each stream a 4 MiB buffer and a
+// PipeWire node, and bounds neither (upstream later capped a client at
+// 64 streams).
+const MaxStreams = 64
+
+// MaxCache bounds the bytes of the samples an app keeps in the server's
+// sample cache: the cache outlives the connections that filled it, and
+// neither server bounds its total (upstream pipewire-pulse later capped
+// it at 64 MiB, for every client together).
+const MaxCache = 16 << 20
+
+// Ledger is what an app holds in its sound server: the streams of its
+// connections and the samples it uploaded, by the name the server keeps
+// them under. One Ledger serves every connection of the app and outlives
+// them (the jail keeps one an app, across its restarts): a sample stays
+// cached when its connection ends, a stream does not. Its methods are
+// safe for concurrent use.
+//
+// Counts err on the high side, never the low one: a stream the server
+// ended without saying so (an error that ends a stream with tag -1, an
+// older client's protocol without "killed" events) stays counted until
+// its connection ends, and a sample until the app removes its name;
+// what the server freed is never taken for what it holds.
+type Ledger struct {
+	mu      sync.Mutex
+	streams int
+	samples map[string]uint32 // bytes, by name
+	cached  int64             // the sum of samples
+}
+
+// NewLedger returns an empty Ledger.
+func NewLedger() *Ledger { return &Ledger{samples: map[string]uint32{}} }
+
+// addStream counts a stream asked for, or refuses it past MaxStreams.
+func (l *Ledger) addStream() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.streams >= MaxStreams {
+		return fmt.Errorf("a stream past the %d an app holds in the sound server at once (delete one first): %w", MaxStreams, ErrRefused)
+	}
+	l.streams++
+	return nil
+}
+
+func (l *Ledger) dropStreams(n int) {
+	l.mu.Lock()
+	l.streams -= n
+	l.mu.Unlock()
+}
+
+// upload counts a sample of length bytes cached under name, in place of
+// one of that name, or refuses it past MaxCache.
+func (l *Ledger) upload(name string, length uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	total := l.cached - int64(l.samples[name]) + int64(length)
+	if total > MaxCache {
+		return fmt.Errorf("a sample of %d bytes with %d cached already (an app caches %d at most: remove one first): %w",
+			length, l.cached-int64(l.samples[name]), MaxCache, ErrRefused)
+	}
+	l.samples[name], l.cached = length, total
+	return nil
+}
+
+// remove forgets the sample cached under name.
+func (l *Ledger) remove(name string) {
+	l.mu.Lock()
+	l.cached -= int64(l.samples[name])
+	delete(l.samples, name)
+	l.mu.Unlock()
+}
+
+// streamKind is what a create command makes; a channel number is the
+// server's for one kind (PulseAudio numbers record streams apart from
+// the others), so a stream is its kind and channel.
+type streamKind uint8
+
+const (
+	playback streamKind = iota + 1
+	record
+	uploading
+)
+
+type streamKey struct {
+	kind    streamKind
+	channel uint32
+}
+
+// Commands the streams' count follows, both ways (native-common.h).
+const (
+	cmdError                = 0
+	cmdReply                = 2
+	cmdDeletePlaybackStream = 4
+	cmdDeleteRecordStream   = 6
+	cmdDeleteUploadStream   = 16
+	cmdFinishUploadStream   = 17
+	cmdRemoveSample         = 19
+	cmdPlaybackStreamKilled = 64
+	cmdRecordStreamKilled   = 65
+	noTag                   = 0xFFFFFFFF // the tag of what the server sends unasked
+)
+
+// streams are one connection's streams in its app's Ledger. The server
+// answers a create with the stream's channel, under the create's tag; an
+// app that reused that tag could have another answer taken for it, so a
+// create's tag must be past every tag the connection sent before it
+// (libpulse counts its tags up), and no packet may reuse the tag of a
+// create still unanswered.
+type streams struct {
+	ledger *Ledger
+	mu     sync.Mutex // the filter's half and the server's both use what follows
+	sent   bool       // a packet has been sent: last is its tag
+	last   uint32
+	asked  map[uint32]streamKind // creates not answered yet, by tag
+	live   map[streamKey]bool
+	// unplaced are streams whose answer named no channel the filter could
+	// read: counted until the connection ends.
+	unplaced int
+}
+
+func newStreams(l *Ledger) *streams {
+	return &streams{ledger: l, asked: map[uint32]streamKind{}, live: map[streamKey]bool{}}
+}
+
+// send follows the app's packet cmd with tag, the rest of its values
+// being rest (as passed on): nil, or ErrRefused for a stream or sample
+// past the app's bounds or a tag the replies could not be told apart by.
+func (s *streams) send(cmd, tag uint32, rest []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind, ok := s.asked[tag]; ok {
+		return fmt.Errorf("tag %d of command %d while a create (kind %d) of that tag waits for its answer: %w", tag, cmd, kind, ErrRefused)
+	}
+	var kind streamKind
+	switch cmd {
+	case cmdCreatePlaybackStream:
+		kind = playback
+	case cmdCreateRecordStream:
+		kind = record
+	case cmdCreateUploadStream:
+		kind = uploading
+	}
+	if kind != 0 && (tag == noTag || s.sent && tag <= s.last) {
+		return fmt.Errorf("a stream created with tag %d, not past %d before it: its answer could not be told from another's: %w", tag, s.last, ErrRefused)
+	}
+	if kind != 0 {
+		if err := s.ledger.addStream(); err != nil {
+			return err
+		}
+		if kind == uploading {
+			if err := s.chargeUpload(rest); err != nil {
+				s.ledger.dropStreams(1)
+				return err
+			}
+		}
+		s.asked[tag] = kind
+	}
+	if !s.sent || tag > s.last {
+		s.sent, s.last = true, tag
+	}
+	channel, ok := firstU32(rest)
+	switch cmd {
+	case cmdDeletePlaybackStream:
+		s.end(playback, channel, ok)
+	case cmdDeleteRecordStream:
+		s.end(record, channel, ok)
+	case cmdDeleteUploadStream, cmdFinishUploadStream:
+		s.end(uploading, channel, ok)
+	case cmdRemoveSample:
+		if name, ok := firstString(rest); ok {
+			s.ledger.remove(name)
+		}
+	}
+	return nil
+}
+
+// end forgets the stream of kind on channel, if it is one: the server
+// frees it (a finished upload's data becomes a sample).
+func (s *streams) end(kind streamKind, channel uint32, ok bool) {
+	if k := (streamKey{kind, channel}); ok && s.live[k] {
+		delete(s.live, k)
+		s.ledger.dropStreams(1)
+	}
+}
+
+// received follows the server's packet cmd with tag, whose first value
+// is first (nil when it is not a uint32): an answer to a create places
+// its stream, an error to one drops it, and a stream the server killed
+// is gone.
+func (s *streams) received(cmd, tag uint32, first []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	channel, ok := firstU32(first)
+	switch cmd {
+	case cmdReply, cmdError:
+		kind, asked := s.asked[tag]
+		if !asked {
+			return
+		}
+		delete(s.asked, tag)
+		k := streamKey{kind, channel}
+		switch {
+		case cmd == cmdError:
+			s.ledger.dropStreams(1)
+		case !ok:
+			s.unplaced++
+		case s.live[k]:
+			// The server gives a channel no live stream has: the one the
+			// filter had there ended unannounced.
+			s.ledger.dropStreams(1)
+		default:
+			s.live[k] = true
+		}
+	case cmdPlaybackStreamKilled:
+		s.end(playback, channel, ok)
+	case cmdRecordStreamKilled:
+		s.end(record, channel, ok)
+	}
+}
+
+// close gives the connection's streams back: the server ends them with
+// it.
+func (s *streams) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ledger.dropStreams(len(s.asked) + len(s.live) + s.unplaced)
+	s.asked, s.live, s.unplaced = nil, nil, 0
+}
+
+// chargeUpload counts a CREATE_UPLOAD_STREAM's sample, of its length,
+// under the name the server will cache it by. PulseAudio takes the name
+// value, else the event.id property, else media.name; pipewire-pulse
+// 0.3 takes event.id, else media.name (the name value when no property
+// list follows). An upload whose name and properties would have the two
+// keep it under different names is refused, so that a later
+// REMOVE_SAMPLE frees what was counted.
+func (s *streams) chargeUpload(p []byte) error {
+	var vals [4][]byte
+	for i := range vals {
+		if len(p) == 0 {
+			break
+		}
+		n, err := valueSize(p)
+		if err != nil {
+			return err
+		}
+		vals[i], p = p[:n], p[n:]
+	}
+	length, ok := firstU32(vals[3])
+	if !ok {
+		return fmt.Errorf("an upload without its length: %w", ErrRefused)
+	}
+	if length > MaxSample {
+		return fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", length, MaxSample, ErrRefused)
+	}
+	name, named := firstString(vals[0])
+	pw, pwNamed := name, named
+	if len(p) > 0 {
+		var err error
+		if pw, pwNamed, err = uploadProperty(p); err != nil {
+			return err
+		}
+	}
+	switch {
+	case named && pwNamed && name != pw:
+		return fmt.Errorf("an upload named %q whose properties name it %q: PulseAudio and pipewire-pulse would cache it under different names: %w", name, pw, ErrRefused)
+	case !named && !pwNamed:
+		return nil // no name: either server refuses it
+	case !named:
+		name = pw
+	}
+	return s.ledger.upload(name, length)
+}
+
+// uploadProperty is the upload's name in its property list p: event.id,
+// else media.name. A value that is not one clean string (a NUL inside, not
+// UTF-8: read differently by the two servers) is refused.
+func uploadProperty(p []byte) (string, bool, error) {
+	if p[0] != tagProplist {
+		return "", false, nil
+	}
+	found := map[string]string{}
+	for i := 1; p[i] != tagStringNull; {
+		key, head, value, err := entry(p[i:])
+		if err != nil {
+			return "", false, err
+		}
+		if key == "event.id" || key == "media.name" {
+			v := p[i+head+5 : i+head+value]
+			if len(v) == 0 || bytes.IndexByte(v, 0) != len(v)-1 || !utf8.Valid(v) {
+				return "", false, fmt.Errorf("an upload whose %s is not one string: %w", key, ErrRefused)
+			}
+			found[key] = string(v[:len(v)-1])
+		}
+		i += head + value
+	}
+	if v, ok := found["event.id"]; ok {
+		return v, true, nil
+	}
+	v, ok := found["media.name"]
+	return v, ok, nil
+}
+
+// firstU32 is the uint32 p begins with.
+func firstU32(p []byte) (uint32, bool) {
+	if len(p) < 5 || p[0] != tagU32 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(p[1:]), true
+}
+
+// firstString is the string p begins with (false for a null string).
+func firstString(p []byte) (string, bool) {
+	if len(p) < 2 || p[0] != tagString {
+		return "", false
+	}
+	i := bytes.IndexByte(p[1:], 0)
+	if i < 0 {
+		return "", false
+	}
+	return string(p[1 : 1+i]), true
+}

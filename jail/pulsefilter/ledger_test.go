@@ -1,0 +1,254 @@
+package pulsefilter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// A step of a connection: a packet the app sends (tag and frame), or one
+// the server sends.
+type step struct {
+	app    []byte
+	server []byte
+}
+
+// create is the app's CREATE_* of cmd with tag.
+func create(cmd, tag uint32) step {
+	values := stream(props("media.name", "x")...)
+	if cmd == cmdCreateUploadStream {
+		values = upload(4)
+	}
+	return step{app: withTag(packet(cmd, values...), tag)}
+}
+
+// onChannel is the app's cmd (a delete, a finish) of channel, with tag.
+func onChannel(cmd, tag, channel uint32) step {
+	return step{app: withTag(packet(cmd, binary.BigEndian.AppendUint32([]byte{tagU32}, channel)...), tag)}
+}
+
+// answer is the server's cmd with tag and one uint32 value, v.
+func answer(cmd, tag, v uint32) step {
+	p := binary.BigEndian.AppendUint32([]byte{tagU32}, cmd)
+	p = binary.BigEndian.AppendUint32(append(p, tagU32), tag)
+	p = binary.BigEndian.AppendUint32(append(p, tagU32), v)
+	return step{server: frame(packetChannel, 0, p)}
+}
+
+// run plays steps on c; the app's refusal, if any.
+func (c *conn) run(t *testing.T, steps []step) error {
+	t.Helper()
+	for _, s := range steps {
+		if s.app != nil {
+			if err := c.filter(io.Discard, bytes.NewReader(s.app), nil); err != nil {
+				return err
+			}
+			continue
+		}
+		var got bytes.Buffer
+		if err := copyBack(&got, bytes.NewReader(s.server), c.streams); err != io.EOF {
+			t.Fatalf("copyBack: %v, want io.EOF", err)
+		}
+		if !bytes.Equal(got.Bytes(), s.server) {
+			t.Fatalf("the server's packet reached the app as % x, want % x", got.Bytes(), s.server)
+		}
+	}
+	return nil
+}
+
+// series is n steps made by f of 0 to n-1.
+func series(n int, f func(i uint32) []step) []step {
+	var out []step
+	for i := range uint32(n) {
+		out = append(out, f(i)...)
+	}
+	return out
+}
+
+// full is MaxStreams playback streams, the i-th made with tag 10i+1
+// and answered on channel i, then what f adds for it (tags 10i+2 to
+// 10i+9 are its).
+func full(f func(i uint32) []step) []step {
+	return series(MaxStreams, func(i uint32) []step {
+		s := []step{create(cmdCreatePlaybackStream, 10*i+1), answer(cmdReply, 10*i+1, i)}
+		if f != nil {
+			s = append(s, f(i)...)
+		}
+		return s
+	})
+}
+
+// more is n more playback streams, with tags from 10000.
+func more(n int) []step {
+	return series(n, func(i uint32) []step { return []step{create(cmdCreatePlaybackStream, 10000+i)} })
+}
+
+func TestStreamsBounded(t *testing.T) {
+	const past = "a stream past the 64"
+	for _, tc := range []struct {
+		name    string
+		steps   []step
+		refused string // "" for none
+	}{
+		{name: "64 streams asked for, then one more", steps: append(series(MaxStreams, func(i uint32) []step {
+			return []step{create(cmdCreatePlaybackStream+2*(i%2), i+1)} // playback and record
+		}), create(cmdCreateUploadStream, 100)), refused: past},
+		{name: "deletes of channels never given free nothing", steps: append(full(func(i uint32) []step {
+			return []step{onChannel(cmdDeletePlaybackStream, 10*i+2, 100+i)}
+		}), more(1)...), refused: past},
+		{name: "deletes of another kind free nothing", steps: append(full(func(i uint32) []step {
+			return []step{onChannel(cmdDeleteRecordStream, 10*i+2, i), onChannel(cmdDeleteUploadStream, 10*i+3, i), onChannel(cmdFinishUploadStream, 10*i+4, i)}
+		}), more(1)...), refused: past},
+		{name: "deletes of the channels given free them", steps: append(full(func(i uint32) []step {
+			return []step{onChannel(cmdDeletePlaybackStream, 10*i+2, i)}
+		}), more(MaxStreams)...)},
+		{name: "refused creates free their places", steps: append(series(MaxStreams, func(i uint32) []step {
+			return []step{create(cmdCreatePlaybackStream, i+1), answer(cmdError, i+1, 3)}
+		}), more(MaxStreams)...)},
+		{name: "streams the server killed free their places", steps: append(full(func(i uint32) []step {
+			return []step{answer(cmdPlaybackStreamKilled, noTag, i)}
+		}), more(MaxStreams)...)},
+		{name: "a kill of the other kind frees nothing", steps: append(full(func(i uint32) []step {
+			return []step{answer(cmdRecordStreamKilled, noTag, i)}
+		}), more(1)...), refused: past},
+		{name: "an error with the server's own tag frees nothing", steps: append(full(func(i uint32) []step {
+			return []step{answer(cmdError, noTag, 3)}
+		}), more(1)...), refused: past},
+		{name: "finished uploads free their places", steps: append(series(MaxStreams, func(i uint32) []step {
+			return []step{create(cmdCreateUploadStream, 10*i+1), answer(cmdReply, 10*i+1, i), onChannel(cmdFinishUploadStream, 10*i+2, i)}
+		}), more(MaxStreams)...)},
+		{name: "a channel given again: the stream there before had ended", steps: append(series(MaxStreams, func(i uint32) []step {
+			return []step{create(cmdCreatePlaybackStream, i+1), answer(cmdReply, i+1, 7)}
+		}), more(MaxStreams-1)...)},
+		{name: "a channel given again, then one too many", steps: append(series(MaxStreams, func(i uint32) []step {
+			return []step{create(cmdCreatePlaybackStream, i+1), answer(cmdReply, i+1, 7)}
+		}), more(MaxStreams)...), refused: past},
+		{name: "a create's tag not past an earlier one", steps: []step{onChannel(cmdDeletePlaybackStream, 5, 1), create(cmdCreatePlaybackStream, 5)},
+			refused: "created with tag 5, not past 5"},
+		{name: "a create's tag below an earlier one", steps: []step{onChannel(cmdDeletePlaybackStream, 9, 1), create(cmdCreatePlaybackStream, 5)},
+			refused: "created with tag 5, not past 9"},
+		{name: "a create with the server's own tag", steps: []step{create(cmdCreatePlaybackStream, noTag)}, refused: "created with tag 4294967295"},
+		{name: "a packet with the tag of a create not answered", steps: []step{create(cmdCreatePlaybackStream, 5), onChannel(cmdDeleteRecordStream, 5, 1)},
+			refused: "tag 5 of command 6 while a create"},
+		{name: "the tag of an answered create may come again", steps: []step{create(cmdCreatePlaybackStream, 5), answer(cmdReply, 5, 0), onChannel(cmdDeleteRecordStream, 5, 1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conn{streams: newStreams(NewLedger())}
+			err := c.run(t, tc.steps)
+			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
+				t.Fatalf("%v; want refused %q", err, tc.refused)
+			}
+		})
+	}
+}
+
+// TestStreamsShared: an app's connections share its bound, and a
+// connection's end gives its streams back.
+func TestStreamsShared(t *testing.T) {
+	l := NewLedger()
+	a, b := conn{streams: newStreams(l)}, conn{streams: newStreams(l)}
+	half := func(from uint32) []step {
+		return series(MaxStreams/2, func(i uint32) []step { return []step{create(cmdCreatePlaybackStream, from+i)} })
+	}
+	if err := a.run(t, half(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.run(t, half(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.run(t, more(1)); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a stream past the bound of the app's two connections: %v, want refused", err)
+	}
+	a.streams.close()
+	if err := b.run(t, more(MaxStreams/2)); err != nil {
+		t.Fatalf("streams in the places a closed connection gave back: %v", err)
+	}
+}
+
+// uploadAs is the app's CREATE_UPLOAD_STREAM with tag, name and proplist
+// (uploadNamed), of length bytes.
+func uploadAs(tag uint32, name string, length uint32, proplist []byte) step {
+	return step{app: withTag(packet(cmdCreateUploadStream, uploadNamed(name, length, proplist)...), tag)}
+}
+
+// removeSample is the app's REMOVE_SAMPLE of name.
+func removeSample(tag uint32, name string) step {
+	return step{app: withTag(packet(cmdRemoveSample, append(append([]byte{tagString}, name...), 0)...), tag)}
+}
+
+func TestSampleCacheBounded(t *testing.T) {
+	fill := func() []step { // MaxCache in samples a0, a1, ... of MaxSample
+		return series(MaxCache/MaxSample, func(i uint32) []step {
+			name := string(rune('a')) + string(rune('0'+i))
+			return []step{uploadAs(2*i+1, name, MaxSample, props("event.id", name)), answer(cmdReply, 2*i+1, i), onChannel(cmdFinishUploadStream, 2*i+2, i)}
+		})
+	}
+	const past = "an app caches 16777216 at most"
+	for _, tc := range []struct {
+		name    string
+		steps   []step
+		refused string
+	}{
+		{name: "full, then one byte more", steps: append(fill(), uploadAs(100, "b", 4, props("event.id", "b"))), refused: past},
+		{name: "full, then a sample in another's place", steps: append(fill(), uploadAs(100, "a0", 4, props("event.id", "a0")), uploadAs(101, "b", MaxSample-4, props("event.id", "b")))},
+		{name: "full, then one removed and another cached", steps: append(fill(), removeSample(100, "a1"), uploadAs(101, "b", MaxSample, props("event.id", "b")))},
+		{name: "full, then a name never cached removed", steps: append(fill(), removeSample(100, "zz"), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
+		{name: "full, then a stream's end frees no sample", steps: append(fill(), onChannel(cmdDeleteUploadStream, 100, 0), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
+		{name: "named by event.id alone, removed by that name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), removeSample(101, "e"), uploadAs(102, "f", MaxSample, props("event.id", "f")))},
+		{name: "named by media.name alone", steps: append(fill(), uploadAs(100, "", 4, props("media.name", "m"))), refused: past},
+		{name: "event.id before media.name", steps: []step{uploadAs(1, "e", 4, props("media.name", "m", "event.id", "e"))}},
+		{name: "a name that is not its event.id", steps: []step{uploadAs(1, "a", 4, props("event.id", "b"))}, refused: `named "a" whose properties name it "b"`},
+		{name: "a name that is not its media.name", steps: []step{uploadAs(1, "a", 4, props("media.name", "b"))}, refused: `named "a" whose properties name it "b"`},
+		{name: "a name with no properties to disagree", steps: []step{uploadAs(1, "a", 4, props("media.role", "event"))}},
+		{name: "no name at all", steps: []step{uploadAs(1, "", 4, props("media.role", "event"))}},
+		{name: "an event.id with a NUL inside", steps: []step{uploadAs(1, "", 4, props("event.id", "a\x00b"))}, refused: "event.id is not one string"},
+		{name: "a media.name not UTF-8", steps: []step{uploadAs(1, "", 4, props("media.name", "a\xffb"))}, refused: "media.name is not one string"},
+		{name: "past the bound of one sample", steps: []step{uploadAs(1, "a", MaxSample+1, props("event.id", "a"))}, refused: "a sample of 4194305 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conn{streams: newStreams(NewLedger())}
+			err := c.run(t, tc.steps)
+			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
+				t.Fatalf("%v; want refused %q", err, tc.refused)
+			}
+		})
+	}
+}
+
+// TestSamplesOutliveConnections: what an app cached stays counted when
+// the connection that cached it ends (the server keeps it).
+func TestSamplesOutliveConnections(t *testing.T) {
+	l := NewLedger()
+	for i := range MaxCache/MaxSample + 1 {
+		c := conn{streams: newStreams(l)}
+		name := string(rune('a' + i))
+		err := c.run(t, []step{uploadAs(1, name, MaxSample, props("event.id", name))})
+		c.streams.close()
+		if want := i < MaxCache/MaxSample; (err == nil) != want {
+			t.Fatalf("sample %d on a connection of its own: %v, want passed %v", i, err, want)
+		}
+	}
+}
+
+// FuzzCopyBack: whatever the server sends reaches the app as it is (as
+// far as it goes, when it is cut inside a frame).
+func FuzzCopyBack(f *testing.F) {
+	f.Add(answer(cmdReply, 1, 7).server)
+	f.Add(append(answer(cmdPlaybackStreamKilled, noTag, 7).server, frame(3, 0, []byte("pcm"))...))
+	f.Add(frame(packetChannel, 0, []byte{tagU32, 0, 0}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := newStreams(NewLedger())
+		var got bytes.Buffer
+		copyBack(&got, bytes.NewReader(in), s)
+		if !bytes.HasPrefix(in, got.Bytes()) {
+			t.Fatalf("the app got % x of % x", got.Bytes(), in)
+		}
+		s.close()
+		if s.ledger.streams != 0 {
+			t.Fatalf("%d streams counted after the connection's end", s.ledger.streams)
+		}
+	})
+}
