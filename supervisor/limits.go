@@ -281,7 +281,7 @@ func (t *cgroupTree) enableControllers() (have map[string]bool, why string) {
 	}
 	if len(want) < len(all) {
 		lacks := slices.DeleteFunc(slices.Clone(all), func(c string) bool { return avail[c] })
-		whys = append(whys, fmt.Sprintf("%s has no %s controller (its cgroup.controllers offers %s of %s)", own, strings.Join(lacks, ", "), orNone(want), strings.Join(all, ", ")))
+		whys = append(whys, fmt.Sprintf("%s has no %s controller (of the controllers limits use, its cgroup.controllers lists %s)", own, orList(lacks), orNone(want)))
 	}
 	have = map[string]bool{}
 	if len(want) == 0 {
@@ -363,6 +363,14 @@ func keys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// orList is "a", "a or b", "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func orNone(s []string) string {
