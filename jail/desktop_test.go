@@ -560,6 +560,17 @@ func TestSoundServerHoldingsBounded(t *testing.T) {
 		runEscapeCase(t, h, escapeCase{name: "samples",
 			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock), refused: cutAt("cached", samples),
 			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+		// The app removes what it cached, which frees its place;
+		// removing a sample's name while its upload is open frees
+		// nothing: the finish caches it all the same.
+		app := h.probeApp("probe", "pulse_remove", strconv.Itoa(samples), sock)
+		grant(&app)
+		if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", samples) {
+			t.Fatalf("a jailed app's removal of its samples: %v %q", o.err, o.out)
+		}
+		runEscapeCase(t, h, escapeCase{name: "samples, each name removed before its finish",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), refused: cutAt("cached", samples),
+			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
 	})
 }
 

@@ -208,12 +208,13 @@ func pulseStreams(n int, path string) (string, error) {
 	return fmt.Sprintf("made %d", n), nil
 }
 
-// pulseUploads is the probe action pulse_uploads N SIZE PATH: a client
-// that puts N samples of SIZE bytes in the sample cache of the server at
-// PATH, named probe-0, probe-1 and so on (an upload stream, its audio,
-// its finish). It reports how many the server cached: "cached N", or
-// "cached K, then: why".
-func pulseUploads(n, size int, path string) (string, error) {
+// pulseUploads is the probe action pulse_uploads N SIZE PATH [remove]: a
+// client that puts N samples of SIZE bytes in the sample cache of the
+// server at PATH, named probe-0, probe-1 and so on (an upload stream, its
+// audio, its finish). With remove it removes each sample's name before
+// its finish (as if to take it off a count). It reports how many the
+// server cached: "cached N", or "cached K, then: why".
+func pulseUploads(n, size int, path string, removeFirst bool) (string, error) {
 	c, err := dialPulse(path)
 	if err != nil {
 		return "", err
@@ -243,6 +244,11 @@ func pulseUploads(n, size int, path string) (string, error) {
 		if err != nil {
 			return err
 		}
+		if removeFirst {
+			if _, err := c.send(19, func() { c.b = append(append(append(c.b, 't'), fmt.Sprintf("probe-%d", i)...), 0) }); err != nil {
+				return err
+			}
+		}
 		for left := size; left > 0; {
 			m := min(left, len(chunk)-20)
 			binary.BigEndian.PutUint32(chunk, uint32(m))
@@ -264,4 +270,28 @@ func pulseUploads(n, size int, path string) (string, error) {
 		}
 	}
 	return fmt.Sprintf("cached %d", n), nil
+}
+
+// pulseRemove is the probe action pulse_remove N PATH: a client that
+// removes the samples probe-0 to probe-N-1 from the cache of the server
+// at PATH. It reports "removed N" once the server answered each.
+func pulseRemove(n int, path string) (string, error) {
+	c, err := dialPulse(path)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(c.fd)
+	if err := c.hello(); err != nil {
+		return "", err
+	}
+	for i := range n {
+		tag, err := c.send(19, func() { c.b = append(append(append(c.b, 't'), fmt.Sprintf("probe-%d", i)...), 0) })
+		if err == nil {
+			_, err = c.answer(tag)
+		}
+		if err != nil {
+			return fmt.Sprintf("removed %d, then: %v", i, err), nil
+		}
+	}
+	return fmt.Sprintf("removed %d", n), nil
 }

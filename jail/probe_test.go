@@ -168,8 +168,10 @@ func probe(action string, a []string) (string, error) {
 		return pulseRaw(a[0], atoi(a[1]), a[2])
 	case "pulse_streams":
 		return pulseStreams(atoi(a[0]), a[1])
+	case "pulse_remove":
+		return pulseRemove(atoi(a[0]), a[1])
 	case "pulse_uploads":
-		return pulseUploads(atoi(a[0]), atoi(a[1]), a[2])
+		return pulseUploads(atoi(a[0]), atoi(a[1]), a[2], len(a) > 3 && a[3] == "remove")
 	case "unix_connect_n":
 		// a[0] connects to a[1] at once, held open: the first refusal.
 		n, err := strconv.Atoi(a[0])

@@ -15,18 +15,19 @@ import (
 // 64 streams).
 const MaxStreams = 64
 
-// MaxCache bounds the bytes of the samples an app keeps in the server's
+// MaxCache bounds the bytes of the samples an app keeps, or is uploading, in the server's
 // sample cache: the cache outlives the connections that filled it, and
 // neither server bounds its total (upstream pipewire-pulse later capped
 // it at 64 MiB, for every client together).
 const MaxCache = 16 << 20
 
 // Ledger is what an app holds in its sound server: the streams of its
-// connections and the samples it uploaded, by the name the server keeps
-// them under. One Ledger serves every connection of the app and outlives
-// them (the jail keeps one an app, across its restarts): a sample stays
-// cached when its connection ends, a stream does not. Its methods are
-// safe for concurrent use.
+// connections, and the bytes of its samples, cached (by the name the
+// server keeps each under) or on their way (an upload stream open). One
+// Ledger serves every connection of the app and outlives them (the jail
+// keeps one an app, across its restarts): a sample stays cached when its
+// connection ends, a stream and an unfinished upload do not. Its methods
+// are safe for concurrent use.
 //
 // Counts err on the high side, never the low one: a stream the server
 // ended without saying so (an error that ends a stream with tag -1, an
@@ -34,44 +35,52 @@ const MaxCache = 16 << 20
 // its connection ends, and a sample until the app removes its name;
 // what the server freed is never taken for what it holds.
 type Ledger struct {
-	mu      sync.Mutex
-	streams int
-	samples map[string]uint32 // bytes, by name
-	cached  int64             // the sum of samples
+	mu        sync.Mutex
+	streams   int
+	samples   map[string]uint32 // cached, by name
+	cached    int64             // the sum of samples
+	uploading int64             // the lengths of the open upload streams
 }
 
 // NewLedger returns an empty Ledger.
 func NewLedger() *Ledger { return &Ledger{samples: map[string]uint32{}} }
 
-// addStream counts a stream asked for, or refuses it past MaxStreams.
-func (l *Ledger) addStream() error {
+// addStream counts a stream asked for, or refuses it past MaxStreams; an
+// upload stream's length counts at once, or it is refused past MaxCache
+// with what is cached and on its way.
+func (l *Ledger) addStream(upload uint32) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.streams >= MaxStreams {
 		return fmt.Errorf("a stream past the %d an app holds in the sound server at once (delete one first): %w", MaxStreams, ErrRefused)
 	}
+	if held := l.cached + l.uploading; held+int64(upload) > MaxCache {
+		return fmt.Errorf("a sample of %d bytes with %d cached or on the way (an app caches %d at most: remove one first): %w",
+			upload, held, MaxCache, ErrRefused)
+	}
 	l.streams++
+	l.uploading += int64(upload)
 	return nil
 }
 
-func (l *Ledger) dropStreams(n int) {
+// dropStream forgets a stream, and the length of an upload that did not
+// finish.
+func (l *Ledger) dropStream(upload uint32) {
 	l.mu.Lock()
-	l.streams -= n
+	l.streams--
+	l.uploading -= int64(upload)
 	l.mu.Unlock()
 }
 
-// upload counts a sample of length bytes cached under name, in place of
-// one of that name, or refuses it past MaxCache.
-func (l *Ledger) upload(name string, length uint32) error {
+// finish moves a finished upload's length from on-the-way to cached,
+// under name, in place of a sample of that name.
+func (l *Ledger) finish(name string, length uint32) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	total := l.cached - int64(l.samples[name]) + int64(length)
-	if total > MaxCache {
-		return fmt.Errorf("a sample of %d bytes with %d cached already (an app caches %d at most: remove one first): %w",
-			length, l.cached-int64(l.samples[name]), MaxCache, ErrRefused)
-	}
-	l.samples[name], l.cached = length, total
-	return nil
+	l.streams--
+	l.uploading -= int64(length)
+	l.cached += int64(length) - int64(l.samples[name])
+	l.samples[name] = length
+	l.mu.Unlock()
 }
 
 // remove forgets the sample cached under name.
@@ -117,55 +126,64 @@ const (
 // app that reused that tag could have another answer taken for it, so a
 // create's tag must be past every tag the connection sent before it
 // (libpulse counts its tags up), and no packet may reuse the tag of a
-// create still unanswered.
+// create still unanswered. An upload is finished only on a channel the
+// server gave it: a finish sent on a guess, before the answer, would
+// cache a sample the filter had not seen become one.
 type streams struct {
 	ledger *Ledger
 	mu     sync.Mutex // the filter's half and the server's both use what follows
 	sent   bool       // a packet has been sent: last is its tag
 	last   uint32
-	asked  map[uint32]streamKind // creates not answered yet, by tag
-	live   map[streamKey]bool
+	asked  map[uint32]openStream // creates not answered yet, by tag
+	live   map[streamKey]openStream
 	// unplaced are streams whose answer named no channel the filter could
 	// read: counted until the connection ends.
-	unplaced int
+	unplaced []openStream
+}
+
+// openStream is a stream of the connection: an upload's also the name
+// and length of its sample.
+type openStream struct {
+	kind   streamKind
+	name   string
+	length uint32
 }
 
 func newStreams(l *Ledger) *streams {
-	return &streams{ledger: l, asked: map[uint32]streamKind{}, live: map[streamKey]bool{}}
+	return &streams{ledger: l, asked: map[uint32]openStream{}, live: map[streamKey]openStream{}}
 }
 
 // send follows the app's packet cmd with tag, the rest of its values
 // being rest (as passed on): nil, or ErrRefused for a stream or sample
-// past the app's bounds or a tag the replies could not be told apart by.
+// past the app's bounds, a tag the answers could not be told apart by,
+// or a finish of an upload the app was not given.
 func (s *streams) send(cmd, tag uint32, rest []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kind, ok := s.asked[tag]; ok {
-		return fmt.Errorf("tag %d of command %d while a create (kind %d) of that tag waits for its answer: %w", tag, cmd, kind, ErrRefused)
+	if _, ok := s.asked[tag]; ok {
+		return fmt.Errorf("command %d with tag %d, the tag of a create that waits for its answer: %w", cmd, tag, ErrRefused)
 	}
-	var kind streamKind
+	var st openStream
 	switch cmd {
 	case cmdCreatePlaybackStream:
-		kind = playback
+		st.kind = playback
 	case cmdCreateRecordStream:
-		kind = record
+		st.kind = record
 	case cmdCreateUploadStream:
-		kind = uploading
-	}
-	if kind != 0 && (tag == noTag || s.sent && tag <= s.last) {
-		return fmt.Errorf("a stream created with tag %d, not past %d before it: its answer could not be told from another's: %w", tag, s.last, ErrRefused)
-	}
-	if kind != 0 {
-		if err := s.ledger.addStream(); err != nil {
+		st.kind = uploading
+		var err error
+		if st.name, st.length, err = uploadOf(rest); err != nil {
 			return err
 		}
-		if kind == uploading {
-			if err := s.chargeUpload(rest); err != nil {
-				s.ledger.dropStreams(1)
-				return err
-			}
+	}
+	if st.kind != 0 {
+		if tag == noTag || s.sent && tag <= s.last {
+			return fmt.Errorf("a stream created with tag %d, not past %d before it: its answer could not be told from another's: %w", tag, s.last, ErrRefused)
 		}
-		s.asked[tag] = kind
+		if err := s.ledger.addStream(st.length); err != nil {
+			return err
+		}
+		s.asked[tag] = st
 	}
 	if !s.sent || tag > s.last {
 		s.sent, s.last = true, tag
@@ -176,8 +194,16 @@ func (s *streams) send(cmd, tag uint32, rest []byte) error {
 		s.end(playback, channel, ok)
 	case cmdDeleteRecordStream:
 		s.end(record, channel, ok)
-	case cmdDeleteUploadStream, cmdFinishUploadStream:
+	case cmdDeleteUploadStream:
 		s.end(uploading, channel, ok)
+	case cmdFinishUploadStream:
+		k := streamKey{uploading, channel}
+		up, live := s.live[k]
+		if !ok || !live {
+			return fmt.Errorf("a finish of upload channel %d, which the server did not give this connection: %w", channel, ErrRefused)
+		}
+		delete(s.live, k)
+		s.ledger.finish(up.name, up.length)
 	case cmdRemoveSample:
 		if name, ok := firstString(rest); ok {
 			s.ledger.remove(name)
@@ -187,11 +213,12 @@ func (s *streams) send(cmd, tag uint32, rest []byte) error {
 }
 
 // end forgets the stream of kind on channel, if it is one: the server
-// frees it (a finished upload's data becomes a sample).
+// frees it (an upload's data with it).
 func (s *streams) end(kind streamKind, channel uint32, ok bool) {
-	if k := (streamKey{kind, channel}); ok && s.live[k] {
+	k := streamKey{kind, channel}
+	if st, live := s.live[k]; ok && live {
 		delete(s.live, k)
-		s.ledger.dropStreams(1)
+		s.ledger.dropStream(st.length)
 	}
 }
 
@@ -205,23 +232,23 @@ func (s *streams) received(cmd, tag uint32, first []byte) {
 	channel, ok := firstU32(first)
 	switch cmd {
 	case cmdReply, cmdError:
-		kind, asked := s.asked[tag]
+		st, asked := s.asked[tag]
 		if !asked {
 			return
 		}
 		delete(s.asked, tag)
-		k := streamKey{kind, channel}
+		k := streamKey{st.kind, channel}
 		switch {
 		case cmd == cmdError:
-			s.ledger.dropStreams(1)
+			s.ledger.dropStream(st.length)
 		case !ok:
-			s.unplaced++
-		case s.live[k]:
-			// The server gives a channel no live stream has: the one the
-			// filter had there ended unannounced.
-			s.ledger.dropStreams(1)
+			s.unplaced = append(s.unplaced, st)
 		default:
-			s.live[k] = true
+			// A channel given again: the stream the filter had there
+			// ended unannounced (it cannot have been a finished upload:
+			// the filter sees every finish).
+			s.end(st.kind, channel, true)
+			s.live[k] = st
 		}
 	case cmdPlaybackStreamKilled:
 		s.end(playback, channel, ok)
@@ -230,23 +257,31 @@ func (s *streams) received(cmd, tag uint32, first []byte) {
 	}
 }
 
-// close gives the connection's streams back: the server ends them with
-// it.
+// close gives the connection's streams back: the server ends them, and
+// their uploads, with it.
 func (s *streams) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ledger.dropStreams(len(s.asked) + len(s.live) + s.unplaced)
-	s.asked, s.live, s.unplaced = nil, nil, 0
+	for _, st := range s.asked {
+		s.ledger.dropStream(st.length)
+	}
+	for _, st := range s.live {
+		s.ledger.dropStream(st.length)
+	}
+	for _, st := range s.unplaced {
+		s.ledger.dropStream(st.length)
+	}
+	s.asked, s.live, s.unplaced = nil, nil, nil
 }
 
-// chargeUpload counts a CREATE_UPLOAD_STREAM's sample, of its length,
-// under the name the server will cache it by. PulseAudio takes the name
-// value, else the event.id property, else media.name; pipewire-pulse
-// 0.3 takes event.id, else media.name (the name value when no property
-// list follows). An upload whose name and properties would have the two
-// keep it under different names is refused, so that a later
-// REMOVE_SAMPLE frees what was counted.
-func (s *streams) chargeUpload(p []byte) error {
+// uploadOf is the name a CREATE_UPLOAD_STREAM's sample will be cached
+// under ("" when it has none: either server refuses it) and its length.
+// PulseAudio takes the name value, else the event.id property, else
+// media.name; pipewire-pulse 0.3 takes event.id, else media.name (the
+// name value when no property list follows). An upload whose name and
+// properties would have the two keep it under different names is
+// refused, so that a REMOVE_SAMPLE frees what was counted.
+func uploadOf(p []byte) (name string, length uint32, err error) {
 	var vals [4][]byte
 	for i := range vals {
 		if len(p) == 0 {
@@ -254,34 +289,31 @@ func (s *streams) chargeUpload(p []byte) error {
 		}
 		n, err := valueSize(p)
 		if err != nil {
-			return err
+			return "", 0, err
 		}
 		vals[i], p = p[:n], p[n:]
 	}
 	length, ok := firstU32(vals[3])
 	if !ok {
-		return fmt.Errorf("an upload without its length: %w", ErrRefused)
+		return "", 0, fmt.Errorf("an upload without its length: %w", ErrRefused)
 	}
 	if length > MaxSample {
-		return fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", length, MaxSample, ErrRefused)
+		return "", 0, fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", length, MaxSample, ErrRefused)
 	}
 	name, named := firstString(vals[0])
 	pw, pwNamed := name, named
 	if len(p) > 0 {
-		var err error
 		if pw, pwNamed, err = uploadProperty(p); err != nil {
-			return err
+			return "", 0, err
 		}
 	}
 	switch {
 	case named && pwNamed && name != pw:
-		return fmt.Errorf("an upload named %q whose properties name it %q: PulseAudio and pipewire-pulse would cache it under different names: %w", name, pw, ErrRefused)
-	case !named && !pwNamed:
-		return nil // no name: either server refuses it
+		return "", 0, fmt.Errorf("an upload named %q whose properties name it %q: PulseAudio and pipewire-pulse would cache it under different names: %w", name, pw, ErrRefused)
 	case !named:
 		name = pw
 	}
-	return s.ledger.upload(name, length)
+	return name, length, nil
 }
 
 // uploadProperty is the upload's name in its property list p: event.id,

@@ -100,7 +100,7 @@ func TestStreamsBounded(t *testing.T) {
 			return []step{onChannel(cmdDeletePlaybackStream, 10*i+2, 100+i)}
 		}), more(1)...), refused: past},
 		{name: "deletes of another kind free nothing", steps: append(full(func(i uint32) []step {
-			return []step{onChannel(cmdDeleteRecordStream, 10*i+2, i), onChannel(cmdDeleteUploadStream, 10*i+3, i), onChannel(cmdFinishUploadStream, 10*i+4, i)}
+			return []step{onChannel(cmdDeleteRecordStream, 10*i+2, i), onChannel(cmdDeleteUploadStream, 10*i+3, i)}
 		}), more(1)...), refused: past},
 		{name: "deletes of the channels given free them", steps: append(full(func(i uint32) []step {
 			return []step{onChannel(cmdDeletePlaybackStream, 10*i+2, i)}
@@ -132,7 +132,12 @@ func TestStreamsBounded(t *testing.T) {
 			refused: "created with tag 5, not past 9"},
 		{name: "a create with the server's own tag", steps: []step{create(cmdCreatePlaybackStream, noTag)}, refused: "created with tag 4294967295"},
 		{name: "a packet with the tag of a create not answered", steps: []step{create(cmdCreatePlaybackStream, 5), onChannel(cmdDeleteRecordStream, 5, 1)},
-			refused: "tag 5 of command 6 while a create"},
+			refused: "command 6 with tag 5, the tag of a create that waits"},
+		{name: "a finish of a playback channel", steps: []step{create(cmdCreatePlaybackStream, 1), answer(cmdReply, 1, 0), onChannel(cmdFinishUploadStream, 2, 0)},
+			refused: "a finish of upload channel 0, which the server did not give"},
+		{name: "a finish of an upload before its answer", steps: []step{create(cmdCreateUploadStream, 1), onChannel(cmdFinishUploadStream, 2, 0)},
+			refused: "a finish of upload channel 0, which the server did not give"},
+		{name: "a finish of an upload on the channel given", steps: []step{create(cmdCreateUploadStream, 1), answer(cmdReply, 1, 0), onChannel(cmdFinishUploadStream, 2, 0)}},
 		{name: "the tag of an answered create may come again", steps: []step{create(cmdCreatePlaybackStream, 5), answer(cmdReply, 5, 0), onChannel(cmdDeleteRecordStream, 5, 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,18 +191,29 @@ func TestSampleCacheBounded(t *testing.T) {
 			return []step{uploadAs(2*i+1, name, MaxSample, props("event.id", name)), answer(cmdReply, 2*i+1, i), onChannel(cmdFinishUploadStream, 2*i+2, i)}
 		})
 	}
-	const past = "an app caches 16777216 at most"
+	const past = "(an app caches 16777216 at most"
 	for _, tc := range []struct {
 		name    string
 		steps   []step
 		refused string
 	}{
 		{name: "full, then one byte more", steps: append(fill(), uploadAs(100, "b", 4, props("event.id", "b"))), refused: past},
-		{name: "full, then a sample in another's place", steps: append(fill(), uploadAs(100, "a0", 4, props("event.id", "a0")), uploadAs(101, "b", MaxSample-4, props("event.id", "b")))},
+		{name: "full, then a sample in another's place (counted beside it until finished)", steps: append(fill(), uploadAs(100, "a0", 4, props("event.id", "a0"))), refused: past},
+		{name: "full, then one removed and cached again", steps: append(fill(), removeSample(100, "a0"), uploadAs(101, "a0", 4, props("event.id", "a0")),
+			answer(cmdReply, 101, 9), onChannel(cmdFinishUploadStream, 102, 9), uploadAs(103, "b", MaxSample-4, props("event.id", "b")))},
+		{name: "removing a sample on its way frees nothing", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), removeSample(101, "a3"), uploadAs(102, "b", 4, props("event.id", "b"))),
+			refused: past},
+		{name: "an upload deleted before its finish frees its place", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdReply, 100, 9),
+			onChannel(cmdDeleteUploadStream, 101, 9), uploadAs(102, "b", MaxSample, props("event.id", "b")))},
+		{name: "an upload refused by the server frees its place", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdError, 100, 3),
+			uploadAs(102, "b", MaxSample, props("event.id", "b")))},
 		{name: "full, then one removed and another cached", steps: append(fill(), removeSample(100, "a1"), uploadAs(101, "b", MaxSample, props("event.id", "b")))},
 		{name: "full, then a name never cached removed", steps: append(fill(), removeSample(100, "zz"), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
 		{name: "full, then a stream's end frees no sample", steps: append(fill(), onChannel(cmdDeleteUploadStream, 100, 0), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
-		{name: "named by event.id alone, removed by that name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), removeSample(101, "e"), uploadAs(102, "f", MaxSample, props("event.id", "f")))},
+		{name: "named by event.id alone, removed by that name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9),
+			onChannel(cmdFinishUploadStream, 101, 9), removeSample(102, "e"), uploadAs(103, "f", MaxSample, props("event.id", "f")))},
+		{name: "named by event.id alone, removed by another name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9),
+			onChannel(cmdFinishUploadStream, 101, 9), removeSample(102, "x"), uploadAs(103, "f", 4, props("event.id", "f"))), refused: past},
 		{name: "named by media.name alone", steps: append(fill(), uploadAs(100, "", 4, props("media.name", "m"))), refused: past},
 		{name: "event.id before media.name", steps: []step{uploadAs(1, "e", 4, props("media.name", "m", "event.id", "e"))}},
 		{name: "a name that is not its event.id", steps: []step{uploadAs(1, "a", 4, props("event.id", "b"))}, refused: `named "a" whose properties name it "b"`},
@@ -219,17 +235,28 @@ func TestSampleCacheBounded(t *testing.T) {
 }
 
 // TestSamplesOutliveConnections: what an app cached stays counted when
-// the connection that cached it ends (the server keeps it).
+// the connection that cached it ends (the server keeps it); what was on
+// its way when its connection ended does not (the server drops it).
 func TestSamplesOutliveConnections(t *testing.T) {
 	l := NewLedger()
-	for i := range MaxCache/MaxSample + 1 {
+	for i := range MaxCache / MaxSample {
 		c := conn{streams: newStreams(l)}
-		name := string(rune('a' + i))
-		err := c.run(t, []step{uploadAs(1, name, MaxSample, props("event.id", name))})
+		err := c.run(t, []step{uploadAs(1, "on-the-way", MaxSample, props("event.id", "on-the-way"))})
 		c.streams.close()
-		if want := i < MaxCache/MaxSample; (err == nil) != want {
-			t.Fatalf("sample %d on a connection of its own: %v, want passed %v", i, err, want)
+		if err != nil {
+			t.Fatalf("an upload on a connection of its own, left unfinished, after %d samples: %v", i, err)
 		}
+		c = conn{streams: newStreams(l)}
+		name := string(rune('a' + i))
+		err = c.run(t, []step{uploadAs(1, name, MaxSample, props("event.id", name)), answer(cmdReply, 1, 0), onChannel(cmdFinishUploadStream, 2, 0)})
+		c.streams.close()
+		if err != nil {
+			t.Fatalf("sample %d on a connection of its own: %v", i, err)
+		}
+	}
+	c := conn{streams: newStreams(l)}
+	if err := c.run(t, []step{uploadAs(1, "z", 4, props("event.id", "z"))}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a sample past the cache's bound, the others cached on connections now closed: %v, want refused", err)
 	}
 }
 
