@@ -15,9 +15,9 @@ import (
 // 64 streams).
 const MaxStreams = 64
 
-// MaxCache bounds the bytes of the samples an app keeps, or is uploading, in the server's
-// sample cache: the cache outlives the connections that filled it, and
-// neither server bounds its total (upstream pipewire-pulse later capped
+// MaxCache bounds the bytes of the samples an app keeps, or is
+// uploading, in the server's sample cache: the cache outlives the
+// connections that filled it, and neither server bounds its total (upstream pipewire-pulse later capped
 // it at 64 MiB, for every client together).
 const MaxCache = 16 << 20
 
