@@ -563,14 +563,25 @@ func TestSoundServerHoldingsBounded(t *testing.T) {
 		// The app removes what it cached, which frees its place;
 		// removing a sample's name while its upload is open frees
 		// nothing: the finish caches it all the same.
-		app := h.probeApp("probe", "pulse_remove", strconv.Itoa(samples), sock)
-		grant(&app)
-		if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", samples) {
-			t.Fatalf("a jailed app's removal of its samples: %v %q", o.err, o.out)
+		removeAll := func() {
+			app := h.probeApp("probe", "pulse_remove", strconv.Itoa(samples), sock)
+			grant(&app)
+			if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", samples) {
+				t.Fatalf("a jailed app's removal of its samples: %v %q", o.err, o.out)
+			}
 		}
+		removeAll()
 		runEscapeCase(t, h, escapeCase{name: "samples, each name removed before its finish",
 			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), refused: cutAt("cached", samples),
 			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+		// Plays: MaxPlays start at once, the next waits out the window
+		// (longer than the probe's 3 s for an answer).
+		removeAll()
+		plays := strconv.Itoa(pulsefilter.MaxPlays + 6)
+		runEscapeCase(t, h, escapeCase{name: "plays",
+			attempt: jailed(grant, "pulse_plays", plays, sock),
+			refused: []string{fmt.Sprintf("played %d, then: resource temporarily unavailable", pulsefilter.MaxPlays)},
+			control: plain("pulse_plays", plays, sock), allowed: "played " + plays}, env)
 	})
 }
 

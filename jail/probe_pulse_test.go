@@ -295,3 +295,64 @@ func pulseRemove(n int, path string) (string, error) {
 	}
 	return fmt.Sprintf("removed %d", n), nil
 }
+
+// pulsePlays is the probe action pulse_plays N PATH: a client that puts
+// a tenth of a second of silence in the sample cache of the server at
+// PATH and plays it N times, each once the last was answered, giving
+// each answer 3 s. It reports "played N", or "played K, then: why".
+func pulsePlays(n int, path string) (string, error) {
+	c, err := dialPulse(path)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(c.fd)
+	if err := c.hello(); err != nil {
+		return "", err
+	}
+	const name, size = "probe-play", 17640 // 0.1 s of s16le stereo at 44.1 kHz
+	tag, err := c.send(15, func() {
+		c.b = append(append(append(c.b, 't'), name...), 0)
+		c.b = binary.BigEndian.AppendUint32(append(c.b, 'a', 3, 2), 44100)
+		c.b = append(c.b, 'm', 2, 1, 2)
+		c.u32(size)
+		c.b = append(c.b, 'P')
+		c.prop("event.id", name)
+		c.b = append(c.b, 'N')
+	})
+	if err != nil {
+		return "", err
+	}
+	channel, err := c.answer(tag)
+	if err != nil {
+		return "", err
+	}
+	block := make([]byte, 20+size)
+	binary.BigEndian.PutUint32(block, size)
+	binary.BigEndian.PutUint32(block[4:], channel)
+	if _, err := unix.Write(c.fd, block); err != nil {
+		return "", err
+	}
+	if tag, err = c.send(17, func() { c.u32(channel) }); err == nil {
+		_, err = c.answer(tag)
+	}
+	if err != nil {
+		return "", fmt.Errorf("cache the sample: %w", err)
+	}
+	unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 3})
+	for i := range n {
+		tag, err := c.send(18, func() {
+			c.u32(0xFFFFFFFF)
+			c.b = append(c.b, 'N')
+			c.u32(0x10000)
+			c.b = append(append(append(c.b, 't'), name...), 0)
+			c.b = append(c.b, 'P', 'N')
+		})
+		if err == nil {
+			_, err = c.answer(tag)
+		}
+		if err != nil {
+			return fmt.Sprintf("played %d, then: %v", i, err), nil
+		}
+	}
+	return fmt.Sprintf("played %d", n), nil
+}

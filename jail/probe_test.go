@@ -168,6 +168,8 @@ func probe(action string, a []string) (string, error) {
 		return pulseRaw(a[0], atoi(a[1]), a[2])
 	case "pulse_streams":
 		return pulseStreams(atoi(a[0]), a[1])
+	case "pulse_plays":
+		return pulsePlays(atoi(a[0]), a[1])
 	case "pulse_remove":
 		return pulseRemove(atoi(a[0]), a[1])
 	case "pulse_uploads":

@@ -20,7 +20,8 @@
 // the app holds in the server within bounds across its connections
 // (MaxStreams streams at once, placed by the server's answers to the
 // creates; MaxCache bytes of samples, by the name the server caches
-// them under).
+// them under; MaxPlays plays started in a PlayWindow, a play past it
+// waiting for room).
 //
 // Use: the guard (jail/guard_sound.go) dials the server, hands the app a
 // connection of its own, and calls Run with both and the app's Ledger
@@ -30,7 +31,8 @@
 // filters the app's half on the caller's; each half is the only writer
 // of its connection. Both follow the connection's streams, under that
 // state's mutex, which takes the Ledger's (shared by the app's
-// connections) inside it; neither lock is held across I/O. Either half's
+// connections) inside it; neither lock is held across I/O, nor while a
+// play waits for room (a timer, or ctx's end). Either half's
 // end, a refusal or ctx's end closes both connections, which ends the
 // other half, and Run returns only once that goroutine has ended and the
 // connection's streams are given back to the Ledger.

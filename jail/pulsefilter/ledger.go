@@ -2,9 +2,11 @@ package pulsefilter
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -20,6 +22,19 @@ const MaxStreams = 64
 // connections that filled it, and neither server bounds its total (upstream pipewire-pulse later capped
 // it at 64 MiB, for every client together).
 const MaxCache = 16 << 20
+
+// MaxPlays samples an app starts playing in any PlayWindow, and no sample
+// it uploads plays for longer: so at most MaxPlays of its own samples
+// play at once. Each play is a stream of the server's (pipewire-pulse
+// 0.3 makes a PipeWire node of it) that ends when the sample does, and
+// the server tells the client when it starts, not when it ends: the
+// filter cannot count those playing, only bound how fast they start. A
+// play past the bound waits, and the app's later packets behind it, until
+// the oldest leaves the window; none is refused.
+const (
+	MaxPlays   = 64
+	PlayWindow = 30 * time.Second
+)
 
 // Ledger is what an app holds in its sound server: the streams of its
 // connections, and the bytes of its samples, cached (by the name the
@@ -40,10 +55,44 @@ type Ledger struct {
 	samples   map[string]uint32 // cached, by name
 	cached    int64             // the sum of samples
 	uploading int64             // the lengths of the open upload streams
+	// plays are when the last MaxPlays plays started, a ring whose next
+	// entry is the oldest; window is PlayWindow.
+	plays  [MaxPlays]time.Time
+	next   int
+	window time.Duration
 }
 
 // NewLedger returns an empty Ledger.
-func NewLedger() *Ledger { return &Ledger{samples: map[string]uint32{}} }
+func NewLedger() *Ledger { return newLedger(PlayWindow) }
+
+func newLedger(window time.Duration) *Ledger {
+	return &Ledger{samples: map[string]uint32{}, window: window}
+}
+
+// play counts a play that starts now, once fewer than MaxPlays started in
+// the window before: until then it waits, holding no lock, and is ctx's
+// error if ctx ends first.
+func (l *Ledger) play(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		now := time.Now()
+		since := now.Sub(l.plays[l.next])
+		if l.plays[l.next].IsZero() || since >= l.window {
+			l.plays[l.next] = now
+			l.next = (l.next + 1) % MaxPlays
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		t := time.NewTimer(l.window - since)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
 
 // addStream counts a stream asked for, or refuses it past MaxStreams; an
 // upload stream's length counts at once, or it is refused past MaxCache
@@ -300,6 +349,9 @@ func uploadOf(p []byte) (name string, length uint32, err error) {
 	if length > MaxSample {
 		return "", 0, fmt.Errorf("a sample of %d bytes (the filter passes %d at most): %w", length, MaxSample, ErrRefused)
 	}
+	if err := checkDuration(vals[1], length); err != nil {
+		return "", 0, err
+	}
 	name, named := firstString(vals[0])
 	pw, pwNamed := name, named
 	if len(p) > 0 {
@@ -314,6 +366,25 @@ func uploadOf(p []byte) (name string, length uint32, err error) {
 		name = pw
 	}
 	return name, length, nil
+}
+
+// sampleSizes are the bytes of one sample of each format of a sample
+// spec (sample.h: u8, alaw, ulaw, s16le, s16be, float32le, float32be,
+// s32le, s32be, s24le, s24be, s24-32le, s24-32be).
+var sampleSizes = [...]uint64{1, 1, 1, 2, 2, 4, 4, 4, 4, 3, 3, 4, 4}
+
+// checkDuration refuses an upload of length bytes in the sample spec
+// spec that plays for longer than PlayWindow (MaxPlays), or whose spec
+// says no duration.
+func checkDuration(spec []byte, length uint32) error {
+	if len(spec) != 7 || spec[0] != 'a' || int(spec[1]) >= len(sampleSizes) || spec[2] == 0 || binary.BigEndian.Uint32(spec[3:]) == 0 {
+		return fmt.Errorf("an upload without a sample spec that gives it a duration: %w", ErrRefused)
+	}
+	perSecond := sampleSizes[spec[1]] * uint64(spec[2]) * uint64(binary.BigEndian.Uint32(spec[3:]))
+	if secs := uint64(PlayWindow / time.Second); uint64(length) > secs*perSecond {
+		return fmt.Errorf("a sample that plays for %ds (the filter passes %ds at most: an event's sound): %w", uint64(length)/perSecond, secs, ErrRefused)
+	}
+	return nil
 }
 
 // uploadProperty is the upload's name in its property list p: event.id,

@@ -2,11 +2,13 @@ package pulsefilter
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A step of a connection: a packet the app sends (tag and frame), or one
@@ -43,7 +45,7 @@ func (c *conn) run(t *testing.T, steps []step) error {
 	t.Helper()
 	for _, s := range steps {
 		if s.app != nil {
-			if err := c.filter(io.Discard, bytes.NewReader(s.app), nil); err != nil {
+			if err := c.filter(context.Background(), io.Discard, bytes.NewReader(s.app), nil); err != nil {
 				return err
 			}
 			continue
@@ -278,4 +280,96 @@ func FuzzCopyBack(f *testing.F) {
 			t.Fatalf("%d streams counted after the connection's end", s.ledger.streams)
 		}
 	})
+}
+
+// playSample is the app's PLAY_SAMPLE of the sample "bell" with tag.
+func playSample(tag uint32) []byte {
+	v := []byte{tagU32, 0xFF, 0xFF, 0xFF, 0xFF, tagStringNull, tagU32, 0, 1, 0, 0, tagString, 'b', 'e', 'l', 'l', 0}
+	return withTag(packet(cmdPlaySample, append(v, props("media.role", "event")...)...), tag)
+}
+
+// TestPlaysBounded: an app starts MaxPlays plays in a window at once; the
+// next waits until the oldest leaves the window, then passes, as it was.
+func TestPlaysBounded(t *testing.T) {
+	const window = 300 * time.Millisecond
+	l := newLedger(window)
+	c := conn{streams: newStreams(l)}
+	var got bytes.Buffer
+	var in [][]byte
+	for i := range uint32(MaxPlays + 1) {
+		in = append(in, playSample(i+1))
+	}
+	start := time.Now()
+	if err := c.filter(context.Background(), &got, bytes.NewReader(bytes.Join(in[:MaxPlays], nil)), nil); err != nil {
+		t.Fatal(err)
+	}
+	first := l.plays[0]
+	if err := c.filter(context.Background(), &got, bytes.NewReader(in[MaxPlays]), nil); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(first); waited < window {
+		t.Fatalf("play %d passed %s after the first, inside the %s window (%d started at once in %s)", MaxPlays+1, waited, window, MaxPlays, first.Sub(start))
+	}
+	if want := bytes.Join(in, nil); !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("the server got %d bytes, want %d", got.Len(), len(want))
+	}
+}
+
+// TestPlaysShared: the app's connections share the bound; a play that
+// waits ends with Run's context, passing nothing.
+func TestPlaysShared(t *testing.T) {
+	l := newLedger(time.Hour)
+	a, b := conn{streams: newStreams(l)}, conn{streams: newStreams(l)}
+	var plays [][]byte
+	for i := range uint32(MaxPlays) {
+		plays = append(plays, playSample(i+1))
+	}
+	if err := a.filter(context.Background(), io.Discard, bytes.NewReader(bytes.Join(plays, nil)), nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var got bytes.Buffer
+	go func() { done <- b.filter(ctx, &got, bytes.NewReader(playSample(1)), nil) }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || got.Len() != 0 {
+		t.Fatalf("a play past the bound on another connection, its context ended: %v, %d bytes passed; want context.Canceled and none", err, got.Len())
+	}
+}
+
+// uploadSpec is a create_upload_stream's values, named by event.id, in
+// the sample spec of format, channels and rate.
+func uploadSpec(format, channels byte, rate, length uint32) step {
+	b := []byte{tagString, 'e', 0, 'a', format, channels}
+	b = binary.BigEndian.AppendUint32(b, rate)
+	b = append(b, 'm', 1, 0)
+	b = binary.BigEndian.AppendUint32(append(b, tagU32), length)
+	return step{app: withTag(packet(cmdCreateUploadStream, append(b, props("event.id", "e")...)...), 1)}
+}
+
+// TestUploadDuration: no sample an app uploads plays for longer than
+// PlayWindow, so that MaxPlays bounds what of its own plays at once.
+func TestUploadDuration(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		up      step
+		refused string
+	}{
+		{"30 s of s16le stereo at 44.1 kHz? no: 4 MiB is 23 s", uploadSpec(3, 2, 44100, MaxSample), ""},
+		{"30 s of u8 mono at 8 kHz", uploadSpec(0, 1, 8000, 240000), ""},
+		{"30 s and a byte", uploadSpec(0, 1, 8000, 240001), "plays for 30s (the filter passes 30s at most"},
+		{"4 MiB of u8 mono at 8 kHz", uploadSpec(0, 1, 8000, MaxSample), "plays for 524s"},
+		{"4 MiB at 1 Hz", uploadSpec(3, 2, 1, MaxSample), "plays for 1048576s"},
+		{"rate 0", uploadSpec(3, 2, 0, 4), "without a sample spec that gives it a duration"},
+		{"no channels", uploadSpec(3, 0, 44100, 4), "without a sample spec that gives it a duration"},
+		{"a format past the known", uploadSpec(13, 2, 44100, 4), "without a sample spec that gives it a duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conn{streams: newStreams(NewLedger())}
+			err := c.run(t, []step{tc.up})
+			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
+				t.Fatalf("%v; want refused %q", err, tc.refused)
+			}
+		})
+	}
 }

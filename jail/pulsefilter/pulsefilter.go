@@ -47,6 +47,7 @@ const (
 	cmdCreateRecordStream    = 5
 	cmdAuth                  = 8
 	cmdCreateUploadStream    = 15
+	cmdPlaySample            = 18
 	cmdSetPlaybackBufferAttr = 72
 	cmdSetRecordBufferAttr   = 73
 )
@@ -100,7 +101,7 @@ func Run(ctx context.Context, app, server net.Conn, ledger *Ledger, dropped func
 		copyBack(app, bufio.NewReaderSize(server, 64<<10), c.streams)
 		closeBoth()
 	}()
-	err := c.filter(server, bufio.NewReaderSize(app, 64<<10), dropped)
+	err := c.filter(ctx, server, bufio.NewReaderSize(app, 64<<10), dropped)
 	closeBoth()
 	<-back
 	if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
@@ -148,9 +149,10 @@ const maxPacket = 1 << 20
 
 // filter copies r to w frame by frame, as Run's app-to-server half does:
 // nil at r's end, ErrRefused for a frame it does not pass on (nothing of
-// that frame is written), or the read or write error. dropped, when set,
-// is told of each property it leaves out.
-func (c *conn) filter(w io.Writer, r io.Reader, dropped func(key string)) error {
+// that frame is written), or the read or write error. A PLAY_SAMPLE past
+// the app's bound waits for room (Ledger.play), or for ctx's end.
+// dropped, when set, is told of each property it leaves out.
+func (c *conn) filter(ctx context.Context, w io.Writer, r io.Reader, dropped func(key string)) error {
 	var d [descriptorSize]byte
 	var in, out []byte
 	for {
@@ -178,6 +180,11 @@ func (c *conn) filter(w io.Writer, r io.Reader, dropped func(key string)) error 
 			var err error
 			if out, err = c.check(out[:0], in, dropped); err != nil {
 				return err
+			}
+			if binary.BigEndian.Uint32(in[1:]) == cmdPlaySample {
+				if err := c.streams.ledger.play(ctx); err != nil {
+					return err
+				}
 			}
 			binary.BigEndian.PutUint32(d[0:], uint32(len(out)))
 			if _, err := w.Write(append(d[:], out...)); err != nil {

@@ -32,7 +32,7 @@ func withTag(f []byte, tag uint32) []byte {
 // filter runs a connection's filter with a Ledger of its own.
 func filter(w io.Writer, r io.Reader, dropped func(string)) error {
 	c := conn{streams: newStreams(NewLedger())}
-	return c.filter(w, r, dropped)
+	return c.filter(context.Background(), w, r, dropped)
 }
 
 func frame(channel, flags uint32, payload []byte) []byte {
