@@ -16,6 +16,7 @@ require (
 	golang.org/x/sync v0.23.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/text v0.14.0
+	golang.org/x/time v0.16.0
 )
 
 require (

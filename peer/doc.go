@@ -106,7 +106,9 @@
 //  7. Goroutines: the audit log's loop (started by New, ended by Close);
 //     each link's reader and writer (started by Attach; once the link is
 //     shut the reader waits for the writer, then tears the link down, and
-//     Close waits for every teardown); each app's jobs goroutine (alive
+//     Close waits for every teardown; between lines the reader may wait,
+//     holding nothing, for a free slot or for the app's budget of unasked
+//     lines, Config.UnaskedRate, until the link shuts); each app's jobs goroutine (alive
 //     while jobs are queued; Close waits for the queue); the deadlines of
 //     a consent prompt, a kernel request and a tool call (time.AfterFunc),
 //     each running one step, which finds its object ended if a teardown

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"octosup/internal/linewriter"
 	"octosup/peer/internal/frame"
@@ -36,6 +38,9 @@ type link struct {
 	// read and not yet handled): a full one stops the reader, so the
 	// socket slows an app that keeps too many requests open.
 	slots chan struct{}
+	// unasked paces the lines the app sends unasked (Config.UnaskedRate);
+	// only the reader uses it.
+	unasked *rate.Limiter
 
 	// Guarded by the peer's mu.
 	spare bool // the handled request's token is not yet taken by a request
@@ -55,7 +60,9 @@ type link struct {
 func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	l := &link{
 		m: m, p: p, appID: p.id, conn: conn, prev: prev,
-		slots:    make(chan struct{}, m.cfg.MaxOpenRequests),
+		slots: make(chan struct{}, m.cfg.MaxOpenRequests),
+		// Its burst takes the longest line at once.
+		unasked:  rate.NewLimiter(rate.Limit(m.cfg.UnaskedRate), max(m.cfg.UnaskedRate/2, frame.MaxFrame+1+unaskedLineCost)),
 		requests: map[string]*request{},
 		contexts: map[string]*appContext{},
 		calls:    map[string]*call{},
@@ -183,6 +190,7 @@ func (l *link) readLoop() {
 			l.p.run(func() {
 				l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", frame.MaxFrame)})
 			})
+			l.pace(frame.MaxFrame + 1)
 			continue
 		}
 		if err != nil {
@@ -193,7 +201,9 @@ func (l *link) readLoop() {
 			l.shut(reason)
 			break
 		}
-		l.handleLine(line)
+		if !l.handleLine(line) {
+			l.pace(len(line) + 1)
+		}
 	}
 	<-l.wrote
 	// Close waits for done before it closes the peer.
@@ -201,11 +211,32 @@ func (l *link) readLoop() {
 	close(l.done)
 }
 
+// unaskedLineCost is what handling a line costs the daemon beyond its
+// bytes (Config.UnaskedRate), in bytes.
+const unaskedLineCost = 2 << 10
+
+// pace waits until the app's budget for unasked lines has room for one of
+// n bytes, or the link closes.
+func (l *link) pace(n int) {
+	d := l.unasked.ReserveN(time.Now(), n+unaskedLineCost).Delay()
+	if d == 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-l.closing:
+	}
+}
+
 // handleLine decodes a line on the reader and hands it to the peer; the
 // frames are the peer's to handle, in the order they came: each is
 // handled with the peer locked (p.run), and the reader handles one line
-// at a time, so it never runs ahead of its peer.
-func (l *link) handleLine(line []byte) {
+// at a time, so it never runs ahead of its peer. asked is whether the
+// line was one the daemon waits for or keeps (a request it holds open, a
+// tool result of a call it sent): any other is paced (pace).
+func (l *link) handleLine(line []byte) (asked bool) {
 	up, pass, err := frame.ParseLine(line)
 	switch {
 	case err != nil:
@@ -231,11 +262,12 @@ func (l *link) handleLine(line []byte) {
 			select {
 			case l.slots <- struct{}{}:
 			case <-l.closing:
-				return
+				return true
 			}
-			l.p.run(func() { l.p.onRequestLine(l, f) })
+			l.p.run(func() { asked = l.p.onRequestLine(l, f) })
 		case *frame.ToolResult:
-			l.p.run(func() { l.p.onToolResult(l, f) })
+			l.p.run(func() { asked = l.p.onToolResult(l, f) })
 		}
 	}
+	return asked
 }

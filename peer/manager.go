@@ -39,6 +39,9 @@ const (
 	DefaultMaxPendingApprovals = 16
 	// DefaultMaxCalls bounds an app's outstanding tool calls.
 	DefaultMaxCalls = 256
+	// DefaultUnaskedRate is Config.UnaskedRate's: with unaskedLineCost,
+	// 2,048 small lines or 4 MiB a second.
+	DefaultUnaskedRate = 4 << 20
 	// maxTurnEvents and maxTurnBytes bound the events one turn keeps for
 	// its history (the rest is streamed but not kept: the turn is marked
 	// truncated), so that a turn is one modest store value.
@@ -109,6 +112,16 @@ type Config struct {
 	// DuplicateWindow is how many finished call ids per app are still
 	// refused as duplicates.
 	DuplicateWindow int
+	// UnaskedRate bounds, in bytes a second, the lines an app sends
+	// unasked that the daemon handles: pass-through frames, bad frames,
+	// requests answered at once (refused), and tool results for calls it
+	// was not sent. Each costs its bytes and unaskedLineCost; past the
+	// rate the daemon reads the app's hub no faster, and the socket slows
+	// the app: an app whose own CPU is capped cannot have the daemon
+	// parse and log for it without end. A request that stays open and a
+	// tool result the daemon waits for cost nothing: MaxOpenRequests and
+	// the kernel's calls bound those.
+	UnaskedRate int
 	// AuditKeep is how many audit entries the store keeps
 	// (policy.DefaultAuditKeep when 0).
 	AuditKeep int
@@ -230,6 +243,7 @@ func (cfg *Config) setDefaults() {
 	orDefault(&cfg.MaxStoreBytes, DefaultMaxStoreBytes)
 	orDefault(&cfg.MaxPendingApprovals, DefaultMaxPendingApprovals)
 	orDefault(&cfg.MaxCalls, DefaultMaxCalls)
+	orDefault(&cfg.UnaskedRate, DefaultUnaskedRate)
 	orDefault(&cfg.MaxToolTimeout, DefaultMaxToolTimeout)
 	orDefault(&cfg.RelayQueue, DefaultRelayQueue)
 	orDefault(&cfg.DuplicateWindow, DefaultDuplicateWindow)

@@ -132,14 +132,16 @@ func (p *peer) fail(l *link, reqID string, e *Error) {
 
 // onRequestLine handles a request frame the link's reader handed over,
 // with one of the link's tokens (slots), which the request keeps while it
-// is open.
-func (p *peer) onRequestLine(l *link, f *frame.Request) {
+// is open: kept.
+func (p *peer) onRequestLine(l *link, f *frame.Request) (kept bool) {
 	l.spare = true
 	p.onRequest(l, f)
 	if l.spare {
 		l.spare = false
 		<-l.slots
+		return false
 	}
+	return true
 }
 
 // onRequest takes one request frame from the app's link: every request

@@ -321,10 +321,11 @@ func (p *peer) callTimeout(c *call) {
 }
 
 // onToolResult takes an app's tool_result. Anything that does not fit
-// the call's state is ignored and logged: terminal is final.
-func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
+// the call's state is ignored and logged: terminal is final. sent is
+// whether it answered a call the app was sent, as the call waited for.
+func (p *peer) onToolResult(l *link, f *frame.ToolResult) (sent bool) {
 	if p.link != l || l.isShut() {
-		return
+		return true
 	}
 	c := l.calls[f.CallID]
 	if c == nil || !c.sent() {
@@ -333,24 +334,24 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 			why = "a call that already has its outcome"
 		}
 		p.m.log.Info("tool_result ignored: "+why, zap.String("app", p.id), zap.String("call_id", f.CallID))
-		return
+		return false
 	}
 	if f.AwaitingConfirmation {
 		if c.confirm != control.ConfirmApp || c.state == callAwaitingApp {
 			p.m.log.Info("awaiting_confirmation ignored: the call did not ask for it, or it came twice",
 				zap.String("app", p.id), zap.String("call_id", c.id))
-			return
+			return false
 		}
 		c.move(callAwaitingApp)
 		p.ack(c)
-		return
+		return true
 	}
 	if c.confirm == control.ConfirmApp && c.state == callDelivered {
 		p.m.log.Warn("final tool_result without the awaiting_confirmation the call asked for",
 			zap.String("app", p.id), zap.String("call_id", c.id))
 		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(frame.CodeConfirmationSkipped,
 			"app %s answered %s without asking its person first (confirm_required)", p.id, c.name)}, frame.CodeConfirmationSkipped)
-		return
+		return true
 	}
 	r := Result{Outcome: OutcomeOK, Data: f.Data}
 	if !f.OK {
@@ -362,6 +363,7 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) {
 		p.m.log.Warn("tool result too large to relay", zap.String("app", p.id), zap.String("call_id", c.id), zap.Int("bytes", n))
 	}
 	p.endCall(c, callFinished, r, "")
+	return true
 }
 
 // askHost raises the host confirmation sheet of a call. It expires with
