@@ -46,7 +46,9 @@ func TestUnaskedLinesArePaced(t *testing.T) {
 				}
 			}
 			if tc.seen == nil {
-				until(t, "every result handled", func() bool { return h.logs.FilterMessage("tool_result ignored: a call this app was never sent").Len() == n })
+				until(t, "every result handled", func() bool {
+					return h.logs.FilterMessage("tool_result ignored: a call this app was never sent").Len() == n
+				})
 			}
 			// A line is paced after it is handled, and the burst may
 			// leave up to a line's worth: the last of the extra lines
