@@ -563,20 +563,32 @@ func TestSoundServerHoldingsBounded(t *testing.T) {
 		// The app removes what it cached, which frees its place;
 		// removing a sample's name while its upload is open frees
 		// nothing: the finish caches it all the same.
-		removeAll := func() {
-			app := h.probeApp("probe", "pulse_remove", strconv.Itoa(samples), sock)
+		removeAll := func(n int) {
+			app := h.probeApp("probe", "pulse_remove", strconv.Itoa(n), sock)
 			grant(&app)
-			if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", samples) {
+			if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", n) {
 				t.Fatalf("a jailed app's removal of its samples: %v %q", o.err, o.out)
 			}
 		}
-		removeAll()
+		removeAll(samples)
 		runEscapeCase(t, h, escapeCase{name: "samples, each name removed before its finish",
 			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), refused: cutAt("cached", samples),
 			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock, "remove"), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+		// A REMOVE_SAMPLE PulseAudio does not carry out (a value too
+		// many: it ends the connection) frees nothing.
+		removeAll(samples)
+		runEscapeCase(t, h, escapeCase{name: "samples, each then removed with a value too many",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock, "forget"), refused: cutAt("cached", samples),
+			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock, "forget"), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+		// However small, a sample costs 64 KiB of the bound: 256 at most.
+		removeAll(samples)
+		tiny := 16 << 20 / (64 << 10)
+		runEscapeCase(t, h, escapeCase{name: "tiny samples",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(tiny+44), "4", sock), refused: cutAt("cached", tiny),
+			control: plain("pulse_uploads", strconv.Itoa(tiny+44), "4", sock), allowed: fmt.Sprintf("cached %d", tiny+44)}, env)
+		removeAll(tiny)
 		// Plays: MaxPlays start at once, the next waits out the window
 		// (longer than the probe's 3 s for an answer).
-		removeAll()
 		plays := strconv.Itoa(pulsefilter.MaxPlays + 6)
 		runEscapeCase(t, h, escapeCase{name: "plays",
 			attempt: jailed(grant, "pulse_plays", plays, sock),
@@ -753,6 +765,20 @@ func TestPipeWireJailed(t *testing.T) {
 			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock),
 			refused: cutAt("cached", samples),
 			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
+		// pipewire-pulse names a sample by the client's properties under
+		// the upload's: an event.id set on the client, and an upload
+		// named "decoy" with none, would cache samples the filter
+		// counted as one. The filter keeps the client's properties from
+		// naming samples, so the jailed finish names none.
+		app := h.probeApp("probe", "pulse_remove", strconv.Itoa(samples), sock)
+		grant(&app)
+		if o := h.runApp(app, env, nil); o.err != nil || o.out != fmt.Sprintf("removed %d", samples) {
+			t.Fatalf("a jailed app's removal of its samples: %v %q", o.err, o.out)
+		}
+		runEscapeCase(t, h, escapeCase{name: "samples named by the client's event.id",
+			attempt: jailed(grant, "pulse_uploads", strconv.Itoa(samples+1), size, sock, "alias"),
+			refused: []string{"cached 0, then: the server refused tag 4"},
+			control: plain("pulse_uploads", strconv.Itoa(samples+1), size, sock, "alias"), allowed: fmt.Sprintf("cached %d", samples+1)}, env)
 		if o := h.runApp(desktopApp("snd", []string{"pipewire"}, pactl, "info"), env, nil); o.err == nil || !strings.Contains(o.err.Error(), `"pipewire" is not a socket octosup grants`) {
 			t.Fatalf("an app with sockets [\"pipewire\"] started (%v)", o.err)
 		}

@@ -208,33 +208,60 @@ func pulseStreams(n int, path string) (string, error) {
 	return fmt.Sprintf("made %d", n), nil
 }
 
-// pulseUploads is the probe action pulse_uploads N SIZE PATH [remove]: a
+// pulseUploads is the probe action pulse_uploads N SIZE PATH [MODE]: a
 // client that puts N samples of SIZE bytes in the sample cache of the
-// server at PATH, named probe-0, probe-1 and so on (an upload stream, its
-// audio, its finish). With remove it removes each sample's name before
-// its finish (as if to take it off a count). It reports how many the
-// server cached: "cached N", or "cached K, then: why".
-func pulseUploads(n, size int, path string, removeFirst bool) (string, error) {
+// server at PATH, named probe-0, probe-1 and so on, as libpulse names a
+// sample (an upload stream whose name and event.id are the sample's, its
+// audio, its finish). MODE tries to take samples off a count:
+//   - remove: it removes each sample's name before its finish;
+//   - alias: before each upload it sets its client's event.id to the
+//     sample's name (UPDATE_CLIENT_PROPLIST), and the upload's own name is
+//     "decoy", with no properties (pipewire-pulse 0.3 names a sample by
+//     the client's properties under the upload's);
+//   - forget: after each finish it sends a REMOVE_SAMPLE of the name with
+//     a value too many, which PulseAudio ends the connection for before
+//     removing anything, and connects again.
+//
+// It reports how many the server cached: "cached N", or "cached K, then:
+// why".
+func pulseUploads(n, size int, path, mode string) (string, error) {
 	c, err := dialPulse(path)
 	if err != nil {
 		return "", err
 	}
-	defer unix.Close(c.fd)
+	defer func() { unix.Close(c.fd) }()
 	if err := c.hello(); err != nil {
 		return "", err
 	}
 	chunk := make([]byte, 20+64<<10)
-	upload := func(i int) error {
+	upload := func(name string) error {
+		if mode == "alias" {
+			tag, err := c.send(82, func() { // mode replace
+				c.u32(2)
+				c.b = append(c.b, 'P')
+				c.prop("event.id", name)
+				c.b = append(c.b, 'N')
+			})
+			if err == nil {
+				_, err = c.answer(tag)
+			}
+			if err != nil {
+				return err
+			}
+		}
 		tag, err := c.send(15, func() {
-			// As libpulse names a sample: by its event.id, in the
-			// name value and the properties both.
-			name := fmt.Sprintf("probe-%d", i)
-			c.b = append(append(append(c.b, 't'), name...), 0)
+			if mode == "alias" {
+				c.b = append(c.b, 't', 'd', 'e', 'c', 'o', 'y', 0)
+			} else {
+				c.b = append(append(append(c.b, 't'), name...), 0)
+			}
 			c.b = binary.BigEndian.AppendUint32(append(c.b, 'a', 3, 2), 44100)
 			c.b = append(c.b, 'm', 2, 1, 2)
 			c.u32(uint32(size))
 			c.b = append(c.b, 'P')
-			c.prop("event.id", name)
+			if mode != "alias" {
+				c.prop("event.id", name)
+			}
 			c.b = append(c.b, 'N')
 		})
 		if err != nil {
@@ -244,8 +271,8 @@ func pulseUploads(n, size int, path string, removeFirst bool) (string, error) {
 		if err != nil {
 			return err
 		}
-		if removeFirst {
-			if _, err := c.send(19, func() { c.b = append(append(append(c.b, 't'), fmt.Sprintf("probe-%d", i)...), 0) }); err != nil {
+		if mode == "remove" {
+			if _, err := c.send(19, func() { c.b = append(append(append(c.b, 't'), name...), 0) }); err != nil {
 				return err
 			}
 		}
@@ -265,8 +292,23 @@ func pulseUploads(n, size int, path string, removeFirst bool) (string, error) {
 		return err
 	}
 	for i := range n {
-		if err := upload(i); err != nil {
+		name := fmt.Sprintf("probe-%d", i)
+		if err := upload(name); err != nil {
 			return fmt.Sprintf("cached %d, then: %v", i, err), nil
+		}
+		if mode == "forget" {
+			c.send(19, func() {
+				c.b = append(append(append(c.b, 't'), name...), 0)
+				c.u32(0) // one value too many
+			})
+			c.answer(c.tag - 1) // the end of the connection, as PulseAudio ends it
+			unix.Close(c.fd)
+			if c, err = dialPulse(path); err == nil {
+				err = c.hello()
+			}
+			if err != nil {
+				return fmt.Sprintf("cached %d, then: connect again: %v", i+1, err), nil
+			}
 		}
 	}
 	return fmt.Sprintf("cached %d", n), nil

@@ -173,7 +173,11 @@ func probe(action string, a []string) (string, error) {
 	case "pulse_remove":
 		return pulseRemove(atoi(a[0]), a[1])
 	case "pulse_uploads":
-		return pulseUploads(atoi(a[0]), atoi(a[1]), a[2], len(a) > 3 && a[3] == "remove")
+		mode := ""
+		if len(a) > 3 {
+			mode = a[3]
+		}
+		return pulseUploads(atoi(a[0]), atoi(a[1]), a[2], mode)
 	case "unix_connect_n":
 		// a[0] connects to a[1] at once, held open: the first refusal.
 		n, err := strconv.Atoi(a[0])

@@ -19,9 +19,11 @@
 // each of its packets read on the way: a Ledger, one an app, keeps what
 // the app holds in the server within bounds across its connections
 // (MaxStreams streams at once, placed by the server's answers to the
-// creates; MaxCache bytes of samples, by the name the server caches
-// them under; MaxPlays plays started in a PlayWindow, a play past it
-// waiting for room).
+// creates; MaxCache bytes of samples, each costing at least 64 KiB,
+// cached as the server acknowledges their finish and forgotten as it
+// acknowledges their removal, by the name it caches them under;
+// MaxPlays plays started in a PlayWindow, a play past it waiting for
+// room). The client's own properties never name a sample.
 //
 // Use: the guard (jail/guard_sound.go) dials the server, hands the app a
 // connection of its own, and calls Run with both and the app's Ledger

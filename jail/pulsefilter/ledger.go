@@ -37,24 +37,26 @@ const (
 )
 
 // Ledger is what an app holds in its sound server: the streams of its
-// connections, and the bytes of its samples, cached (by the name the
-// server keeps each under) or on their way (an upload stream open). One
-// Ledger serves every connection of the app and outlives them (the jail
-// keeps one an app, across its restarts): a sample stays cached when its
-// connection ends, a stream and an unfinished upload do not. Its methods
-// are safe for concurrent use.
+// connections, and its samples, cached (by the name the server keeps
+// each under) or on their way (an upload open, or finished and not yet
+// answered). One Ledger serves every connection of the app and outlives
+// them (the jail keeps one an app, across its restarts): a sample stays
+// cached when its connection ends, a stream and an unfinished upload do
+// not. Its methods are safe for concurrent use.
 //
-// Counts err on the high side, never the low one: a stream the server
-// ended without saying so (an error that ends a stream with tag -1, an
-// older client's protocol without "killed" events) stays counted until
-// its connection ends, and a sample until the app removes its name;
-// what the server freed is never taken for what it holds.
+// Counts err on the high side, never the low one: a sample is cached,
+// and a name removed, when the server says so (a finish whose answer a
+// closed connection lost counts as cached); a stream the server ended
+// without saying so (an error that ends a stream with tag -1, an older
+// client's protocol without "killed" events) stays counted until its
+// connection ends. What the server freed is never taken for what it
+// holds.
 type Ledger struct {
 	mu        sync.Mutex
 	streams   int
-	samples   map[string]uint32 // cached, by name
-	cached    int64             // the sum of samples
-	uploading int64             // the lengths of the open upload streams
+	samples   map[string]int64 // what each cached sample costs, by name
+	cached    int64            // the sum of samples
+	uploading int64            // what the samples on their way cost
 	// plays are when the last MaxPlays plays started, a ring whose next
 	// entry is the oldest; window is PlayWindow.
 	plays  [MaxPlays]time.Time
@@ -66,7 +68,7 @@ type Ledger struct {
 func NewLedger() *Ledger { return newLedger(PlayWindow) }
 
 func newLedger(window time.Duration) *Ledger {
-	return &Ledger{samples: map[string]uint32{}, window: window}
+	return &Ledger{samples: map[string]int64{}, window: window}
 }
 
 // play counts a play that starts now, once fewer than MaxPlays started in
@@ -95,50 +97,84 @@ func (l *Ledger) play(ctx context.Context) error {
 }
 
 // addStream counts a stream asked for, or refuses it past MaxStreams; an
-// upload stream's length counts at once, or it is refused past MaxCache
-// with what is cached and on its way.
-func (l *Ledger) addStream(upload uint32) error {
+// upload's cost (sampleCost) counts at once, or it is refused past
+// MaxCache with what is cached and on its way.
+func (l *Ledger) addStream(upload int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.streams >= MaxStreams {
 		return fmt.Errorf("a stream past the %d an app holds in the sound server at once (delete one first): %w", MaxStreams, ErrRefused)
 	}
-	if held := l.cached + l.uploading; held+int64(upload) > MaxCache {
-		return fmt.Errorf("a sample of %d bytes with %d cached or on the way (an app caches %d at most: remove one first): %w",
-			upload, held, MaxCache, ErrRefused)
+	if held := l.cached + l.uploading; held+upload > MaxCache {
+		return fmt.Errorf("a sample that costs %d bytes with %d cached or on the way (an app caches %d at most, a sample costing %d at least: remove one first): %w",
+			upload, held, MaxCache, minSampleCost, ErrRefused)
 	}
 	l.streams++
-	l.uploading += int64(upload)
+	l.uploading += upload
 	return nil
 }
 
-// dropStream forgets a stream, and the length of an upload that did not
-// finish.
-func (l *Ledger) dropStream(upload uint32) {
+// dropStream forgets a stream, and what an upload that did not finish
+// cost.
+func (l *Ledger) dropStream(upload int64) {
 	l.mu.Lock()
 	l.streams--
-	l.uploading -= int64(upload)
+	l.uploading -= upload
 	l.mu.Unlock()
 }
 
-// finish moves a finished upload's length from on-the-way to cached,
-// under name, in place of a sample of that name.
-func (l *Ledger) finish(name string, length uint32) {
+// endUpload forgets a finished upload's stream (the server frees it at
+// the finish, whatever its answer); its sample stays on its way.
+func (l *Ledger) endUpload() {
 	l.mu.Lock()
 	l.streams--
-	l.uploading -= int64(length)
-	l.cached += int64(length) - int64(l.samples[name])
-	l.samples[name] = length
 	l.mu.Unlock()
+}
+
+// settle ends a finished upload's wait: cached, its cost moves to the
+// cache under name, in place of a sample of that name; refused, it is
+// forgotten.
+func (l *Ledger) settle(name string, cost int64, cached bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.uploading -= cost
+	if cached {
+		l.cached += cost - l.samples[name]
+		l.samples[name] = cost
+	}
+}
+
+// holds reports whether a sample of that name is counted.
+func (l *Ledger) holds(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.samples[name]
+	return ok
 }
 
 // remove forgets the sample cached under name.
 func (l *Ledger) remove(name string) {
 	l.mu.Lock()
-	l.cached -= int64(l.samples[name])
+	l.cached -= l.samples[name]
 	delete(l.samples, name)
 	l.mu.Unlock()
 }
+
+// minSampleCost is the least a sample costs of MaxCache, whatever its
+// length: a cached sample costs the server memory of its own (an entry,
+// its properties; pipewire-pulse 0.3 a 4 MiB buffer's mapping), so
+// 1-byte samples would otherwise be millions (a hostile review cached
+// 70,000, and the server's memory grew by 190 MiB, 938 MiB under
+// pipewire-pulse). MaxCache/minSampleCost samples at most: 256.
+const minSampleCost = 64 << 10
+
+// sampleCost is what a sample of length bytes costs of MaxCache.
+func sampleCost(length uint32) int64 { return max(int64(length), minSampleCost) }
+
+// maxSampleName is PulseAudio's bound on a name (PA_NAME_MAX, its NUL
+// included), which pipewire-pulse does not hold: a longer name's upload
+// is refused, so that what the Ledger keeps of an app is small.
+const maxSampleName = 127
 
 // streamKind is what a create command makes; a channel number is the
 // server's for one kind (PulseAudio numbers record streams apart from
@@ -170,12 +206,13 @@ const (
 	noTag                   = 0xFFFFFFFF // the tag of what the server sends unasked
 )
 
-// streams are one connection's streams in its app's Ledger. The server
-// answers a create with the stream's channel, under the create's tag; an
-// app that reused that tag could have another answer taken for it, so a
-// create's tag must be past every tag the connection sent before it
-// (libpulse counts its tags up), and no packet may reuse the tag of a
-// create still unanswered. An upload is finished only on a channel the
+// streams are one connection's streams and samples in its app's Ledger.
+// The server answers a create with the stream's channel, and a finish or
+// a REMOVE_SAMPLE with an ack or an error, under the command's tag; an
+// app that reused that tag could have another answer taken for it, so
+// such a command's tag must be past every tag the connection sent before
+// it (libpulse counts its tags up), and no packet may reuse the tag of
+// one still unanswered. An upload is finished only on a channel the
 // server gave it: a finish sent on a guess, before the answer, would
 // cache a sample the filter had not seen become one.
 type streams struct {
@@ -183,7 +220,7 @@ type streams struct {
 	mu     sync.Mutex // the filter's half and the server's both use what follows
 	sent   bool       // a packet has been sent: last is its tag
 	last   uint32
-	asked  map[uint32]openStream // creates not answered yet, by tag
+	asked  map[uint32]asked // commands not answered yet, by tag
 	live   map[streamKey]openStream
 	// unplaced are streams whose answer named no channel the filter could
 	// read: counted until the connection ends.
@@ -191,15 +228,23 @@ type streams struct {
 }
 
 // openStream is a stream of the connection: an upload's also the name
-// and length of its sample.
+// and cost of its sample.
 type openStream struct {
-	kind   streamKind
-	name   string
-	length uint32
+	kind streamKind
+	name string
+	cost int64
+}
+
+// asked is a command the server has not answered: a create (stream), a
+// finish (finished, the upload) or a REMOVE_SAMPLE (remove, the name).
+type asked struct {
+	stream   openStream
+	finished bool
+	remove   string
 }
 
 func newStreams(l *Ledger) *streams {
-	return &streams{ledger: l, asked: map[uint32]openStream{}, live: map[streamKey]openStream{}}
+	return &streams{ledger: l, asked: map[uint32]asked{}, live: map[streamKey]openStream{}}
 }
 
 // send follows the app's packet cmd with tag, the rest of its values
@@ -210,55 +255,74 @@ func (s *streams) send(cmd, tag uint32, rest []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.asked[tag]; ok {
-		return fmt.Errorf("command %d with tag %d, the tag of a create that waits for its answer: %w", cmd, tag, ErrRefused)
+		return fmt.Errorf("command %d with tag %d, the tag of a command that waits for its answer: %w", cmd, tag, ErrRefused)
 	}
-	var st openStream
+	var a asked
+	channel, hasChannel := firstU32(rest)
 	switch cmd {
 	case cmdCreatePlaybackStream:
-		st.kind = playback
+		a.stream.kind = playback
 	case cmdCreateRecordStream:
-		st.kind = record
+		a.stream.kind = record
 	case cmdCreateUploadStream:
-		st.kind = uploading
-		var err error
-		if st.name, st.length, err = uploadOf(rest); err != nil {
+		name, length, err := uploadOf(rest)
+		if err != nil {
+			return err
+		}
+		a.stream = openStream{kind: uploading, name: name, cost: sampleCost(length)}
+	case cmdFinishUploadStream:
+		k := streamKey{uploading, channel}
+		up, live := s.live[k]
+		if !hasChannel || !live {
+			return fmt.Errorf("a finish of upload channel %d, which the server did not give this connection: %w", channel, ErrRefused)
+		}
+		a.finished, a.stream = true, up
+	case cmdRemoveSample:
+		// Followed only for a name the Ledger counts, once: what waits
+		// is bounded by what it counts.
+		if name, ok := firstString(rest); ok && s.ledger.holds(name) && !s.removing(name) {
+			a.remove = name
+		}
+	}
+	if a.stream.kind != 0 || a.remove != "" {
+		if tag == noTag || s.sent && tag <= s.last {
+			return fmt.Errorf("command %d with tag %d, not past %d before it: its answer could not be told from another's: %w", cmd, tag, s.last, ErrRefused)
+		}
+	}
+	switch {
+	case a.finished:
+		delete(s.live, streamKey{uploading, channel})
+		s.ledger.endUpload()
+	case a.stream.kind != 0:
+		if err := s.ledger.addStream(a.stream.cost); err != nil {
 			return err
 		}
 	}
-	if st.kind != 0 {
-		if tag == noTag || s.sent && tag <= s.last {
-			return fmt.Errorf("a stream created with tag %d, not past %d before it: its answer could not be told from another's: %w", tag, s.last, ErrRefused)
-		}
-		if err := s.ledger.addStream(st.length); err != nil {
-			return err
-		}
-		s.asked[tag] = st
+	if a.stream.kind != 0 || a.remove != "" {
+		s.asked[tag] = a
 	}
 	if !s.sent || tag > s.last {
 		s.sent, s.last = true, tag
 	}
-	channel, ok := firstU32(rest)
 	switch cmd {
 	case cmdDeletePlaybackStream:
-		s.end(playback, channel, ok)
+		s.end(playback, channel, hasChannel)
 	case cmdDeleteRecordStream:
-		s.end(record, channel, ok)
+		s.end(record, channel, hasChannel)
 	case cmdDeleteUploadStream:
-		s.end(uploading, channel, ok)
-	case cmdFinishUploadStream:
-		k := streamKey{uploading, channel}
-		up, live := s.live[k]
-		if !ok || !live {
-			return fmt.Errorf("a finish of upload channel %d, which the server did not give this connection: %w", channel, ErrRefused)
-		}
-		delete(s.live, k)
-		s.ledger.finish(up.name, up.length)
-	case cmdRemoveSample:
-		if name, ok := firstString(rest); ok {
-			s.ledger.remove(name)
-		}
+		s.end(uploading, channel, hasChannel)
 	}
 	return nil
+}
+
+// removing reports whether a REMOVE_SAMPLE of name waits for its answer.
+func (s *streams) removing(name string) bool {
+	for _, a := range s.asked {
+		if a.remove == name {
+			return true
+		}
+	}
+	return false
 }
 
 // end forgets the stream of kind on channel, if it is one: the server
@@ -267,29 +331,36 @@ func (s *streams) end(kind streamKind, channel uint32, ok bool) {
 	k := streamKey{kind, channel}
 	if st, live := s.live[k]; ok && live {
 		delete(s.live, k)
-		s.ledger.dropStream(st.length)
+		s.ledger.dropStream(st.cost)
 	}
 }
 
 // received follows the server's packet cmd with tag, whose first value
 // is first (nil when it is not a uint32): an answer to a create places
-// its stream, an error to one drops it, and a stream the server killed
-// is gone.
+// its stream or drops it, an ack of a finish caches its sample, an ack
+// of a REMOVE_SAMPLE forgets one, and a stream the server killed is
+// gone.
 func (s *streams) received(cmd, tag uint32, first []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	channel, ok := firstU32(first)
 	switch cmd {
 	case cmdReply, cmdError:
-		st, asked := s.asked[tag]
-		if !asked {
+		a, waits := s.asked[tag]
+		if !waits {
 			return
 		}
 		delete(s.asked, tag)
-		k := streamKey{st.kind, channel}
+		st, k := a.stream, streamKey{a.stream.kind, channel}
 		switch {
+		case a.remove != "":
+			if cmd == cmdReply {
+				s.ledger.remove(a.remove)
+			}
+		case a.finished:
+			s.ledger.settle(st.name, st.cost, cmd == cmdReply)
 		case cmd == cmdError:
-			s.ledger.dropStream(st.length)
+			s.ledger.dropStream(st.cost)
 		case !ok:
 			s.unplaced = append(s.unplaced, st)
 		default:
@@ -307,18 +378,25 @@ func (s *streams) received(cmd, tag uint32, first []byte) {
 }
 
 // close gives the connection's streams back: the server ends them, and
-// their uploads, with it.
+// their uploads, with it. A finish not answered counts as cached (the
+// server may have cached it before the close), a REMOVE_SAMPLE not
+// answered as not done.
 func (s *streams) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, st := range s.asked {
-		s.ledger.dropStream(st.length)
+	for _, a := range s.asked {
+		switch {
+		case a.finished:
+			s.ledger.settle(a.stream.name, a.stream.cost, true)
+		case a.stream.kind != 0:
+			s.ledger.dropStream(a.stream.cost)
+		}
 	}
 	for _, st := range s.live {
-		s.ledger.dropStream(st.length)
+		s.ledger.dropStream(st.cost)
 	}
 	for _, st := range s.unplaced {
-		s.ledger.dropStream(st.length)
+		s.ledger.dropStream(st.cost)
 	}
 	s.asked, s.live, s.unplaced = nil, nil, nil
 }
@@ -364,6 +442,9 @@ func uploadOf(p []byte) (name string, length uint32, err error) {
 		return "", 0, fmt.Errorf("an upload named %q whose properties name it %q: PulseAudio and pipewire-pulse would cache it under different names: %w", name, pw, ErrRefused)
 	case !named:
 		name = pw
+	}
+	if len(name) > maxSampleName {
+		return "", 0, fmt.Errorf("an upload named with %d bytes (PulseAudio takes %d at most): %w", len(name), maxSampleName, ErrRefused)
 	}
 	return name, length, nil
 }

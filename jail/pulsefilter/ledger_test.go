@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,12 +131,12 @@ func TestStreamsBounded(t *testing.T) {
 			return []step{create(cmdCreatePlaybackStream, i+1), answer(cmdReply, i+1, 7)}
 		}), more(MaxStreams)...), refused: past},
 		{name: "a create's tag not past an earlier one", steps: []step{onChannel(cmdDeletePlaybackStream, 5, 1), create(cmdCreatePlaybackStream, 5)},
-			refused: "created with tag 5, not past 5"},
+			refused: "command 3 with tag 5, not past 5"},
 		{name: "a create's tag below an earlier one", steps: []step{onChannel(cmdDeletePlaybackStream, 9, 1), create(cmdCreatePlaybackStream, 5)},
-			refused: "created with tag 5, not past 9"},
-		{name: "a create with the server's own tag", steps: []step{create(cmdCreatePlaybackStream, noTag)}, refused: "created with tag 4294967295"},
+			refused: "command 3 with tag 5, not past 9"},
+		{name: "a create with the server's own tag", steps: []step{create(cmdCreatePlaybackStream, noTag)}, refused: "command 3 with tag 4294967295"},
 		{name: "a packet with the tag of a create not answered", steps: []step{create(cmdCreatePlaybackStream, 5), onChannel(cmdDeleteRecordStream, 5, 1)},
-			refused: "command 6 with tag 5, the tag of a create that waits"},
+			refused: "command 6 with tag 5, the tag of a command that waits"},
 		{name: "a finish of a playback channel", steps: []step{create(cmdCreatePlaybackStream, 1), answer(cmdReply, 1, 0), onChannel(cmdFinishUploadStream, 2, 0)},
 			refused: "a finish of upload channel 0, which the server did not give"},
 		{name: "a finish of an upload before its answer", steps: []step{create(cmdCreateUploadStream, 1), onChannel(cmdFinishUploadStream, 2, 0)},
@@ -186,37 +188,61 @@ func removeSample(tag uint32, name string) step {
 	return step{app: withTag(packet(cmdRemoveSample, append(append([]byte{tagString}, name...), 0)...), tag)}
 }
 
+// acked is the app's command (its tag the step's) and the server's ack.
+func acked(s step) []step {
+	return []step{s, answer(cmdReply, binary.BigEndian.Uint32(s.app[descriptorSize+6:]), 0)}
+}
+
+// cache is an upload of name (tag), answered on channel, finished (tag+1)
+// and acked: a sample cached.
+func cache(tag uint32, name string, length, channel uint32) []step {
+	return append([]step{uploadAs(tag, name, length, props("event.id", name)), answer(cmdReply, tag, channel)},
+		acked(onChannel(cmdFinishUploadStream, tag+1, channel))...)
+}
+
 func TestSampleCacheBounded(t *testing.T) {
-	fill := func() []step { // MaxCache in samples a0, a1, ... of MaxSample
-		return series(MaxCache/MaxSample, func(i uint32) []step {
-			name := string(rune('a')) + string(rune('0'+i))
-			return []step{uploadAs(2*i+1, name, MaxSample, props("event.id", name)), answer(cmdReply, 2*i+1, i), onChannel(cmdFinishUploadStream, 2*i+2, i)}
-		})
+	fill := func(n int) []step { // n samples a0, a1, ... of MaxSample; MaxCache/MaxSample fill the cache
+		return series(n, func(i uint32) []step { return cache(2*i+1, "a"+string(rune('0'+i)), MaxSample, i) })
 	}
+	full := fill(MaxCache / MaxSample)
 	const past = "(an app caches 16777216 at most"
+	b := func(tag, length uint32) step { return uploadAs(tag, "b", length, props("event.id", "b")) }
 	for _, tc := range []struct {
 		name    string
 		steps   []step
 		refused string
 	}{
-		{name: "full, then one byte more", steps: append(fill(), uploadAs(100, "b", 4, props("event.id", "b"))), refused: past},
-		{name: "full, then a sample in another's place (counted beside it until finished)", steps: append(fill(), uploadAs(100, "a0", 4, props("event.id", "a0"))), refused: past},
-		{name: "full, then one removed and cached again", steps: append(fill(), removeSample(100, "a0"), uploadAs(101, "a0", 4, props("event.id", "a0")),
-			answer(cmdReply, 101, 9), onChannel(cmdFinishUploadStream, 102, 9), uploadAs(103, "b", MaxSample-4, props("event.id", "b")))},
-		{name: "removing a sample on its way frees nothing", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), removeSample(101, "a3"), uploadAs(102, "b", 4, props("event.id", "b"))),
-			refused: past},
-		{name: "an upload deleted before its finish frees its place", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdReply, 100, 9),
-			onChannel(cmdDeleteUploadStream, 101, 9), uploadAs(102, "b", MaxSample, props("event.id", "b")))},
-		{name: "an upload refused by the server frees its place", steps: append(fill()[:9], uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdError, 100, 3),
-			uploadAs(102, "b", MaxSample, props("event.id", "b")))},
-		{name: "full, then one removed and another cached", steps: append(fill(), removeSample(100, "a1"), uploadAs(101, "b", MaxSample, props("event.id", "b")))},
-		{name: "full, then a name never cached removed", steps: append(fill(), removeSample(100, "zz"), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
-		{name: "full, then a stream's end frees no sample", steps: append(fill(), onChannel(cmdDeleteUploadStream, 100, 0), uploadAs(101, "b", 4, props("event.id", "b"))), refused: past},
-		{name: "named by event.id alone, removed by that name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9),
-			onChannel(cmdFinishUploadStream, 101, 9), removeSample(102, "e"), uploadAs(103, "f", MaxSample, props("event.id", "f")))},
-		{name: "named by event.id alone, removed by another name", steps: append(fill()[:9], uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9),
-			onChannel(cmdFinishUploadStream, 101, 9), removeSample(102, "x"), uploadAs(103, "f", 4, props("event.id", "f"))), refused: past},
-		{name: "named by media.name alone", steps: append(fill(), uploadAs(100, "", 4, props("media.name", "m"))), refused: past},
+		{name: "full, then one byte more", steps: append(full, b(100, 4)), refused: past},
+		{name: "full, then a sample in another's place (counted beside it until finished)", steps: append(full, uploadAs(100, "a0", 4, props("event.id", "a0"))), refused: past},
+		{name: "full, then one removed and cached again", steps: slices.Concat(full, acked(removeSample(100, "a0")), cache(101, "a0", 4, 9), []step{b(103, MaxSample-minSampleCost)})},
+		{name: "full, then one removed and another cached", steps: slices.Concat(full, acked(removeSample(100, "a1")), []step{b(101, MaxSample)})},
+		{name: "a remove the server refuses frees nothing", steps: slices.Concat(full, []step{removeSample(100, "a1"), answer(cmdError, 100, 5), b(101, 4)}), refused: past},
+		{name: "a remove not answered frees nothing", steps: slices.Concat(full, []step{removeSample(100, "a1"), b(101, 4)}), refused: past},
+		{name: "a name never cached removed frees nothing", steps: slices.Concat(full, acked(removeSample(100, "zz")), []step{b(101, 4)}), refused: past},
+		{name: "a packet with the tag of a remove not answered", steps: slices.Concat(full, []step{removeSample(100, "a1"), onChannel(cmdDeleteRecordStream, 100, 0)}),
+			refused: "the tag of a command that waits"},
+		{name: "a remove with a tag not past an earlier one", steps: slices.Concat(full, []step{removeSample(8, "a1")}), refused: "command 19 with tag 8, not past 8"},
+		{name: "removing a sample on its way frees nothing", steps: slices.Concat(fill(3), []step{uploadAs(100, "a3", MaxSample, props("event.id", "a3"))},
+			acked(removeSample(101, "a3")), []step{b(102, 4)}), refused: past},
+		{name: "an upload deleted before its finish frees its place", steps: slices.Concat(fill(3), []step{uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdReply, 100, 9),
+			onChannel(cmdDeleteUploadStream, 101, 9), b(102, MaxSample)})},
+		{name: "an upload refused by the server frees its place", steps: slices.Concat(fill(3), []step{uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdError, 100, 3),
+			b(102, MaxSample)})},
+		{name: "a finish refused by the server frees its place", steps: slices.Concat(fill(3), []step{uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdReply, 100, 9),
+			onChannel(cmdFinishUploadStream, 101, 9), answer(cmdError, 101, 3), b(102, MaxSample)})},
+		{name: "a finish not yet answered still counts", steps: slices.Concat(fill(3), []step{uploadAs(100, "a3", MaxSample, props("event.id", "a3")), answer(cmdReply, 100, 9),
+			onChannel(cmdFinishUploadStream, 101, 9), b(102, 4)}), refused: past},
+		{name: "full, then a stream's end frees no sample", steps: slices.Concat(full, []step{onChannel(cmdDeleteUploadStream, 100, 0), b(101, 4)}), refused: past},
+		{name: "named by event.id alone, removed by that name", steps: slices.Concat(fill(3), []step{uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9)},
+			acked(onChannel(cmdFinishUploadStream, 101, 9)), acked(removeSample(102, "e")), []step{b(103, MaxSample)})},
+		{name: "named by event.id alone, removed by another name", steps: slices.Concat(fill(3), []step{uploadAs(100, "", MaxSample, props("event.id", "e")), answer(cmdReply, 100, 9)},
+			acked(onChannel(cmdFinishUploadStream, 101, 9)), acked(removeSample(102, "x")), []step{b(103, 4)}), refused: past},
+		{name: "named by media.name alone", steps: append(full, uploadAs(100, "", 4, props("media.name", "m"))), refused: past},
+		{name: "tiny samples cost 64 KiB each", steps: append(series(MaxCache/minSampleCost, func(i uint32) []step {
+			return cache(2*i+1, fmt.Sprintf("t%d", i), 1, i)
+		}), uploadAs(1000, "one-more", 1, props("event.id", "one-more"))), refused: past},
+		{name: "a name of 127 bytes", steps: []step{uploadAs(1, strings.Repeat("n", 127), 4, props())}},
+		{name: "a name of 128 bytes", steps: []step{uploadAs(1, strings.Repeat("n", 128), 4, props())}, refused: "named with 128 bytes (PulseAudio takes 127 at most)"},
 		{name: "event.id before media.name", steps: []step{uploadAs(1, "e", 4, props("media.name", "m", "event.id", "e"))}},
 		{name: "a name that is not its event.id", steps: []step{uploadAs(1, "a", 4, props("event.id", "b"))}, refused: `named "a" whose properties name it "b"`},
 		{name: "a name that is not its media.name", steps: []step{uploadAs(1, "a", 4, props("media.name", "b"))}, refused: `named "a" whose properties name it "b"`},
@@ -237,8 +263,9 @@ func TestSampleCacheBounded(t *testing.T) {
 }
 
 // TestSamplesOutliveConnections: what an app cached stays counted when
-// the connection that cached it ends (the server keeps it); what was on
-// its way when its connection ended does not (the server drops it).
+// the connection that cached it ends (the server keeps it), as does a
+// finish whose answer the end lost; an upload not finished when its
+// connection ended does not (the server drops it).
 func TestSamplesOutliveConnections(t *testing.T) {
 	l := NewLedger()
 	for i := range MaxCache / MaxSample {
@@ -250,7 +277,13 @@ func TestSamplesOutliveConnections(t *testing.T) {
 		}
 		c = conn{streams: newStreams(l)}
 		name := string(rune('a' + i))
-		err = c.run(t, []step{uploadAs(1, name, MaxSample, props("event.id", name)), answer(cmdReply, 1, 0), onChannel(cmdFinishUploadStream, 2, 0)})
+		// The last finish's answer is lost with its connection: the
+		// server may have cached it, so it counts.
+		steps := cache(1, name, MaxSample, 0)
+		if i == MaxCache/MaxSample-1 {
+			steps = steps[:len(steps)-1]
+		}
+		err = c.run(t, steps)
 		c.streams.close()
 		if err != nil {
 			t.Fatalf("sample %d on a connection of its own: %v", i, err)

@@ -46,10 +46,12 @@ const (
 	cmdCreatePlaybackStream  = 3
 	cmdCreateRecordStream    = 5
 	cmdAuth                  = 8
+	cmdSetClientName         = 9
 	cmdCreateUploadStream    = 15
 	cmdPlaySample            = 18
 	cmdSetPlaybackBufferAttr = 72
 	cmdSetRecordBufferAttr   = 73
+	cmdUpdateClientProplist  = 82
 )
 
 // allowed are the commands a client needs to play, record and look at
@@ -251,7 +253,7 @@ func (c *conn) check(out, p []byte, dropped func(string)) ([]byte, error) {
 			return nil, fmt.Errorf("buffer attributes on a connection that made a stream of rate 0: %w", ErrRefused)
 		}
 	}
-	out, err := cleanTags(out, rest, dropped)
+	out, err := cleanTags(out, rest, cmd == cmdSetClientName || cmd == cmdUpdateClientProplist, dropped)
 	if err != nil {
 		return nil, err
 	}
