@@ -79,9 +79,15 @@ func (c *pulseClient) answer(tag uint32) (uint32, error) {
 	}
 }
 
+// readFull reads b whole from fd. A read on a socket with SO_RCVTIMEO
+// is not restarted after a signal (signal(7)), and the Go runtime sends
+// its threads SIGURG: EINTR is read again.
 func readFull(fd int, b []byte) error {
 	for len(b) > 0 {
 		n, err := unix.Read(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
 			return err
 		}
