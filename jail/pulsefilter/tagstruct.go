@@ -40,7 +40,7 @@ var clientKeys = map[string]bool{
 // them from the upload's properties laid over the client's own: in the
 // client's they would name a sample other than the upload says (a hostile
 // review cached ten 4 MiB samples the filter counted as one), so there
-// they are left out.
+// they are left out, unsaid (paplay sets media.name on itself).
 var sampleKeys = map[string]bool{"event.id": true, "media.name": true}
 
 // Tag types (tagstruct.h) and the fixed sizes of those that have one,
@@ -214,12 +214,16 @@ func cleanProplist(out, p []byte, ofClient bool, dropped func(string)) ([]byte, 
 		if err != nil {
 			return nil, err
 		}
-		if clientKeys[key] && !(ofClient && sampleKeys[key]) {
+		switch {
+		case ofClient && sampleKeys[key]:
+			// Left out unsaid: libpulse clients set media.name on
+			// themselves as a matter of course (paplay does).
+		case clientKeys[key]:
 			if err := checkValue(key, p[i+head+5:i+head+value]); err != nil {
 				return nil, err
 			}
 			out = append(out, p[i:i+head+value]...)
-		} else if dropped != nil {
+		case dropped != nil:
 			dropped(key)
 		}
 		i += head + value
