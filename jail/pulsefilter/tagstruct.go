@@ -218,6 +218,13 @@ func cleanProplist(out, p []byte, ofClient bool, dropped func(string)) ([]byte, 
 		case ofClient && sampleKeys[key]:
 			// Left out unsaid: libpulse clients set media.name on
 			// themselves as a matter of course (paplay does).
+		case clientKeys[key] && value-5 > MaxValue:
+			// Kept by the server in every list reply it queues and in
+			// stream-restore's database on disk: a hostile review grew
+			// a server by 2.6 GB with 60 KB values.
+			if dropped != nil {
+				dropped(key)
+			}
 		case clientKeys[key]:
 			if err := checkValue(key, p[i+head+5:i+head+value]); err != nil {
 				return nil, err
@@ -230,6 +237,10 @@ func cleanProplist(out, p []byte, ofClient bool, dropped func(string)) ([]byte, 
 	}
 	return append(out, tagStringNull), nil
 }
+
+// MaxValue bounds the value of a property passed on, in bytes: names,
+// titles and ids fit; an icon's pixels do not, and are left out.
+const MaxValue = 1 << 10
 
 // maxChannels is PulseAudio's PA_CHANNELS_MAX.
 const maxChannels = 32
