@@ -32,9 +32,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if retryAccept(err) {
-				// Out of descriptors, or a peer gone before accept: the
-				// daemon goes on and tries again shortly.
+			if retryAccept(err) { // e.g. out of descriptors: try again shortly
 				s.log.Warn("accept on control socket", zap.Error(err))
 				select {
 				case <-ctx.Done():
@@ -46,9 +44,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			cancel()
 			return fmt.Errorf("accept on control socket: %w", err)
 		}
-		// The peer had connected by now: a process at its pid that
-		// started later is another one.
-		accepted := boottime()
+		accepted := boottime() // a process at the peer's pid started later is another
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -65,7 +61,7 @@ func retryAccept(err error) bool {
 }
 
 // serveConn runs one connection: the peer check, then the reader (this
-// goroutine), one goroutine per request in flight and the writer's loop.
+// goroutine), a goroutine per request in flight and the writer's loop.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Duration) {
 	log, ok := s.admit(nc, accepted)
 	if !ok {
@@ -79,12 +75,11 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Durat
 		defer writer.Done()
 		c.w.Run()
 	}()
-	// The server's shutdown ends the read.
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	stop := context.AfterFunc(ctx, func() { nc.Close() }) // shutdown ends the read
 
 	var inflight sync.WaitGroup
 	c.readLoop(cctx, &inflight)
-	inflight.Wait() // every request read gets its answer queued
+	inflight.Wait() // every handler has returned
 	stop()
 	s.fanout.removeConn(c)
 	cancel()

@@ -13,9 +13,9 @@ import (
 	"octosup/supervisor"
 )
 
-// admit checks a new connection's peer (doc.go, "Who may use the control
-// socket"): a refused one gets a not_permitted line saying why and is
-// closed. It returns the connection's logger, naming the peer.
+// admit checks a new connection's peer (doc.go): a refused one gets a
+// not_permitted line saying why and is closed. It returns the
+// connection's logger, naming the peer.
 func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) {
 	log := s.log
 	p, proc, err := peerCred(nc, s.peerPidfd)
@@ -38,10 +38,8 @@ func (s *Server) admit(nc net.Conn, accepted time.Duration) (*zap.Logger, bool) 
 	return log, true
 }
 
-// refuse says why a peer may not use the socket, "" when it may: only a
-// process of the daemon's uid that the supervisor places outside every
-// app, by the pidfd proc holds, may. accepted is when the connection was
-// accepted (CLOCK_BOOTTIME), by which the peer had started.
+// refuse says why a peer may not use the socket ("" when it may).
+// accepted is the accept's CLOCK_BOOTTIME, by which the peer had started.
 func (s *Server) refuse(p *unix.Ucred, proc peerProc, accepted time.Duration) string {
 	if int(p.Uid) != s.uid {
 		return fmt.Sprintf("uid %d may not use this control socket: octosupd serves only uid %d", p.Uid, s.uid)

@@ -13,9 +13,8 @@ import (
 	"octosup/peer"
 )
 
-// Conn is one client connection, handed to each handler. Its lines
-// (answers and events) go through one write queue, w: they reach the
-// socket in the order they were queued.
+// Conn is one client connection, handed to each handler. Its answers and
+// events reach the socket through w in the order they were queued.
 type Conn struct {
 	srv    *Server
 	nc     net.Conn
@@ -26,14 +25,11 @@ type Conn struct {
 
 	dropOnce sync.Once
 
-	// subMu guards sub, the subscribe op's stream once subscribed.
 	subMu sync.Mutex
-	sub   *stream
+	sub   *stream // the subscribe op's stream
 
-	// kernel is the session of kernel.attach, until the connection ends.
-	kernel atomic.Pointer[peer.KernelSession]
+	kernel atomic.Pointer[peer.KernelSession] // kernel.attach's, until the end
 
-	// hookMu guards hooks, onClose's, run at teardown.
 	hookMu sync.Mutex
 	hooks  []func()
 }
@@ -49,8 +45,8 @@ func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.C
 	return c
 }
 
-// failed drops a connection whose writer failed: a subscriber that does
-// not read is cut off, never waited for.
+// failed drops a connection whose writer failed: a client that does not
+// read is cut off, never waited for.
 func (c *Conn) failed(f *linewriter.Failure) {
 	switch {
 	case f.Overflow:
@@ -62,18 +58,17 @@ func (c *Conn) failed(f *linewriter.Failure) {
 	}
 }
 
-// onClose runs f when the connection ends, after its last request was
-// answered and before Serve returns: a handler's way to own what the
-// connection started (an attached kernel) without a goroutine of its own.
+// onClose runs f when the connection ends, after its last handler and
+// before Serve returns: how a connection owns what it started (a kernel)
+// without a goroutine.
 func (c *Conn) onClose(f func()) {
 	c.hookMu.Lock()
 	defer c.hookMu.Unlock()
 	c.hooks = append(c.hooks, f)
 }
 
-// runCloseHooks runs the onClose hooks, once no handler runs any more
-// (so that no hook can be added now): each runs exactly once, before the
-// connection is gone for good.
+// runCloseHooks runs each onClose hook once; call it when no handler
+// runs (none can add a hook).
 func (c *Conn) runCloseHooks() {
 	c.hookMu.Lock()
 	hooks := c.hooks
@@ -84,16 +79,15 @@ func (c *Conn) runCloseHooks() {
 	}
 }
 
-// event queues an encoded event line without blocking; a connection over
-// its bounds is dropped (the writer fails). line is kept until written
-// and never changed (a published line goes to many). It reports whether
-// the line was queued.
+// event queues an encoded event without blocking, reporting whether it
+// was; a connection over its bounds is dropped. line goes to many
+// connections: it is never changed.
 func (c *Conn) event(line []byte) bool {
 	return c.w.Put(line, linewriter.Opt{Now: true}) == nil
 }
 
-// drop closes a connection that cannot keep up. The teardown in
-// serveConn follows from the failed read.
+// drop closes a connection that cannot keep up; serveConn's teardown
+// follows from the failed read.
 func (c *Conn) drop(why string) {
 	c.dropOnce.Do(func() {
 		c.log.Warn("drop control connection", zap.String("why", why))

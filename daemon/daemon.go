@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,49 +22,43 @@ import (
 )
 
 // Config is what Run needs. The zero value (with Log set) runs the
-// daemon of the environment: default manifest, default socket.
+// environment's daemon: default manifest, default socket.
 type Config struct {
-	// ManifestPath is the manifest; "" means
-	// $XDG_CONFIG_HOME/octosup/native-apps.json.
+	// ManifestPath "" means $XDG_CONFIG_HOME/octosup/native-apps.json.
 	ManifestPath string
-	// SocketPath is the control socket when systemd passes none; ""
-	// means $XDG_RUNTIME_DIR/octosup/control.sock.
+	// SocketPath is used when systemd passes no socket; "" means
+	// $XDG_RUNTIME_DIR/octosup/control.sock.
 	SocketPath string
 	// Getenv resolves the XDG places; nil means os.Getenv.
 	Getenv func(string) string
-	// Environ is the environment apps start from (before the scrub); nil
-	// means os.Environ().
+	// Environ is what apps start from (before the scrub); nil means
+	// os.Environ().
 	Environ []string
 	Log     *zap.Logger
-	// StopGrace is the time between SIGTERM and SIGKILL of a stop; 0
-	// leaves the supervisor's default.
+	// StopGrace is a stop's SIGTERM-to-SIGKILL time; 0: the supervisor's.
 	StopGrace time.Duration
-	// Jail configures the jail launcher; its Log defaults to the daemon's.
+	// Jail configures the launcher; its Log defaults to the daemon's.
 	Jail jail.Config
-	// LogLines is the size of each app's log ring; 0 leaves the
-	// supervisor's default.
+	// LogLines sizes each app's log ring; 0: the supervisor's default.
 	LogLines int
-	// Setup runs once the server exists and before it serves (tests and
-	// benchmarks that run a daemon in process learn so when it is
-	// listening).
+	// Setup runs once the server exists, before it serves (how in-process
+	// tests and benchmarks learn it is listening).
 	Setup func(ctx context.Context, s *Server, apps Apps) error
 }
 
 // Run is the daemon: it returns when ctx is done (after stopping every
 // app) or when it cannot go on. A manifest that does not load is an error
-// before anything starts; it wraps the *policy.ValidationError.
+// before anything starts, wrapping the *policy.ValidationError.
 func Run(ctx context.Context, cfg Config) error {
 	d, m, err := load(cfg)
 	if err != nil {
 		return err
 	}
-	// The state store before anything else: a second daemon on the same
-	// state stops here, having touched nothing.
+	// The store first: a second daemon on this state stops here.
 	if d.links, err = openPeerLink(d.dirs, d.log.Named("peer")); err != nil {
 		return err
 	}
-	// Deferred first, so it runs last: after every app was stopped.
-	defer d.links.Close()
+	defer d.links.Close() // deferred first: runs after every app was stopped
 	d.links.m.SetManifest(m)
 	if err := d.newSupervisor(); err != nil {
 		return err
@@ -90,26 +85,20 @@ type instance struct {
 	environ      []string
 	manifestPath string
 	links        *peerLink
-	// One launcher: the jail op compiles specs with the very settings
-	// (strictness, narrowing, spawn path) the apps start under.
+	// One launcher: the jail op compiles with the apps' very settings.
 	launcher *jail.Launcher
 	apps     Apps
 	runApps  func(context.Context) error
 	reloadMu sync.Mutex // one reload at a time
-	// srv is the control server once it exists: the supervisor's events
-	// go to it (supervisor.Config.Publish). Before, no client can be
-	// connected, and they go nowhere.
-	srv atomic.Pointer[Server]
-	// stateChanged is poked by every state event: keepStatus's cue.
-	stateChanged chan struct{}
+	// srv gets the supervisor's events once it exists; before, no client
+	// is connected.
+	srv          atomic.Pointer[Server]
+	stateChanged chan struct{} // poked by every state event: keepStatus's cue
 }
 
 // load resolves the environment's places and loads the manifest.
 func load(cfg Config) (*instance, *policy.Manifest, error) {
-	d := &instance{cfg: cfg, log: cfg.Log, environ: cfg.Environ, stateChanged: make(chan struct{}, 1)}
-	if d.log == nil {
-		d.log = zap.NewNop()
-	}
+	d := &instance{cfg: cfg, log: cmp.Or(cfg.Log, zap.NewNop()), environ: cfg.Environ, stateChanged: make(chan struct{}, 1)}
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -121,10 +110,7 @@ func load(cfg Config) (*instance, *policy.Manifest, error) {
 	if d.dirs, err = policy.DirsFromEnv(getenv); err != nil {
 		return nil, nil, err
 	}
-	d.manifestPath = cfg.ManifestPath
-	if d.manifestPath == "" {
-		d.manifestPath = d.dirs.ManifestPath()
-	}
+	d.manifestPath = cmp.Or(cfg.ManifestPath, d.dirs.ManifestPath())
 	m, err := loadManifest(d.manifestPath, d.dirs)
 	if err != nil {
 		return nil, nil, err
@@ -136,19 +122,12 @@ func load(cfg Config) (*instance, *policy.Manifest, error) {
 // newSupervisor creates the launcher and the supervisor (not yet run).
 func (d *instance) newSupervisor() error {
 	jcfg := d.cfg.Jail
-	if jcfg.Log == nil {
-		jcfg.Log = d.log.Named("jail")
-	}
+	jcfg.Log = cmp.Or(jcfg.Log, d.log.Named("jail"))
 	d.launcher = jail.NewLauncher(jcfg)
 	sup, err := supervisor.New(supervisor.Config{
-		Launcher:  d.launcher,
-		Links:     d.links.m,
-		Dirs:      d.dirs,
-		BaseEnv:   d.environ,
-		Log:       d.log.Named("supervisor"),
-		StopGrace: d.cfg.StopGrace,
-		LogLines:  d.cfg.LogLines,
-		Now:       time.Now,
+		Launcher: d.launcher, Links: d.links.m, Dirs: d.dirs, BaseEnv: d.environ, Log: d.log.Named("supervisor"),
+		StopGrace: d.cfg.StopGrace, LogLines: d.cfg.LogLines, Now: time.Now,
+		Strictness: jcfg.Strictness, // the limits follow it (docs/limits.md)
 		Publish: func(ev supervisor.Event) {
 			if ev.Kind == supervisor.KindState {
 				select {
@@ -160,8 +139,6 @@ func (d *instance) newSupervisor() error {
 				s.supervisorEvent(ev)
 			}
 		},
-		// The limits follow the jail's strictness (docs/limits.md).
-		Strictness: jcfg.Strictness,
 	})
 	if err != nil {
 		return fmt.Errorf("create the supervisor: %w", err)
@@ -180,10 +157,7 @@ func (d *instance) listen(ctx context.Context) (net.Listener, error) {
 		d.log.Info("serving the socket systemd passed", zap.String("socket", ln.Addr().String()))
 		return ln, nil
 	}
-	path := d.cfg.SocketPath
-	if path == "" {
-		path = d.dirs.ControlSocket()
-	}
+	path := cmp.Or(d.cfg.SocketPath, d.dirs.ControlSocket())
 	if ln, err = listenUnix(ctx, path, path == d.dirs.ControlSocket()); err != nil {
 		return nil, err
 	}
@@ -193,21 +167,15 @@ func (d *instance) listen(ctx context.Context) (net.Listener, error) {
 
 // newServer is the control server with the peer link's ops.
 func (d *instance) newServer() *Server {
-	srv := NewServer(ServerConfig{
-		Apps:       d.apps,
-		Log:        d.log.Named("control"),
-		LinkStatus: d.links.m.LinkStatus,
-		Store:      d.links.storeStatus,
-		JailSpec:   d.jailSpec,
-		Reload:     d.reload,
-	})
+	srv := NewServer(ServerConfig{Apps: d.apps, Log: d.log.Named("control"), LinkStatus: d.links.m.LinkStatus,
+		Store: d.links.storeStatus, JailSpec: d.jailSpec, Reload: d.reload})
 	d.links.register(srv)
 	d.srv.Store(srv)
 	return srv
 }
 
-// jailSpec is the request the supervisor makes at start, without the
-// descriptors, compiled.
+// jailSpec compiles the request the supervisor makes at start, but for
+// the descriptors.
 func (d *instance) jailSpec(id string) (jail.Spec, error) {
 	entry, dev, ok := d.apps.Entry(id)
 	if !ok {
@@ -225,8 +193,7 @@ func (d *instance) reload(ctx context.Context, opt supervisor.ApplyOptions) (int
 		d.log.Warn("reload refused: the running apps are unchanged", zap.Error(err))
 		return 0, supervisor.Applied{}, err
 	}
-	// Grants narrow at once, on the links of the processes that run now,
-	// before any of them is restarted (peer.SetManifest).
+	// Grants narrow on the running processes' links before any restart.
 	d.links.m.SetManifest(m)
 	done, err := d.apps.Apply(ctx, m, opt)
 	if err != nil {
@@ -241,8 +208,7 @@ func (d *instance) reload(ctx context.Context, opt supervisor.ApplyOptions) (int
 
 // serve runs the supervisor and the control server, starts the
 // manifest's apps, tells systemd it is ready and keeps it told until ctx
-// ends or a part fails. The parts are an errgroup: the first that fails
-// ends the others, and its error is Run's.
+// ends or a part fails; the first part's error is Run's.
 func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, ln net.Listener) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,10 +222,9 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 		})
 	}
 	run("supervisor", d.runApps)
-	// The control socket is served while the apps start, once they are
-	// the supervisor's: a client that connects at once (a socket systemd
-	// holds, or octosupctl waiting for the socket) sees every app,
-	// starting, never an empty list.
+	// Served once the apps are the supervisor's, while they start: an
+	// early client (socket activation, octosupctl waiting) sees every
+	// app, never an empty list.
 	serveOnce := sync.OnceFunc(func() {
 		run("control socket", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	})
@@ -270,9 +235,7 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 		g.Wait()
 		return fmt.Errorf("start the manifest's apps: %w", err)
 	}
-	// Asked to stop (or a part failed) while starting: shut down without
-	// READY=1.
-	if gctx.Err() == nil {
+	if gctx.Err() == nil { // else stopped while starting: no READY=1
 		d.ready()
 		run("status", func(ctx context.Context) error {
 			keepStatus(ctx, d.log, d.apps, d.stateChanged, d.links.storeNotes)
@@ -291,12 +254,9 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 
 // ready tells systemd the daemon is ready, with where the apps are.
 func (d *instance) ready() {
-	// The autostart apps' starts (compiling each jail, reading the
-	// manifest, the apps' first output) leave garbage several times the
-	// live heap, which the runtime would hand back to the kernel only
-	// over minutes: returned at once, an idle daemon's memory is what it
-	// holds (500 idle apps: 103 KiB of RSS an app at READY without it,
-	// measured by make bench). One collection, before READY=1.
+	// Autostart leaves garbage several times the live heap, which the
+	// runtime returns only over minutes (500 idle apps: 103 KiB RSS an
+	// app at READY without this, make bench). One collection, now.
 	debug.FreeOSMemory()
 	all, _ := d.apps.Status("")
 	line := statusLine(all, d.links.storeNotes())
@@ -304,7 +264,7 @@ func (d *instance) ready() {
 	d.log.Info("ready", zap.String("status", line))
 }
 
-// watched are the parts the watchdog hears from before each ping.
+// watched are the parts the watchdog hears from.
 func (d *instance) watched() []watchedPart {
 	return []watchedPart{
 		{"supervisor", d.apps.Ping},
@@ -312,7 +272,7 @@ func (d *instance) watched() []watchedPart {
 	}
 }
 
-// changeIDs are the apps of a reload's changes, for its log line.
+// changeIDs are the apps of a reload's changes.
 func changeIDs(list []supervisor.AppChange) []string {
 	out := make([]string, 0, len(list))
 	for _, c := range list {
@@ -321,16 +281,15 @@ func changeIDs(list []supervisor.AppChange) []string {
 	return out
 }
 
-// ManifestError is the error of a manifest that did not load: Err is the
-// read error or the *policy.ValidationError with every problem.
+// ManifestError is a manifest that did not load: Err is the read error
+// or the *policy.ValidationError.
 type ManifestError struct {
 	Path string
 	Err  error
 }
 
-// Error says what to do about a missing manifest in words true of every
-// place it is read: a reload reads the path the daemon started with (only
-// octosupd run takes --config, and says so itself).
+// Error says what to do about a missing manifest in words true at start
+// and at reload alike (only octosupd run takes --config, and says so).
 func (e *ManifestError) Error() string {
 	if errors.Is(e.Err, os.ErrNotExist) {
 		return fmt.Sprintf("no manifest at %s: create one (%s is a start)", e.Path, exampleManifest())
@@ -338,9 +297,10 @@ func (e *ManifestError) Error() string {
 	return fmt.Sprintf("manifest %s: %v", e.Path, e.Err)
 }
 
-// exampleManifest is where the example manifest is: the one make install
-// put in the doc directory next to the binary's (PREFIX/bin →
-// PREFIX/share/doc/octosup), else the source tree's.
+func (e *ManifestError) Unwrap() error { return e.Err }
+
+// exampleManifest is make install's example manifest next to the binary
+// (PREFIX/bin → PREFIX/share/doc/octosup), else the source tree's.
 func exampleManifest() string {
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(filepath.Dir(exe)), "share", "doc", "octosup", "configs", "native-apps.example.json")
@@ -351,10 +311,8 @@ func exampleManifest() string {
 	return "configs/native-apps.example.json in octosup's source"
 }
 
-func (e *ManifestError) Unwrap() error { return e.Err }
-
-// loadManifest loads and validates the manifest, with what it grants
-// checked against the daemon's own directories.
+// loadManifest loads and validates the manifest, its grants checked
+// against the daemon's own directories.
 func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 	m, err := policy.Load(path)
 	if err == nil {
@@ -370,18 +328,13 @@ func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 	return m, nil
 }
 
-// statusDelay is how long keepStatus lets state changes gather before it
-// sends STATUS=. The line is for a person reading systemctl status;
-// answering each change at once would put a status of every app and a
-// datagram to systemd next to each event on its way to subscribers (a
-// crash's stopped event among them), and an autostart of n apps would
-// cost n² status entries.
+// statusDelay gathers state changes before a STATUS=, which is for a
+// person: one per change would put a status of every app and a datagram
+// next to each event, and an autostart of n apps would cost n² entries.
 const statusDelay = 50 * time.Millisecond
 
-// keepStatus keeps systemd's STATUS= line current as apps change state:
-// at most statusDelay after a change (changed, which the supervisor's
-// Publish pokes on every state event), the line says where the apps are,
-// and what storeNotes says of the state store then.
+// keepStatus sends STATUS= (the apps and storeNotes) statusDelay after
+// each poke of changed, when the line changed.
 func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, changed <-chan struct{}, storeNotes func() []string) {
 	last := ""
 	for {
@@ -406,19 +359,18 @@ func keepStatus(ctx context.Context, log *zap.Logger, apps Apps, changed <-chan 
 	}
 }
 
-// watchedPart is one part of the daemon the watchdog hears from: ping
-// returns nil once the part answered within ctx.
+// watchedPart is a part the watchdog hears from: ping returns nil once
+// the part answered within ctx.
 type watchedPart struct {
 	name string
 	ping func(ctx context.Context) error
 }
 
-// watchdog pings systemd every interval, but only once every part
-// answered within bound: a daemon with a wedged part (the supervisor's
-// spawner thread or an app's runner, the peer links) stops pinging, says
-// which part, and systemd restarts it (WatchdogSec= of octosupd.service).
-// bound is under half of WatchdogSec, and every is half: a ping follows
-// the one before within every+bound, less than WatchdogSec.
+// watchdog pings systemd each interval every, once each part answered
+// within bound: a wedged part (the spawner thread, an app's runner, the
+// peer links) stops the pings, is logged, and systemd restarts the daemon.
+// every is half of WatchdogSec and bound under half, so pings stay
+// within every+bound < WatchdogSec.
 func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, bound time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -439,8 +391,7 @@ func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, 
 	}
 }
 
-// checkParts pings every part, each within bound, and says which did not
-// answer.
+// checkParts says which parts did not answer within bound.
 func checkParts(ctx context.Context, parts []watchedPart, bound time.Duration) []string {
 	var stuck []string
 	for _, p := range parts {

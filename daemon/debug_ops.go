@@ -12,15 +12,13 @@ import (
 	"strconv"
 )
 
-// OpDebug reports the daemon's own footprint, for leak checks (make
-// chaos compares it before and after a storm): args DebugArgs, answer
-// DebugData. (It belongs in package control with the other ops; it is
-// here until control carries it.)
+// OpDebug reports the daemon's own footprint for leak checks (make
+// chaos): args DebugArgs, answer DebugData. (It belongs in package
+// control.)
 const OpDebug = "debug"
 
-// DebugArgs are debug's args. With GC the daemon first collects garbage
-// and returns the freed memory to the kernel, so that rss_bytes and
-// heap_bytes say what is live rather than when the collector last ran.
+// DebugArgs are debug's args. GC first collects and returns freed memory
+// to the kernel, so rss_bytes and heap_bytes say what is live.
 type DebugArgs struct {
 	GC bool `json:"gc,omitempty"`
 }
@@ -34,8 +32,8 @@ type DebugData struct {
 	HeapBytes  uint64 `json:"heap_bytes"`
 }
 
-// heapObjects is the Go heap held by objects: live ones, and dead ones the
-// collector has not swept yet (none right after a GC).
+// heapObjects is the heap of live objects and dead ones not yet swept
+// (none right after a GC).
 const heapObjects = "/memory/classes/heap/objects:bytes"
 
 func (s *Server) opDebug(_ context.Context, _ *Conn, args DebugArgs) (any, error) {
@@ -57,8 +55,7 @@ func (s *Server) opDebug(_ context.Context, _ *Conn, args DebugArgs) (any, error
 		return d, fmt.Errorf("debug: /proc/self/status: %w", err)
 	}
 	d.RSSBytes, d.Threads = rssKiB<<10, threads
-	// ReadDir opens /proc/self/fd itself: that descriptor is one of the
-	// entries and not the daemon's.
+	// Less ReadDir's own descriptor.
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return d, fmt.Errorf("debug: list /proc/self/fd: %w", err)

@@ -7,22 +7,18 @@ import (
 	"sync/atomic"
 )
 
-// fanout fans events out to streams. Publishing never blocks: a connection
-// whose queue is full is dropped (closed), the daemon goes on. A stream
-// joins in the step that queues the answer that starts it, after the
-// answer (answerAt); mu is never held while putting (Server.publish).
+// fanout is the set of streams; mu is never held while putting.
 type fanout struct {
 	mu      sync.RWMutex
 	streams map[*stream]struct{}
 }
 
-// stream is one subscription of one connection: the topics it takes and,
-// optionally, the one app it is about (logs with follow).
+// stream is one subscription of one connection: its topics and,
+// for logs with follow, its one app.
 type stream struct {
 	conn *Conn
 	app  string // "" = every app
-	// topics is replaced, never changed (copy on write), so that the
-	// publisher reads it without a lock of the stream's.
+	// topics is copied on write: the publisher reads it without a lock.
 	topics atomic.Pointer[map[string]bool]
 }
 
@@ -41,7 +37,6 @@ func (h *fanout) add(st *stream) {
 	h.streams[st] = struct{}{}
 }
 
-// removeConn removes every stream of a connection.
 func (h *fanout) removeConn(c *Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -52,8 +47,8 @@ func (h *fanout) removeConn(c *Conn) {
 	}
 }
 
-// takers are the streams an event of topic about app ("" none) goes
-// to: those of the topic, and of a stream about one app, that app's.
+// takers are topic's streams for an event about app ("" none); a
+// one-app stream takes only its app's.
 func (h *fanout) takers(topic, app string) []*stream {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -76,7 +71,6 @@ func (st *stream) with(more []string) []string {
 	return slices.Sorted(maps.Keys(st.union(more)))
 }
 
-// union is the set of the stream's topics and more.
 func (st *stream) union(more []string) map[string]bool {
 	set := map[string]bool{}
 	if cur := st.topics.Load(); cur != nil {

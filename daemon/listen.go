@@ -17,13 +17,12 @@ import (
 	"octosup/policy"
 )
 
-// ErrAlreadyRunning is returned by Run when a live daemon answers on the
+// ErrAlreadyRunning is Run's error when a live daemon answers on the
 // control socket.
 var ErrAlreadyRunning = errors.New("already running")
 
-// activated returns the control socket systemd passed (socket activation),
-// or nil when it passed none. activation.Listeners reads LISTEN_* once
-// and unsets them, so it is called once, here.
+// activated returns the socket systemd passed, or nil. Call it once:
+// activation.Listeners unsets LISTEN_*.
 func activated(log *zap.Logger) (net.Listener, error) {
 	if os.Getenv("LISTEN_FDS") == "" {
 		return nil, nil
@@ -35,8 +34,7 @@ func activated(log *zap.Logger) (net.Listener, error) {
 	var ln net.Listener
 	for _, l := range lns {
 		switch {
-		case l == nil:
-			// Not a listening socket of a kind Go knows.
+		case l == nil: // not a listening socket of a kind Go knows
 		case ln == nil:
 			ln = l
 		default:
@@ -60,16 +58,15 @@ func activated(log *zap.Logger) (net.Listener, error) {
 	return ln, nil
 }
 
-// listenUnix listens on path the way a per-user daemon must: the
-// directory private (policy.EnsurePrivateDir: created 0700 when missing,
-// refused when it is not this user's own), a live daemon's socket
-// never replaced (it is dialed first), a stale one removed, the socket
-// itself 0600.
+// listenUnix listens on path as a per-user daemon must: the directory
+// private (policy.EnsurePrivateDir, with privateDir), a live daemon's
+// socket never replaced (it is dialed first), a stale one removed, the
+// socket 0600.
 func listenUnix(ctx context.Context, path string, privateDir bool) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if privateDir {
-		// The fallback runtime dir lives in /tmp, where another user
-		// could have made it first: it must be ours and nobody else's.
+		// The fallback runtime dir is in /tmp: another user could have
+		// made it first.
 		if err := policy.EnsurePrivateDir(dir); err != nil {
 			return nil, fmt.Errorf("the control socket's directory: %w", err)
 		}
@@ -85,7 +82,6 @@ func listenUnix(ctx context.Context, path string, privateDir bool) (net.Listener
 		c.Close()
 		return nil, fmt.Errorf("%w: a daemon answers on %s (stop it first: systemctl --user stop octosupd)", ErrAlreadyRunning, path)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		// A socket nobody listens on: left by a daemon that died.
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove the stale control socket: %w", err)
 		}
@@ -101,9 +97,8 @@ func listenUnix(ctx context.Context, path string, privateDir bool) (net.Listener
 		ln.Close()
 		return nil, fmt.Errorf("make the control socket private: %w", err)
 	}
-	// Clients send lines; a descriptor one handed over would be closed by
-	// the connection's reader, which a lingering socket holds
-	// (internal/passrights).
+	// Clients send lines: a passed descriptor (a lingering socket) would
+	// hold the reader that closes it (internal/passrights).
 	if err := passrights.RefuseOn(ln.(*net.UnixListener)); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("the control socket: %w", err)

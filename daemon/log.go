@@ -13,11 +13,9 @@ import (
 )
 
 // NewLogger returns the daemon's logger writing to w at level ("debug",
-// "info", "warn", "error"): JSON when w is not a terminal (the journal,
-// files, pipes), every record whole; on a terminal (make run) short human
-// lines: the time of day, the daemon's own events in zap's console form,
-// and each line an app writes as "15:04:05.000 notes: text" ("notes
-// [stderr]: text"), shown visibly, instead of a record with its fields.
+// "info", "warn", "error"): JSON records unless w is a terminal (make
+// run); there, zap's console form with the time of day, and each app
+// line as "15:04:05.000 notes [stderr]: text", rendered visibly.
 func NewLogger(w *os.File, level string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
@@ -37,19 +35,17 @@ func NewLogger(w *os.File, level string) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(w), lvl), zap.ErrorOutput(zapcore.Lock(w))), nil
 }
 
-// terminalTime is the time of a line on a terminal: a person watching
-// needs the time of day, not the date and zone.
+// terminalTime: a person watching needs the time of day only.
 const terminalTime = "15:04:05.000"
 
-// appOutput is the message of the supervisor's record of a line an app
-// wrote, with the fields app, stream and text (TestTerminalLog in
-// cmd/octosupd holds the two packages to it).
+// appOutput is the message of the supervisor's record of an app's line,
+// with fields app, stream and text (TestTerminalLog holds both packages
+// to it).
 const appOutput = "app output"
 
-// terminalEncoder is zap's console encoder, but for the records of app
-// output: those are a line each, as octosupctl logs prints them, with
-// the app's text rendered visibly (an app's output is hostile by
-// assumption: an escape must not drive the daemon's terminal).
+// terminalEncoder is zap's console encoder but for app output, printed
+// as octosupctl logs does, visibly: an app's escapes must not drive the
+// daemon's terminal.
 type terminalEncoder struct {
 	zapcore.Encoder
 	pool buffer.Pool

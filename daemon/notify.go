@@ -14,17 +14,16 @@ import (
 	"octosup/supervisor"
 )
 
-// notify sends one sd_notify state; without NOTIFY_SOCKET it does
-// nothing. The environment is kept: STATUS= and WATCHDOG=1 follow all
-// along, and apps never see it (the jail scrubs it).
+// notify sends one sd_notify state (nothing without NOTIFY_SOCKET),
+// keeping the environment for later ones: the jail scrubs it for apps.
 func notify(log *zap.Logger, state string) {
 	if _, err := sd.SdNotify(false, state); err != nil {
 		log.Warn("sd_notify", zap.String("state", state), zap.Error(err))
 	}
 }
 
-// summary is the one-line STATUS=, e.g. "3 apps: 2 running, 1 stopped":
-// the states in this order, any other after them by name.
+// summary is e.g. "3 apps: 2 running, 1 stopped": states in order's
+// order, any other after them by name.
 func summary(all []supervisor.AppStatus) string {
 	if len(all) == 0 {
 		return "0 apps"
@@ -54,15 +53,14 @@ func summary(all []supervisor.AppStatus) string {
 	return fmt.Sprintf("%d %s: %s", len(all), noun, strings.Join(parts, ", "))
 }
 
-// statusLine is STATUS=: the apps' summary, then what the state store
-// has to say when it is not healthy, e.g. "2 apps: 2 running; store:
-// state.db was damaged (invalid database): moved to ...".
+// statusLine is STATUS=: the summary, then any store notes ("2 apps: 2
+// running; store: state.db was damaged (...): moved to ...").
 func statusLine(all []supervisor.AppStatus, storeNotes []string) string {
 	s := summary(all)
 	if len(storeNotes) > 0 {
 		s += "; store: " + strings.Join(storeNotes, "; ")
 	}
-	// One line: a newline would start another sd_notify assignment.
+	// A newline would start another sd_notify assignment.
 	return strings.ReplaceAll(s, "\n", " ")
 }
 

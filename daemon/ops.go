@@ -15,8 +15,7 @@ import (
 	"octosup/supervisor"
 )
 
-// builtinOps is the table of the ops the daemon serves by itself. More
-// are added with Server.handle (the peer link's, peer_ops.go).
+// builtinOps are the ops the server has without the peer link's.
 func builtinOps(s *Server) map[string]handler {
 	return map[string]handler{
 		control.OpStatus:    withArgs(s.opStatus),
@@ -53,8 +52,7 @@ func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, 
 	return control.JailData{Spec: b, Text: jail.Describe(spec)}, nil
 }
 
-// opHello tells a client which protocol it speaks and what this daemon
-// serves, so that it can use what is there rather than guess.
+// opHello tells a client the protocol and what this daemon serves.
 func (s *Server) opHello(_ context.Context, _ *Conn, args struct{}) (any, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -71,8 +69,7 @@ func (s *Server) opStatus(_ context.Context, _ *Conn, args control.StatusArgs) (
 	for _, st := range all {
 		app := s.appStatus(st)
 		if args.Usage && st.Pid != 0 {
-			// An app removed meanwhile has no usage: not an error.
-			if u, _ := s.cfg.Apps.Usage(st.ID); u != nil {
+			if u, _ := s.cfg.Apps.Usage(st.ID); u != nil { // an app removed meanwhile has none
 				app.Usage = &control.Usage{CPUUsec: u.CPUUsec, MemoryCurrent: u.MemoryCurrent, MemoryPeak: u.MemoryPeak,
 					MemoryRSS: u.MemoryRSS, Tasks: u.Tasks, At: u.At}
 			}
@@ -86,27 +83,13 @@ func (s *Server) opStatus(_ context.Context, _ *Conn, args control.StatusArgs) (
 }
 
 func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
-	out := control.AppStatus{
-		ID:       st.ID,
-		State:    string(st.State),
-		Pid:      st.Pid,
-		Restarts: st.Restarts,
-		Since:    st.Since,
-		LastExit: wireExit(st.LastExit),
-		Reason:   st.Reason,
-		Stopper:  st.Stopper,
-		Link:     s.cfg.LinkStatus(st.ID),
-		Stale:    st.Stale,
-	}
+	out := control.AppStatus{ID: st.ID, State: string(st.State), Pid: st.Pid, Restarts: st.Restarts, Since: st.Since,
+		LastExit: wireExit(st.LastExit), Reason: st.Reason, Stopper: st.Stopper, Link: s.cfg.LinkStatus(st.ID), Stale: st.Stale}
 	if st.Limits != nil {
 		out.Limits = &control.LimitsReport{Limiter: st.Limits.Limiter, Applied: nonNil(st.Limits.Applied), Missing: nonNil(st.Limits.Missing)}
 	}
 	if st.Jail != nil {
-		out.Jail = &control.JailReport{
-			LandlockABI: st.Jail.LandlockABI,
-			Layers:      nonNil(st.Jail.Layers),
-			Missing:     nonNil(st.Jail.Missing),
-		}
+		out.Jail = &control.JailReport{LandlockABI: st.Jail.LandlockABI, Layers: nonNil(st.Jail.Layers), Missing: nonNil(st.Jail.Missing)}
 		for _, g := range st.Jail.Grants {
 			out.Jail.Grants = append(out.Jail.Grants, control.Grant{Name: g.Name, Path: g.Path, Via: g.Via})
 		}
@@ -129,30 +112,22 @@ func wireExit(e *supervisor.Exit) *control.Exit {
 }
 
 func stateEvent(st supervisor.AppStatus) control.StateEvent {
-	return control.StateEvent{
-		App:      st.ID,
-		State:    string(st.State),
-		Pid:      st.Pid,
-		Restarts: st.Restarts,
-		Since:    st.Since,
-		LastExit: wireExit(st.LastExit),
-		Reason:   st.Reason,
-	}
+	return control.StateEvent{App: st.ID, State: string(st.State), Pid: st.Pid, Restarts: st.Restarts, Since: st.Since,
+		LastExit: wireExit(st.LastExit), Reason: st.Reason}
 }
 
 func logLine(l supervisor.LogLine) control.LogLine {
 	return control.LogLine{App: l.App, Stream: l.Stream, Text: l.Text, At: l.At}
 }
 
-// lifecycleOp serves start, stop and restart: the answer comes once the
-// app reached the state (or could not).
+// lifecycleOp serves start, stop and restart, answering once the app
+// reached the state (or could not).
 func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (supervisor.AppStatus, error)) handler {
 	return withArgs(func(ctx context.Context, _ *Conn, args control.AppArgs) (any, error) {
 		if err := needApp(args.App); err != nil {
 			return nil, err
 		}
-		// The supervisor published the state's event before it
-		// returned (Config.Publish): it is queued before this answer.
+		// The state's event was queued before do returns, so before this answer.
 		st, err := do(s.cfg.Apps, ctx, args.App)
 		if err != nil {
 			switch {
@@ -163,8 +138,7 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			case errors.Is(err, supervisor.ErrStartFailed) && st.Reason != "":
 				return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 			}
-			// The supervisor's errors begin with the op and the app,
-			// which the client said itself.
+			// Without the op and app the client named.
 			return nil, control.Errorf(control.CodeFailed, "%s", strings.TrimPrefix(err.Error(), op+" "+args.App+": "))
 		}
 		if op != control.OpStop && st.State == supervisor.Failed {
@@ -174,8 +148,8 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 	})
 }
 
-// opLogs answers the last lines; with follow, log events of the app
-// follow the answer, with no line lost or repeated between the two.
+// opLogs answers the last lines; with follow, the app's log events
+// follow, none lost or repeated.
 func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any, error) {
 	if err := needApp(args.App); err != nil {
 		return nil, err
@@ -196,8 +170,8 @@ func (s *Server) opLogs(_ context.Context, c *Conn, args control.LogsArgs) (any,
 		}
 		return logsData(lines), nil
 	}
-	// Under the app's ring lock: the answer holds the lines before, and
-	// the stream, joined in the same step, gets every line after.
+	// Under the app's ring lock: the answer has the lines before, the
+	// stream joined in the same step every line after.
 	return step(func(queue func(any)) error {
 		return s.cfg.Apps.FollowLogs(args.App, n, func(lines []supervisor.LogLine) {
 			queue(logsData(lines))
@@ -225,8 +199,7 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, args control.SubscribeA
 		return nil, control.Errorf(control.CodeBadRequest, "unknown topic %s: the topics are %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	// The answer is queued, then the topics join: an event that finds
-	// them finds the answer queued before it. Only subMu is held: the
-	// answer may wait for room.
+	// them follows it. Only subMu is held: the answer may wait for room.
 	return waitStep(func(queue func(any)) error {
 		c.subMu.Lock()
 		defer c.subMu.Unlock()
@@ -256,44 +229,33 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, args control.ReloadArgs)
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)
 	}
-	return control.ReloadData{
-		Apps:      n,
-		Added:     nonNil(done.Added),
-		Removed:   nonNil(done.Removed),
-		Restarted: wireChanges(done.Restarted),
-		Stale:     wireChanges(done.Stale),
-		Limits:    nonNil(done.Limits),
-	}, nil
+	return control.ReloadData{Apps: n, Added: nonNil(done.Added), Removed: nonNil(done.Removed),
+		Restarted: wireChanges(done.Restarted), Stale: wireChanges(done.Stale), Limits: nonNil(done.Limits)}, nil
 }
 
 func wireChanges(list []supervisor.AppChange) []control.AppChange {
 	out := make([]control.AppChange, 0, len(list))
 	for _, c := range list {
-		out = append(out, control.AppChange{
-			App: c.ID, Changed: nonNil(c.Changed),
-			State: string(c.Status.State), Pid: c.Status.Pid, Reason: c.Status.Reason,
-		})
+		out = append(out, control.AppChange{App: c.ID, Changed: nonNil(c.Changed),
+			State: string(c.Status.State), Pid: c.Status.Pid, Reason: c.Status.Reason})
 	}
 	return out
 }
 
-// invalidManifest lists every problem of a refused manifest, in the
-// message (one per line) and in data.problems.
+// invalidManifest lists the problems in the message (one a line) and
+// in data.problems.
 func invalidManifest(verr *policy.ValidationError) *control.Error {
 	probs := make([]string, 0, len(verr.Problems))
 	for _, p := range verr.Problems {
 		probs = append(probs, p.String())
 	}
 	data, _ := json.Marshal(control.ManifestProblems{Problems: probs})
-	return &control.Error{
-		Code:    control.CodeInvalidManifest,
-		Message: fmt.Sprintf("the manifest has %d problem(s); the running apps are unchanged:\n%s", len(probs), strings.Join(probs, "\n")),
-		Data:    data,
-	}
+	return &control.Error{Code: control.CodeInvalidManifest, Data: data,
+		Message: fmt.Sprintf("the manifest has %d problem(s); the running apps are unchanged:\n%s", len(probs), strings.Join(probs, "\n"))}
 }
 
 // fitLines returns the newest lines whose encoding fits in budget bytes,
-// oldest first: an answer never exceeds a control line.
+// oldest first.
 func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 	first := len(lines)
 	for first > 0 {
@@ -311,13 +273,12 @@ func fitLines(lines []supervisor.LogLine, budget int) []control.LogLine {
 	return out
 }
 
-// unknownApp is the one answer of every op about an app the manifest
-// does not have.
+// unknownApp is every op's answer about an app the manifest lacks.
 func unknownApp() *control.Error {
 	return control.Errorf(control.CodeUnknownApp, "the manifest has no such app: status lists those it has")
 }
 
-// needApp is the bad_request of an op whose args.app is missing.
+// needApp refuses a missing args.app.
 func needApp(app string) error {
 	if app == "" {
 		return control.Errorf(control.CodeBadRequest, "args.app is missing: name an app by the id of its manifest entry")

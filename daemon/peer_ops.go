@@ -15,25 +15,21 @@ import (
 	"octosup/policy"
 )
 
-// peerLink is the daemon's side of the peer link: the store that keeps
-// consent and sessions, and the peer.Manager that runs every app's hub.
-// It is the Manager's Events: approvals and pass-through frames become
-// control-socket events.
+// peerLink is the daemon's side of the peer link: the state store and
+// the peer.Manager running every app's hub. As the Manager's Events it
+// turns approvals and pass-through frames into control-socket events.
 type peerLink struct {
 	store *policy.Store
 	m     *peer.Manager
 	log   *zap.Logger
-	// srv is set once the server exists, before any app can start: an
-	// event with no server yet has nobody to reach and is dropped.
+	// srv is set before any app can start; before, events reach nobody.
 	srv atomic.Pointer[Server]
 }
 
-// openPeerLink opens the state store first of all: a second daemon on the
-// same state stops here with a clear error, before touching anything. A
-// damaged or unwritable state file does not stop it (policy.OpenStoreWith
-// moves it aside or runs on a copy in the runtime directory): what the
-// store did is logged here, and status and STATUS= say it while the
-// daemon runs.
+// openPeerLink opens the state store, where a second daemon on the same
+// state stops. A damaged or unwritable state file does not stop it
+// (policy.OpenStoreWith moves it aside or runs on a runtime copy): that
+// is logged here, and status and STATUS= say it while the daemon runs.
 func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
 	st, err := policy.OpenStoreWith(policy.StoreConfig{Path: filepath.Join(dirs.State, policy.StoreFile), Scratch: dirs.Runtime})
 	if err != nil {
@@ -47,8 +43,7 @@ func openPeerLink(dirs policy.Dirs, log *zap.Logger) (*peerLink, error) {
 	return p, nil
 }
 
-// Close ends every link, then the store; call it once the supervisor has
-// stopped every app.
+// Close ends every link, then the store; call it once every app stopped.
 func (p *peerLink) Close() {
 	p.m.Close()
 	if err := p.store.Close(); err != nil {
@@ -56,7 +51,7 @@ func (p *peerLink) Close() {
 	}
 }
 
-// Approval publishes an approval as it is raised and as it is settled.
+// Approval publishes an approval as it is raised and settled.
 func (p *peerLink) Approval(a peer.Approval) {
 	if s := p.srv.Load(); s != nil {
 		s.publish(control.TopicApproval, a.App, a)
@@ -71,18 +66,14 @@ func (p *peerLink) AppFrame(app string, frame json.RawMessage) {
 }
 
 // storeStatus is status's store member.
-func (p *peerLink) storeStatus() *control.StoreStatus {
-	return wireStoreStatus(p.store.Health())
-}
+func (p *peerLink) storeStatus() *control.StoreStatus { return wireStoreStatus(p.store.Health()) }
 
 // storeNotes are the store's notes for STATUS=.
 func (p *peerLink) storeNotes() []string { return p.store.Health().Notes() }
 
 func wireStoreStatus(h policy.Health) *control.StoreStatus {
-	out := &control.StoreStatus{
-		Path: h.Path, Healthy: h.Healthy(), Notes: nonNil(h.Notes()), Temporary: h.Temporary,
-		AuditDropped: h.AuditDropped, AuditError: h.AuditError, BackupError: h.BackupError,
-	}
+	out := &control.StoreStatus{Path: h.Path, Healthy: h.Healthy(), Notes: nonNil(h.Notes()), Temporary: h.Temporary,
+		AuditDropped: h.AuditDropped, AuditError: h.AuditError, BackupError: h.BackupError}
 	if d := h.Damage; d != nil {
 		out.Damage = &control.StoreDamage{At: d.At, Problem: d.Problem, MovedTo: d.MovedTo, MoveError: d.MoveError}
 	}
@@ -92,16 +83,15 @@ func wireStoreStatus(h policy.Health) *control.StoreStatus {
 	return out
 }
 
-// register adds the peer link's ops to s and makes s the target of its
-// events.
+// register adds the peer link's ops to s and sends its events there.
 func (p *peerLink) register(s *Server) {
 	p.srv.Store(s)
 	s.handle(control.OpApprovals, withArgs(p.opApprovals))
 	s.handle(control.OpApprove, p.opApprove)
 	s.handle(control.OpConsent, withArgs(p.opConsent))
 	s.handle(control.OpAppSend, withArgs(p.opAppSend))
-	// A kernel's ops run in the order it sent them: a turn's reply, then
-	// its events, reach the app in that order (docs/protocol.md).
+	// A turn's reply, then its events, reach the app in the kernel's order
+	// (docs/protocol.md).
 	s.handleOrdered(control.OpKernelAttach, withArgs(p.opKernelAttach))
 	s.handleOrdered(control.OpRequestReply, kernelOp((*peer.KernelSession).Reply))
 	s.handleOrdered(control.OpRequestEvent, kernelOp((*peer.KernelSession).Event))
@@ -125,8 +115,7 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, control.Errorf(control.CodeBadRequest, "%v", err)
 	}
 	if hasMember(raw, "remember") && p.isConsent(args.ApprovalID) {
-		// Whatever its value: false was accepted and meant nothing, where
-		// the docs say the member is refused for a consent.
+		// Whatever its value: the docs refuse the member for a consent.
 		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
 	}
 	if err := p.m.Approve(args.ApprovalID, d, args.Remember); err != nil {
@@ -135,8 +124,8 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	return control.ApproveData{Decision: string(d)}, nil
 }
 
-// isConsent reports whether id is a pending consent approval (an
-// approval's kind never changes; one that is gone is Approve's to refuse).
+// isConsent reports whether id is a pending consent (a kind never
+// changes; one gone is Approve's to refuse).
 func (p *peerLink) isConsent(id string) bool {
 	for _, a := range p.m.Approvals() {
 		if a.ApprovalID == id {
@@ -178,26 +167,22 @@ func (p *peerLink) opAppSend(_ context.Context, _ *Conn, args control.AppSendArg
 	if args.App == "" || len(args.Frame) == 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.app and args.frame (one JSON object) are both needed")
 	}
-	// The answer is queued in the step that queues the frame for the
-	// app, so that the app's reply to it (an app.frame event) follows
-	// the answer on this connection; a frame that could not go is the
-	// answer.
+	// Queued with the frame, so the app's reply (an app.frame event)
+	// follows the answer; a frame that could not go is the answer.
 	return step(func(queue func(any)) error {
 		return p.m.Send(args.App, args.Frame, func() { queue(nil) })
 	}), nil
 }
 
 // connKernel is an attached kernel as the peer link sees it: events on
-// its control connection, none of which may precede kernel.attach's
-// answer (AttachKernel queues it before the kernel is visible). Its
-// methods never block: a kernel that does not read is dropped (its
-// writer fails).
+// its connection, after kernel.attach's answer. Its methods never block:
+// a kernel that does not read is dropped.
 type connKernel struct {
 	c *Conn
 }
 
 func (k *connKernel) event(topic string, ev any) error {
-	// Encoded now: ev may refer to memory its caller reuses.
+	// Encoded now: the caller may reuse ev's memory.
 	line, err := control.EncodeEvent(topic, ev)
 	if err != nil {
 		return err
@@ -216,8 +201,8 @@ func (k *connKernel) ContextClosed(app, contextID, reason string) {
 	}
 }
 
-// opKernelAttach's answer is queued by AttachKernel once the kernel is
-// accepted, before anything can reach it.
+// opKernelAttach's answer is queued by AttachKernel before anything can
+// reach the kernel.
 func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (any, error) {
 	if c.kernel.Load() != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "this connection is already the kernel")
@@ -228,9 +213,8 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (an
 			return err
 		}
 		c.kernel.Store(ks)
-		// The connection owns the session: when it ends, for whatever
-		// reason, the kernel is detached (and the apps' open turns fail)
-		// before the connection is gone.
+		// The connection owns the session: however it ends, the kernel is
+		// detached first (the apps' open turns fail).
 		c.onClose(func() {
 			ks.Detach()
 			c.kernel.Store(nil)
@@ -239,8 +223,7 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (an
 	}), nil
 }
 
-// attached is the kernel session of a connection that ran kernel.attach;
-// any other is refused not_attached.
+// attached is c's kernel session, or not_attached.
 func attached(c *Conn) (*peer.KernelSession, error) {
 	ks := c.kernel.Load()
 	if ks == nil {
@@ -249,9 +232,8 @@ func attached(c *Conn) (*peer.KernelSession, error) {
 	return ks, nil
 }
 
-// kernelOp is the handler of an op of the attached kernel's session, f:
-// any other connection is refused not_attached before its args are
-// read, then they are decoded as withArgs does.
+// kernelOp is the handler of a kernel session op f: another connection
+// is refused not_attached before its args are decoded (as withArgs).
 func kernelOp[A any](f func(ks *peer.KernelSession, args A) error) handler {
 	return func(_ context.Context, c *Conn, raw json.RawMessage) (any, error) {
 		ks, err := attached(c)
@@ -266,8 +248,7 @@ func kernelOp[A any](f func(ks *peer.KernelSession, args A) error) handler {
 	}
 }
 
-// hasMember says whether the JSON object raw has the member name, with
-// any value (the args were decoded strictly before: raw is an object).
+// hasMember says whether the JSON object raw has member name.
 func hasMember(raw json.RawMessage, name string) bool {
 	var members map[string]json.RawMessage
 	if json.Unmarshal(raw, &members) != nil {

@@ -10,14 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerProc is the process at the other end of a connection, held by a
-// pidfd, for the "not an app" check.
+// peerProc is a connection's peer, held by a pidfd for the "not an app"
+// check.
 type peerProc struct {
 	pidfd int // -1: none could be had, err says why
-	// how the pidfd was had: "SO_PEERPIDFD" (the process that connected,
-	// whatever became of its pid since) or "pidfd_open" (of the pid
-	// SO_PEERCRED gave, where the kernel has no SO_PEERPIDFD: whatever
-	// process has that pid by then).
+	// how: "SO_PEERPIDFD" (the process that connected) or "pidfd_open"
+	// (of SO_PEERCRED's pid: whatever process has it by then).
 	how string
 	err error
 }
@@ -28,16 +26,15 @@ func (p peerProc) close() {
 	}
 }
 
-// getPeerPidfd is SO_PEERPIDFD (Linux 6.5): a pidfd of the process that
-// connected, taken by the kernel at connect time.
+// getPeerPidfd is SO_PEERPIDFD (Linux 6.5): the kernel's pidfd of the
+// process that connected.
 func getPeerPidfd(sock int) (int, error) {
 	return unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
 }
 
-// peerCred reads the peer's pid, uid and gid as the kernel recorded them
-// at connect time (SO_PEERCRED): what the peer says never matters. It
-// also gets a pidfd of the peer: from peerPidfd (SO_PEERPIDFD), or, where
-// that is unknown to the kernel (ENOPROTOOPT), by pidfd_open of the pid.
+// peerCred reads the peer's credentials as the kernel recorded them at
+// connect (SO_PEERCRED) and a pidfd of it: peerPidfd's, or on
+// ENOPROTOOPT pidfd_open of the pid.
 func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (*unix.Ucred, peerProc, error) {
 	proc := peerProc{pidfd: -1}
 	sc, ok := nc.(syscall.Conn)
@@ -84,8 +81,8 @@ func peerCred(nc net.Conn, peerPidfd func(sock int) (int, error)) (*unix.Ucred, 
 	return cred, proc, nil
 }
 
-// boottime is now on CLOCK_BOOTTIME, the clock of the start times in
-// /proc/PID/stat.
+// boottime is now on CLOCK_BOOTTIME, the clock of /proc/PID/stat's
+// start times.
 func boottime() time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {

@@ -9,20 +9,16 @@ import (
 	"octosup/control"
 )
 
-// readLoop reads requests until EOF or error. Each request runs in its
-// own goroutine so that a slow op (stop waits for the grace period) does
-// not hold the connection's other requests; an ordered op (handleOrdered)
-// runs here, so that a connection's ordered ops take effect in the order
-// they were sent.
+// readLoop reads requests until EOF or error. Each runs in a goroutine
+// of its own, so a slow op (a stop's grace) holds up no other; an ordered
+// op (handleOrdered) runs here, in the order sent.
 func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	slots := make(chan struct{}, maxInflight)
-	// While another whole request waits in r, what the handling of this
-	// one sends is corked (linewriter's Hold): the lines of a burst of
-	// requests go out in one write once the last is handled, not in one
-	// write each (and one wake-up of the client each). Nothing is corked
-	// while the reader may block. This is batching only: the order of
-	// lines is the order they were queued in, corked or not.
+	// Corked (Hold) while another whole request waits in r: a burst's
+	// lines leave in one write, not one write (and client wake-up)
+	// each. Never corked while the reader may block. Batching only:
+	// lines keep their queued order.
 	corked := false
 	uncork := func() {
 		if corked {
@@ -58,10 +54,7 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 					}
 				}
 				inflight.Add(1)
-				// The goroutine's own copy: a Request is too large to be
-				// captured by value, and req would move to the heap for
-				// every request, ordered ones too.
-				r := req
+				r := req // captured, req itself would escape for every request
 				go func() {
 					defer inflight.Done()
 					defer func() { <-slots }()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,20 +21,11 @@ import (
 	"octosup/supervisor"
 )
 
-// The control server is split by concern: this file has the Server, its
-// op registry and the dispatch of a request to its handler and of the
-// result to its answer; accept.go the accept loop; admit.go the client
-// check; conn.go a connection and its write queue; read.go the read
-// loop; fanout.go the subscriptions. doc.go states the concurrency model.
-
-// handler serves one op. args are the request's args (nil when absent);
-// the result is marshaled as the answer's data (see answerAt for the
-// results whose answer is queued in a step of their own). An error that
-// is a *control.Error is answered as is; any other error is internal.
+// handler serves one op. args are nil when absent; the result is the
+// answer's data (or an answerAt). An error is answered by asControlError.
 type handler func(ctx context.Context, c *Conn, args json.RawMessage) (any, error)
 
-// withArgs is the handler of f: the request's args decoded strictly
-// into an A first (control.DecodeArgs), whose refusal is the answer.
+// withArgs is f with the args decoded strictly (control.DecodeArgs).
 func withArgs[A any](f func(ctx context.Context, c *Conn, args A) (any, error)) handler {
 	return func(ctx context.Context, c *Conn, raw json.RawMessage) (any, error) {
 		var args A
@@ -44,16 +36,12 @@ func withArgs[A any](f func(ctx context.Context, c *Conn, args A) (any, error)) 
 	}
 }
 
-// Queue sizes. A connection queues at most connQueue lines for its
-// socket, and holds at most connQueueBytes bytes not yet written: an
-// event past either drops the connection, an answer waits for room (but
-// those queued in a step that must not wait, an answerAt's other than a
-// waitStep's: they drop the connection too). connQueue is twice the tool
-// outcomes the peer side keeps while no kernel is attached
-// (peer.DefaultRelayQueue), which a kernel's attach queues behind its
-// answer in one step. It runs at most
-// maxInflight requests at once; reading the next request waits for a
-// free slot, which slows that client only.
+// A connection's queue bounds: an event past them drops the connection,
+// as does an answerAt's answer but a waitStep's; other answers wait for
+// room. connQueue is twice peer.DefaultRelayQueue, the outcomes kept
+// while no kernel is attached, which kernel.attach queues behind its
+// answer in one step. Past maxInflight requests, reading the next waits
+// for a slot, which slows that client only.
 const (
 	connQueue      = 8192
 	connQueueBytes = 16 << 20
@@ -66,42 +54,36 @@ const (
 type ServerConfig struct {
 	Apps Apps
 	Log  *zap.Logger
-	// Reload re-reads and applies the manifest for the reload op. It
-	// returns the number of apps of the new manifest and what applying
-	// it did; a manifest that does not validate is a
-	// *policy.ValidationError and changes nothing.
+	// Reload serves the reload op: the new manifest's app count and what
+	// applying it did; an invalid manifest is a *policy.ValidationError
+	// and changes nothing.
 	Reload func(ctx context.Context, opt supervisor.ApplyOptions) (apps int, done supervisor.Applied, err error)
-	// LinkStatus fills each app's link member in status; nil reports no
-	// link.
+	// LinkStatus fills status's link members; nil reports no link.
 	LinkStatus func(appID string) control.LinkStatus
 	// Store fills status's store member; nil leaves it out.
 	Store func() *control.StoreStatus
-	// JailSpec compiles the jail the app would get if it started now, for
-	// the jail op (the daemon's launcher and environment); nil refuses
-	// the op. An unknown app wraps supervisor.ErrUnknownApp.
+	// JailSpec compiles the jail the app would get if started now (the
+	// jail op; nil refuses it). An unknown app wraps
+	// supervisor.ErrUnknownApp.
 	JailSpec func(appID string) (jail.Spec, error)
 }
 
-// Server is the control socket's server. It is exported for Run's
-// Config.Setup, which hands it to the code that starts a daemon in
-// process (tests, benchmarks), and so that NewServer and Serve can run
-// it with any Apps.
+// Server is the control socket's server, exported for Config.Setup and
+// so that NewServer and Serve can run it with any Apps.
 type Server struct {
 	cfg    ServerConfig
 	log    *zap.Logger
 	fanout fanout
-	uid    int // the only uid served: the daemon's own
-	// debug: the logger takes Debug entries (fixed when it is built), so
-	// each op's are worth building.
-	debug bool
+	uid    int  // the only uid served: the daemon's own
+	debug  bool // the logger takes Debug entries: worth building per op
 
-	// peerPidfd gets a pidfd of a socket's peer: SO_PEERPIDFD (tests
-	// stand in a kernel without it).
+	// peerPidfd is SO_PEERPIDFD; tests stand in a kernel without it
+	// (ENOPROTOOPT), the only fallback they cover.
 	peerPidfd    func(sock int) (int, error)
 	fallbackOnce sync.Once
 
-	// mu guards the registry: ops and topics are added before Serve (by
-	// the peer link's register, and tests), read by every request.
+	// mu guards the registry: filled before Serve (register, tests),
+	// read by every request.
 	mu      sync.RWMutex
 	ops     map[string]handler
 	ordered map[string]bool // ops run in arrival order on the reader
@@ -110,9 +92,7 @@ type Server struct {
 
 // NewServer returns a server with the built-in ops registered.
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.Log == nil {
-		cfg.Log = zap.NewNop()
-	}
+	cfg.Log = cmp.Or(cfg.Log, zap.NewNop())
 	if cfg.LinkStatus == nil {
 		cfg.LinkStatus = func(string) control.LinkStatus { return control.LinkStatus{} }
 	}
@@ -128,21 +108,19 @@ func NewServer(cfg ServerConfig) *Server {
 			control.TopicApproval: true,
 			control.TopicAppFrame: true,
 		},
+		ordered: map[string]bool{},
 	}
 	s.ops = builtinOps(s)
-	s.ordered = map[string]bool{}
 	return s
 }
 
-// handle registers the handler of an op. It replaces nothing: a second
-// registration of the same op is a programming error and panics.
+// handle registers op's handler; registering an op twice panics.
 func (s *Server) handle(op string, h handler) { s.register(op, h, false) }
 
-// handleOrdered registers an op whose requests on one connection run one
-// at a time, in the order they arrived, on the connection's reader: what
-// they do (e.g. a kernel's request.reply then its request.events) happens
-// in the order the client sent it. Its handler must not block for long:
-// the connection reads nothing else meanwhile.
+// handleOrdered registers an op whose requests run on the connection's
+// reader, one at a time in arrival order (a kernel's request.reply, then
+// its request.events). Its handler must not block for long: the
+// connection reads nothing meanwhile.
 func (s *Server) handleOrdered(op string, h handler) { s.register(op, h, true) }
 
 func (s *Server) register(op string, h handler, ordered bool) {
@@ -157,12 +135,9 @@ func (s *Server) register(op string, h handler, ordered bool) {
 	}
 }
 
-// publish sends an event about app ("" none) to every connection
-// subscribed to topic, and to the streams about that app (logs with
-// follow). The event must marshal to a JSON object; its members follow
-// "event": topic on the line. It is encoded only when some stream takes
-// it (an app's every output line is published, most with nobody
-// following), and publish never blocks.
+// publish queues an event about app ("" none) on every stream that
+// takes it; event must marshal to a JSON object. It is encoded only when
+// some stream takes it (most app output has no follower). Never blocks.
 func (s *Server) publish(topic, app string, event any) {
 	to := s.fanout.takers(topic, app)
 	if len(to) == 0 {
@@ -178,10 +153,9 @@ func (s *Server) publish(topic, app string, event any) {
 	}
 }
 
-// supervisorEvent publishes one of the supervisor's events, in the
-// supervisor's step that made it (supervisor.Config.Publish): a state
-// event is queued before the answer of the op that moved the app, a log
-// line in its ring's order. It never blocks.
+// supervisorEvent is supervisor.Config.Publish, called in the step that
+// made ev: a state event is queued before the answer of the op that
+// moved the app, a log line in its ring's order. Never blocks.
 func (s *Server) supervisorEvent(ev supervisor.Event) {
 	switch {
 	case ev.Kind == supervisor.KindState && ev.State != nil:
@@ -189,16 +163,14 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 	case ev.Kind == supervisor.KindLog && ev.Log != nil:
 		s.publish(control.TopicLog, ev.Log.App, logLine(*ev.Log))
 	case ev.Kind == supervisor.KindWarning && ev.State != nil:
-		// On the state topic, which the shell and watch follow: the
-		// app's state, with what it ran into.
+		// On the state topic, which the shell and watch follow.
 		se := stateEvent(*ev.State)
 		se.Warning = ev.Warning
 		s.publish(control.TopicState, ev.State.ID, se)
 	}
 }
 
-// lookup is the handler of op (nil: no such op) and whether it is
-// ordered, in one look at the registry.
+// lookup is op's handler (nil: none) and whether it is ordered.
 func (s *Server) lookup(op string) (h handler, ordered bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -206,39 +178,33 @@ func (s *Server) lookup(op string) (h handler, ordered bool) {
 }
 
 // answerAt is a handler's result whose answer is queued in the step that
-// makes what it announces visible (a stream, a kernel, a call, a frame on
-// its way to an app), by whoever takes that step: at calls queue (which
-// never blocks) with the answer's data at that moment, and returns once
-// it did. So nothing the step starts can reach the client before its
-// answer: the one way the daemon keeps events behind the answer that
-// announces them. An error from at is the answer instead, and queue must
-// not have been called then. It is an interface so that tool.call's one
-// allocation holds its args, its data and its step.
+// makes what it announces visible, by whoever takes that step: at calls
+// queue (which waits only in a waitStep) with the data there, so nothing
+// the step starts reaches the client first (doc.go, rule 3). An error
+// from at is the answer instead, queue uncalled. An interface so that
+// tool.call needs one allocation (toolCallStep).
 type answerAt interface {
 	at(queue func(data any)) error
 }
 
-// step is an answerAt of a function.
+// step is a function's answerAt.
 type step func(queue func(data any)) error
 
 func (f step) at(queue func(data any)) error { return f(queue) }
 
-// waitStep is a step whose queue waits for room, as any other answer
-// does: for a step that holds no lock another step needs (subscribe's).
+// waitStep is a step whose queue waits for room like a plain answer:
+// only for a step holding no lock another step needs (subscribe's).
 type waitStep func(queue func(data any)) error
 
 func (f waitStep) at(queue func(data any)) error { return f(queue) }
 
-// dispatch runs one request's handler, h (lookup's: nil for an unknown
-// op), and queues its answer.
+// dispatch runs req's handler h (nil: unknown op) and queues the answer.
 func (c *Conn) dispatch(ctx context.Context, req control.Request, h handler) {
 	if h == nil {
 		c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeUnknownOp, "unknown op %q", req.Op)})
 		return
 	}
-	// The clock and the log entry cost only when debug is on: this runs
-	// for every op, a tool call's included.
-	var start time.Time
+	var start time.Time // only with debug: this runs for every op
 	if c.srv.debug {
 		start = time.Now()
 	}
@@ -263,25 +229,20 @@ func (c *Conn) dispatch(ctx context.Context, req control.Request, h handler) {
 	}
 }
 
-// reply queues an answer; it waits for room (the client's own backlog),
-// and gives up only when the connection is gone.
+// reply queues an answer, waiting for room (the client's own backlog)
+// until the connection is gone.
 func (c *Conn) reply(resp control.Response) {
 	c.putAnswer(c.encodeAnswer(resp))
 }
 
-// putAnswer queues an encoded answer, waiting for room as reply does.
 func (c *Conn) putAnswer(line []byte) {
 	_ = c.w.Put(line, linewriter.Opt{Now: true, Wait: c.ctx.Done()})
 }
 
-// okAnswer is the line of a successful answer with data (nil: none); data
-// that does not encode is an internal error instead.
-//
-// It is encoded in one pass: a Response carries its data encoded already,
-// which encoding/json scans twice more on the way into the line (a
-// RawMessage is checked and compacted, and so is a MarshalJSON's
-// output), the most of a large answer's cost (status of every app). An
-// answer's id is a request's, never 0, so it needs no null.
+// okAnswer is the line of a successful answer with data (nil: none), or
+// an internal error's. One pass, not a control.Response: json would scan
+// the RawMessage data twice more, most of a large answer's cost. A
+// request's id is never 0, so none needs a null.
 func (c *Conn) okAnswer(id int64, data any) []byte {
 	line, err := json.Marshal(struct {
 		ID   int64 `json:"id"`
@@ -302,8 +263,8 @@ func answerTooLarge() *control.Error {
 	return control.Errorf(control.CodeInternal, "the answer is larger than %d bytes: ask for less (e.g. fewer log lines)", control.MaxLine)
 }
 
-// encodeAnswer is resp's line (json.Marshal's); one too large for a
-// line, or that cannot be encoded, is an internal error instead.
+// encodeAnswer is resp's line, or an internal error's when it is too
+// large or does not encode.
 func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	line, err := json.Marshal(resp)
 	if err == nil && len(line) > control.MaxLine {
@@ -317,13 +278,13 @@ func (c *Conn) encodeAnswer(resp control.Response) []byte {
 	return line
 }
 
-// answerAt has at queue the answer of request id (answerAt). Corked
-// meanwhile, for batching only: the answer and the first events of the
-// step (tool.call's tool.acknowledged) leave in one write.
+// answerAt has at queue request id's answer. Corked meanwhile, for
+// batching only: the answer and the step's first events (tool.call's
+// tool.acknowledged) leave in one write.
 func (c *Conn) answerAt(id int64, at answerAt) {
 	queued := false
-	// Not Wait but for a waitStep: the step must not block (it may hold
-	// an app's lock); a connection that far behind is dropped instead.
+	// Only a waitStep waits: another step may hold an app's lock, and a
+	// connection that far behind is dropped instead.
 	o := linewriter.Opt{Now: true}
 	if _, ok := at.(waitStep); ok {
 		o.Wait = c.ctx.Done()
@@ -350,19 +311,15 @@ func asControlError(err error) *control.Error {
 	case errors.As(err, &cerr):
 		return cerr
 	case errors.Is(err, supervisor.ErrUnknownApp):
-		// The supervisor's error names the op and the app, which the
-		// client knows (docs/control.md, "Error codes").
-		return unknownApp()
-	default:
-		// A peer refusal keeps its stable code; anything else is internal.
+		return unknownApp() // not the supervisor's text: it repeats op and app
+	default: // a peer refusal keeps its code; anything else is internal
 		return control.Errorf(peer.Code(err), "%v", err)
 	}
 }
 
 // readRequestLine returns the next line without its newline. A line over
-// max is discarded up to its newline without being buffered, and
-// reported with tooLong. err is set at the end of the stream (a last
-// line without newline is still returned).
+// max is skipped unbuffered and reported tooLong. At the end of the
+// stream err is set, with any last line lacking a newline.
 func readRequestLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	var buf []byte
 	for {

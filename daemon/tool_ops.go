@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -9,19 +10,16 @@ import (
 	"octosup/policy"
 )
 
-// The tool-call ops of the control socket (docs/control.md), a thin adapter over
-// the peer package's relay seams. Their names and wire types are in
-// package control; the peer and policy values are converted to those
-// types here, so that the wire has one definition.
+// The tool-call ops (docs/control.md): a thin adapter converting the
+// peer relay's values to package control's wire types.
 
 const defaultAuditLimit = 100
 
 // registerToolOps serves the tool-call ops. tool.call and tool.cancel
-// need the connection to be the attached kernel (kernel.attach), since
-// the calls' events go to the kernel's connection (connKernel).
+// need the attached kernel's connection, where the calls' events go.
 func (t *peerLink) registerToolOps(s *Server) {
-	// The kernel's ops take effect in the order it sent them (a tool.call
-	// then its tool.cancel); none of them waits on the disk.
+	// In the kernel's order (a tool.call, then its tool.cancel); none of
+	// these waits on the disk.
 	s.handleOrdered(control.OpToolCall, withArgs(t.call))
 	s.handleOrdered(control.OpToolCancel, withArgs(t.cancel))
 	s.handleOrdered(control.OpContextOwner, withArgs(t.contextOwner))
@@ -32,13 +30,11 @@ func (t *peerLink) registerToolOps(s *Server) {
 	s.handle(control.OpAudit, withArgs(t.audit))
 }
 
-// connKernel is the tool relay too (peer.AttachKernel installs a Kernel
-// that is a ToolRelay): the outcomes of tool calls, including those kept
-// while no kernel was attached, arrive on the kernel's connection as
-// tool.acknowledged and tool.finished events. These methods run with the
-// relay and (mostly) an app's peer locked (peer/doc.go, rule 6): they
-// never block. Every call makes two events, so they are encoded by
-// appends (control.AppendToolEvent), not by json.Marshal.
+// connKernel is the tool relay too: outcomes, including those kept while
+// no kernel was attached, become tool.acknowledged and tool.finished
+// events. Run under the relay's and (mostly) an app's peer lock
+// (peer/doc.go, rule 6), these never block. Two events a call: encoded
+// by appends (control.AppendToolEvent), not json.Marshal.
 var _ peer.ToolRelay = (*connKernel)(nil)
 
 func (k *connKernel) Acknowledged(app, callID string) {
@@ -58,11 +54,11 @@ func (k *connKernel) toolEvent(topic string, ev control.ToolEvent) {
 	if ev.Error != nil {
 		n += len(`,"error":{"code":"","message":""}`) + len(ev.Error.Code) + len(ev.Error.Message)
 	}
-	// A line of its own: the connection's queue holds it until written.
+	// A line of its own: the queue holds it until written.
 	line, err := control.AppendToolEvent(make([]byte, 0, n), topic, ev)
 	if err != nil {
-		// Only data an app sent that did not encode: the peer link
-		// checked it, so this is a bug; the kernel's call still ends.
+		// Only an app's data, which the peer checked: a bug, but the
+		// kernel's call still ends.
 		line, _ = control.AppendToolEvent(nil, topic, control.ToolEvent{App: ev.App, CallID: ev.CallID, Outcome: ev.Outcome,
 			Error: &control.Error{Code: control.CodeInternal, Message: fmt.Sprintf("the daemon could not encode the call's result: %v", err)}})
 	}
@@ -73,9 +69,8 @@ func (t *peerLink) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (an
 	if err := needApp(ca.App); err != nil {
 		return nil, err
 	}
-	// Both are the kernel's to say: a missing confirm must never mean
-	// less confirmation than host, and the app must not be told of a
-	// caller that is nobody.
+	// Both the kernel's to say: no confirm must not mean less than host,
+	// nor the app be told of a caller that is nobody.
 	if ca.Call.Confirm == "" {
 		return nil, control.Errorf(control.CodeBadRequest, `args.call.confirm is missing: send "none" (the app runs it at once), "host" (the person approves first) or "app" (the app asks its person)`)
 	}
@@ -89,10 +84,9 @@ func (t *peerLink) call(_ context.Context, c *Conn, ca control.ToolCallArgs) (an
 	return &toolCallStep{ks: ks, args: ca, data: control.ToolCallData{CallID: ca.Call.CallID, Accepted: true}}, nil
 }
 
-// toolCallStep is tool.call's answerAt. "accepted" is queued by the peer
-// in the step that accepts the call, before its first event: the call's
-// state is the app's peer's, not this connection's, so that step is the
-// peer's.
+// toolCallStep is tool.call's answerAt: the app's peer, owner of the
+// call's state, queues "accepted" in the step accepting it, before its
+// first event.
 type toolCallStep struct {
 	ks   *peer.KernelSession
 	args control.ToolCallArgs
@@ -176,11 +170,7 @@ func (t *peerLink) audit(_ context.Context, _ *Conn, args control.AuditArgs) (an
 	if args.Limit < 0 {
 		return nil, control.Errorf(control.CodeBadRequest, "args.limit must be positive (or absent for the last %d)", defaultAuditLimit)
 	}
-	limit := args.Limit
-	if limit == 0 {
-		limit = defaultAuditLimit
-	}
-	entries, err := t.m.Audit(args.App, limit)
+	entries, err := t.m.Audit(args.App, cmp.Or(args.Limit, defaultAuditLimit))
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
