@@ -264,7 +264,6 @@ func (d *instance) ready() {
 	d.log.Info("ready", zap.String("status", line))
 }
 
-// watched are the parts the watchdog hears from.
 func (d *instance) watched() []watchedPart {
 	return []watchedPart{
 		{"supervisor", d.apps.Ping},
@@ -272,7 +271,6 @@ func (d *instance) watched() []watchedPart {
 	}
 }
 
-// changeIDs are the apps of a reload's changes.
 func changeIDs(list []supervisor.AppChange) []string {
 	out := make([]string, 0, len(list))
 	for _, c := range list {
@@ -367,10 +365,9 @@ type watchedPart struct {
 }
 
 // watchdog pings systemd each interval every, once each part answered
-// within bound: a wedged part (the spawner thread, an app's runner, the
-// peer links) stops the pings, is logged, and systemd restarts the daemon.
-// every is half of WatchdogSec and bound under half, so pings stay
-// within every+bound < WatchdogSec.
+// within bound: a wedged part stops the pings, is logged, and systemd
+// restarts the daemon. With every = WatchdogSec/2 and bound under that,
+// pings come within every+bound < WatchdogSec.
 func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, bound time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()

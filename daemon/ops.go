@@ -138,7 +138,7 @@ func (s *Server) lifecycleOp(op string, do func(Apps, context.Context, string) (
 			case errors.Is(err, supervisor.ErrStartFailed) && st.Reason != "":
 				return nil, control.Errorf(control.CodeFailed, "failed to start: %s", st.Reason)
 			}
-			// Without the op and app the client named.
+			// Less the op and app the supervisor's error begins with.
 			return nil, control.Errorf(control.CodeFailed, "%s", strings.TrimPrefix(err.Error(), op+" "+args.App+": "))
 		}
 		if op != control.OpStop && st.State == supervisor.Failed {

@@ -240,9 +240,9 @@ func (c *Conn) putAnswer(line []byte) {
 }
 
 // okAnswer is the line of a successful answer with data (nil: none), or
-// an internal error's. One pass, not a control.Response: json would scan
-// the RawMessage data twice more, most of a large answer's cost. A
-// request's id is never 0, so none needs a null.
+// an internal error's. Not a control.Response, whose RawMessage json
+// scans twice more (most of a large answer's cost). The id is a
+// request's, never 0: no null needed (Response.MarshalJSON).
 func (c *Conn) okAnswer(id int64, data any) []byte {
 	line, err := json.Marshal(struct {
 		ID   int64 `json:"id"`
