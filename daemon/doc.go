@@ -10,8 +10,9 @@
 // Each connection is checked once, at accept (Server.admit): unless its
 // peer has the daemon's uid (SO_PEERCRED) and the supervisor places it
 // positively outside every app (Apps.CheckCaller), it is closed, after a
-// not_permitted line if its credentials could be read. The peer is held by the pidfd of the
-// process that called connect() (SO_PEERPIDFD, Linux 6.5); one that has
+// not_permitted line if its credentials could be read. The peer is held
+// by the pidfd of the process that called connect() (SO_PEERPIDFD, Linux
+// 6.5); one that has
 // exited, or has no pidfd, is refused. Before 6.5 the pidfd is opened on
 // the SO_PEERCRED pid, and a process there that started after the accept
 // is refused; a pid reused between connect and accept (or within the
