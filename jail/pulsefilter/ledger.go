@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -62,6 +63,18 @@ type Ledger struct {
 	plays  [MaxPlays]time.Time
 	next   int
 	window time.Duration
+	// retired are the costs of samples removed or replaced while a play
+	// may still hold them: a server's play keeps its sample's memory to
+	// its end, whatever becomes of the name (a hostile review held 60
+	// plays of a 4 MiB sample re-uploaded under one name, 294 MB,
+	// against a ledger of 4 MiB). Each counts until a window after it
+	// was retired, as long as the longest play (checkDuration).
+	retired []retired
+}
+
+type retired struct {
+	until time.Time
+	cost  int64
 }
 
 // NewLedger returns an empty Ledger.
@@ -105,7 +118,7 @@ func (l *Ledger) addStream(upload int64) error {
 	if l.streams >= MaxStreams {
 		return fmt.Errorf("a stream past the %d an app holds in the sound server at once (delete one first): %w", MaxStreams, ErrRefused)
 	}
-	if held := l.cached + l.uploading; held+upload > MaxCache {
+	if held := l.cached + l.uploading + l.stillPlaying(time.Now()); held+upload > MaxCache {
 		return fmt.Errorf("a sample that costs %d bytes with %d cached or on the way (an app caches %d at most, a sample costing %d at least: remove one first): %w",
 			upload, held, MaxCache, minSampleCost, ErrRefused)
 	}
@@ -139,9 +152,31 @@ func (l *Ledger) settle(name string, cost int64, cached bool) {
 	defer l.mu.Unlock()
 	l.uploading -= cost
 	if cached {
+		l.retire(l.samples[name])
 		l.cached += cost - l.samples[name]
 		l.samples[name] = cost
 	}
+}
+
+// retire keeps cost, a sample's that the server forgets, counted for a
+// window when a play started in the last one (it may be playing still).
+// l.mu is held.
+func (l *Ledger) retire(cost int64) {
+	now := time.Now()
+	last := l.plays[(l.next+MaxPlays-1)%MaxPlays]
+	if cost > 0 && !last.IsZero() && now.Sub(last) < l.window {
+		l.retired = append(l.retired, retired{until: now.Add(l.window), cost: cost})
+	}
+}
+
+// stillPlaying forgets the retired costs whose window ended, and sums
+// the others. l.mu is held.
+func (l *Ledger) stillPlaying(now time.Time) (sum int64) {
+	l.retired = slices.DeleteFunc(l.retired, func(r retired) bool { return !now.Before(r.until) })
+	for _, r := range l.retired {
+		sum += r.cost
+	}
+	return sum
 }
 
 // holds reports whether a sample of that name is counted.
@@ -155,6 +190,7 @@ func (l *Ledger) holds(name string) bool {
 // remove forgets the sample cached under name.
 func (l *Ledger) remove(name string) {
 	l.mu.Lock()
+	l.retire(l.samples[name])
 	l.cached -= l.samples[name]
 	delete(l.samples, name)
 	l.mu.Unlock()

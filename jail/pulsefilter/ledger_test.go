@@ -406,3 +406,44 @@ func TestUploadDuration(t *testing.T) {
 		})
 	}
 }
+
+// TestSamplesPlayingStayCounted: a sample removed or replaced while a
+// play may still hold it stays counted for a window; with no play in
+// the window before, its place is free at once.
+func TestSamplesPlayingStayCounted(t *testing.T) {
+	fill := func(n int) []step {
+		return series(n, func(i uint32) []step { return cache(2*i+1, "a"+string(rune('0'+i)), MaxSample, i) })
+	}
+	full, three := fill(MaxCache/MaxSample), fill(3)
+	const past = "(an app caches 16777216 at most"
+	b := func(tag, length uint32) step { return uploadAs(tag, "b", length, props("event.id", "b")) }
+	for _, tc := range []struct {
+		name    string
+		start   []step
+		played  bool
+		then    []step
+		refused string
+	}{
+		{name: "removed, no play", start: full, then: slices.Concat(acked(removeSample(100, "a1")), []step{b(101, MaxSample)})},
+		{name: "removed after a play", start: full, played: true, then: slices.Concat(acked(removeSample(100, "a1")), []step{b(101, MaxSample)}), refused: past},
+		{name: "replaced, no play", start: three, then: slices.Concat(cache(100, "a0", 4, 9), []step{b(102, MaxSample)})},
+		{name: "replaced after a play", start: three, played: true, then: slices.Concat(cache(100, "a0", 4, 9), []step{b(102, MaxSample)}), refused: past},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger()
+			c := conn{streams: newStreams(l)}
+			if err := c.run(t, tc.start); err != nil {
+				t.Fatal(err)
+			}
+			if tc.played {
+				if err := l.play(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := c.run(t, tc.then)
+			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
+				t.Fatalf("%v; want refused %q", err, tc.refused)
+			}
+		})
+	}
+}
