@@ -13,44 +13,36 @@ import (
 )
 
 // peer is what the daemon keeps of an app across its processes. mu
-// guards its state (the app's link, requests, contexts, calls,
-// approvals, consent and rules, and duplicate window): every function
-// that touches it runs with mu held (run), and none of them blocks. cur
-// is read atomically outside it.
+// guards the fields below it; every function touching them runs under mu
+// (run) and none blocks.
 type peer struct {
-	m  *Manager
-	id string
-	// jobs runs the app's store I/O in order, off mu: a stalled store
-	// stalls this app's store requests alone.
-	jobs jobs
-	// cur is the current process's link, set by Attach (nil before the
-	// first); Detach and Send use it without mu.
+	m    *Manager
+	id   string
+	jobs jobs // the app's store I/O, off mu
+	// cur is the current process's link (nil before the first Attach),
+	// read without mu.
 	cur atomic.Pointer[link]
 
 	mu     sync.Mutex
-	closed bool // the Manager closed: run runs nothing
+	closed bool // by Manager.Close: run runs nothing
 	app    policy.App
 	dev    bool
 	link   *link // nil while no process is attached
-	// contexts are every open context of the app, by id (a process being
-	// torn down may still hold some).
+	// contexts: all the app's, by id (a link in teardown may hold some).
 	contexts map[string]*appContext
-	// sessionTurns are the turn_ids used in each session an open context
-	// holds, shared by its contexts: a turn_id is unique within a session.
+	// sessionTurns: the turn_ids of each session with an open context.
 	sessionTurns map[uint64]*sessionTurns
-	// choices is the person's persisted consent and standing rules:
-	// loaded with the peer, written through by Approve and the revokes
-	// after the store has them.
+	// choices: the persisted consent and standing rules, changed only
+	// after the store has them (policy.go).
 	choices   appPolicy
-	ask       *approval            // the pending consent prompt, if any
-	waiting   []*request           // requests waiting for that prompt, in arrival order
+	ask       *approval            // the pending consent prompt
+	waiting   []*request           // requests waiting for it, in arrival order
 	approvals map[string]*approval // pending, by id
-	sheets    int                  // its pending host sheets (Config.MaxPendingApprovals)
+	sheets    int                  // pending host sheets (Config.MaxPendingApprovals)
 
-	// The duplicate window: the last finished call ids, across processes.
-	recentCalls idWindow
-	// The req_ids that timed out at the attached kernel, whose late
-	// reply may still come: one is not a new request's until then.
+	recentCalls idWindow // finished call ids, across processes: duplicates
+	// lateReqs: req_ids that timed out at the kernel, whose late reply may
+	// still come; none names a new request until then.
 	lateReqs idWindow
 }
 
@@ -63,8 +55,7 @@ func newPeer(m *Manager, id string, kept appPolicy) *peer {
 }
 
 // run runs f with the peer locked; false, f not run, once the Manager
-// closed the peer. f must not block: the peer's functions only queue
-// (a line to a hub or to the kernel, a store job).
+// closed the peer. f must not block (doc.go, rule 2).
 func (p *peer) run(f func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -75,9 +66,8 @@ func (p *peer) run(f func()) bool {
 	return true
 }
 
-// after arms a deadline: step runs in a step of p once d has passed,
-// unless the deadline is stopped first (Manager.stop) or p is closed.
-// Manager.timers counts it until then, so that Close can wait for it.
+// after arms a deadline: step runs in a step of p after d, unless stopped
+// (Manager.stop) or p closed first. Manager.timers counts it for Close.
 func (p *peer) after(d time.Duration, step func()) *time.Timer {
 	p.m.timers.Add(1)
 	return time.AfterFunc(d, func() {
@@ -86,8 +76,8 @@ func (p *peer) after(d time.Duration, step func()) *time.Timer {
 	})
 }
 
-// stop stops a deadline armed by after (nil: none). One that has fired
-// is left to settle its own count.
+// stop stops a deadline armed by after (nil: none); one that fired
+// settles its own count.
 func (m *Manager) stop(t *time.Timer) {
 	if t != nil && t.Stop() {
 		m.timers.Done()
@@ -107,10 +97,9 @@ func (p *peer) stopTimers() {
 	}
 }
 
-// teardown retires a link whose hub is closed: the consent prompt it raised
-// is withdrawn (nothing persisted), its contexts close (the kernel told),
-// and its open requests end. Nothing is written to the app: its hub is
-// gone.
+// teardown retires a shut link: its consent prompt is withdrawn, its
+// contexts close (the kernel told) and its requests end. Nothing is
+// written to the app: its hub is gone.
 func (p *peer) teardown(l *link) {
 	if a := p.ask; a != nil && a.link == l && !a.deciding {
 		p.settle(a, ApprovalCancelled)

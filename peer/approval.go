@@ -33,14 +33,14 @@ type approval struct {
 	Approval
 	link  *link       // the process whose request raised it
 	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
-	call  *call       // a tool sheet's call
-	// deciding: Approve is persisting the answer (the peer unlocked);
-	// expiry and teardown leave the approval to it.
+	call  *call       // a tool sheet's
+	// deciding: Approve is persisting the answer off mu; expiry and
+	// teardown leave the approval to it.
 	deciding bool
 }
 
-// askConsent raises the app's consent prompt unless one is open: requests
-// that arrive meanwhile wait on the same one.
+// askConsent raises the app's consent prompt unless one is open, which
+// r then waits on.
 func (p *peer) askConsent(r *request) {
 	if p.ask != nil {
 		return
@@ -69,7 +69,7 @@ func (m *Manager) approvalID() string {
 	return m.cfg.Nonce + "-a" + strconv.FormatUint(m.nextApproval.Add(1), 10)
 }
 
-// raise makes a pending: the peer's, in the Manager's index, published.
+// raise records a pending approval, indexes and publishes it.
 func (p *peer) raise(a *approval) {
 	p.approvals[a.ApprovalID] = a
 	p.m.amu.Lock()
@@ -84,7 +84,6 @@ func (m *Manager) unindex(id string) {
 	m.amu.Unlock()
 }
 
-// settle closes an approval with a final state and publishes it.
 func (p *peer) settle(a *approval, state string) {
 	p.m.stop(a.timer)
 	if p.approvals[a.ApprovalID] == a {
@@ -127,26 +126,21 @@ func (m *Manager) Approvals() []Approval {
 	return out
 }
 
-// Approve answers a pending approval (op approve). The answer is
-// persisted (fsync'd) on the app's store jobs, under no lock (so it waits
-// behind the app's store work queued before it), and
-// acted on only once it is: when Approve returns nil, a daemon killed at
-// any moment keeps it.
+// Approve answers a pending approval (op approve). The answer is persisted
+// (fsync'd) on the app's store jobs, behind its queued store work, and
+// acted on only then: once Approve returns nil, a killed daemon keeps it.
 //
-// Consent: the decision is persisted always (remember does not matter);
-// the requests that waited on the prompt then run (allow) or fail
-// consent_denied (deny), in arrival order. A prompt whose process is
-// already gone (shut, not yet torn down) is settled cancelled, nothing is
-// persisted, and Approve returns ErrUnknownApproval. (A process that dies
-// while the answer is being written does not undo it: the person did
-// decide.)
+// Consent is always persisted (remember does not matter); the waiting
+// requests then run or fail consent_denied, in arrival order. A prompt
+// whose process is gone (shut, not yet torn down) is settled cancelled,
+// ErrUnknownApproval, nothing persisted; one that dies while the answer
+// is written does not undo it: the person did decide.
 //
 // Tool: allow writes the call to its app, deny ends it Error{declined}.
-// With remember the decision is first persisted as a standing rule for
-// the app and tool (a failure to persist changes nothing), and it answers
-// the app's other open sheets for that tool too.
+// remember first persists a standing rule for the app and tool (a failed
+// write changes nothing) and answers the app's other sheets for the tool.
 //
-// Its errors do not repeat the id: the caller knows which it answered.
+// Its errors do not repeat the id: the caller knows it.
 func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
 		return refuse(ErrInvalid, "%w", err)
@@ -190,7 +184,6 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	return nil
 }
 
-// beginDecide marks a pending approval as being answered.
 func (p *peer) beginDecide(id string) (*approval, error) {
 	a := p.approvals[id]
 	if a == nil || a.deciding {
@@ -204,9 +197,8 @@ func (p *peer) beginDecide(id string) (*approval, error) {
 	return a, nil
 }
 
-// decided acts on an answer Approve persisted (err: it could not). The
-// peer's consent and rules were read back from the store just before
-// (writePolicy).
+// decided acts on an answer Approve persisted (err: it could not), the
+// peer's choices just read back (writePolicy).
 func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error) {
 	a.deciding = false
 	if err != nil {
@@ -238,8 +230,8 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 	}
 }
 
-// consentDenied is the answer to every request of an app the person
-// denied the agent service, the first ones as the later: what undoes it.
+// consentDenied answers every request of an app denied the agent
+// service, saying what undoes it.
 func consentDenied(app string) *Error {
 	return frame.Errorf(frame.CodeConsentDenied, "the person denied app %s the agent service; once its consent is revoked (control op consent, action revoke), the app's next request asks again", app)
 }

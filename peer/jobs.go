@@ -2,16 +2,15 @@ package peer
 
 import "sync"
 
-// jobs runs an app's store I/O in the order posted, on a goroutine of its
-// own that exists only while some are queued: a stalled store stalls that
-// app's store jobs alone, and posting never blocks. mu guards the queue;
-// nothing runs while it is held.
+// jobs runs an app's store I/O in order on a goroutine that lives only
+// while jobs are queued: a stalled store stalls that app alone, and post
+// never blocks. mu guards the queue; no job runs under it.
 type jobs struct {
 	mu      sync.Mutex
 	q       []func()
 	running bool
 	closed  bool
-	wg      sync.WaitGroup // the running goroutine, for close
+	wg      sync.WaitGroup
 }
 
 // post queues f; false when the queue is closed and nothing will run it.
@@ -47,8 +46,8 @@ func (j *jobs) run() {
 	}
 }
 
-// close refuses new jobs and returns once the queued ones ran. No post
-// adds to wg after closed is set.
+// close refuses new jobs and returns once the queued ones ran (no post
+// adds to wg once closed).
 func (j *jobs) close() {
 	j.mu.Lock()
 	j.closed = true

@@ -15,23 +15,20 @@ import (
 	"octosup/policy"
 )
 
-// Kernel is the agent kernel as the peer link sees it: the control
-// connection that ran kernel.attach. Its methods are called with the
-// app's peer locked, in the order things happened (per app): they must
-// not block (queue the event on the connection, or fail) and must not
-// call the Manager.
+// Kernel is the agent kernel: the control connection that ran
+// kernel.attach. Its methods run with the app's peer locked, in order per
+// app, and must neither block (queue, or fail) nor call the Manager.
 type Kernel interface {
-	// Request hands over a turn request (event "request"). An error means
-	// the kernel cannot take it; the app is answered no_kernel.
+	// Request hands over a turn request (event "request"); on error the
+	// app is answered no_kernel.
 	Request(KernelRequest) error
-	// ContextClosed tells the kernel a context is gone (event
-	// "context.closed"): closed by its app, or its app's process ended.
-	// Every request of that context ended with it.
+	// ContextClosed (event "context.closed"): a context is gone, and every
+	// request of it ended.
 	ContextClosed(app, contextID, reason string)
 }
 
-// KernelRequest is the "request" event: a turn method from an app, with
-// the app, context and account taken from the daemon's own records.
+// KernelRequest is the "request" event: an app's turn method, with app,
+// context and account from the daemon's own records.
 type KernelRequest struct {
 	App       string          `json:"app"`
 	ReqID     string          `json:"req_id"`
@@ -57,28 +54,23 @@ type KernelEvent struct {
 	Event json.RawMessage `json:"event"`
 }
 
-// TurnEnd is the type of the event that ends a turn's stream. The kernel
-// sends {"type": "turn.end", ...} when a turn is complete; the daemon sends
-// {"type": "turn.end", "turn_id", "reason"} itself when it ends a turn
-// (interrupted, context closed, kernel detached).
+// TurnEnd is the type of the event that ends a turn's stream, sent by the
+// kernel, or by the daemon when it ends a turn (interrupted, context
+// closed, kernel detached).
 const TurnEnd = "turn.end"
 
-// KernelSession is one attached kernel. A connection gets it from
-// AttachKernel and ends it with Detach.
+// KernelSession is one attached kernel, from AttachKernel to Detach.
 type KernelSession struct {
 	m        *Manager
 	k        Kernel
 	detached atomic.Bool
 }
 
-// AttachKernel makes k the agent kernel. Only one is attached at a time.
-// A k that also implements ToolRelay is the tool relay while attached
-// (outcomes queued while none was installed are handed to it first); on
-// Detach outcomes queue again until the next relay.
-//
-// answered, when set, is called once k is accepted and before anything
-// can reach it: the control socket queues kernel.attach's answer there,
-// so that the kernel hears it first. It must not block.
+// AttachKernel makes k the agent kernel, one at a time. A k that is a
+// ToolRelay is the relay while attached, handed the outcomes kept while
+// none was first. answered, if set, runs once k is accepted, before
+// anything can reach it: the control socket queues its answer there. It
+// must not block.
 func (m *Manager) AttachKernel(k Kernel, answered func()) (*KernelSession, error) {
 	s, dropped, err := m.attachKernel(k, answered)
 	if err != nil {
@@ -112,11 +104,10 @@ func (m *Manager) attachKernel(k Kernel, answered func()) (s *KernelSession, dro
 	return s, dropped, nil
 }
 
-// Detach ends the session: every turn request still open fails, so no app
-// is left waiting (no_kernel before the kernel replied, a turn.end event
-// with reason kernel_detached after). When it returns, the Kernel has had
-// every callback it will get; what comes later queues for the next one.
-// Detaching twice is harmless.
+// Detach ends the session: its open turn requests fail (no_kernel before
+// the kernel replied, turn.end kernel_detached after). Once it returns the
+// Kernel gets no more callbacks; outcomes queue for the next. Detaching
+// twice is harmless.
 func (s *KernelSession) Detach() {
 	if s.detached.Swap(true) {
 		return
@@ -126,10 +117,10 @@ func (s *KernelSession) Detach() {
 	}
 }
 
-// detach unsets the kernel and ends its requests in one step under
-// Manager.mu, so that no next kernel attaches in between (its requests
-// would be taken for this one's). A peer that found s attached did so
-// under its mu: once each has been locked here, none will call k again.
+// detach unsets the kernel and ends its requests under Manager.mu, so no
+// next kernel attaches in between (its requests would be taken for
+// this one's). A peer found s attached under its mu: once each was locked
+// here, none calls k again.
 func (s *KernelSession) detach() (failed int, ok bool) {
 	m := s.m
 	m.mu.Lock()
@@ -149,7 +140,7 @@ func (s *KernelSession) detach() (failed int, ok bool) {
 	return failed, true
 }
 
-// kernelDetached ends the requests the kernel held: how many.
+// kernelDetached ends the requests the kernel held, and counts them.
 func (p *peer) kernelDetached() int {
 	p.lateReqs.clear() // no reply of that kernel comes now
 	if p.link == nil {
@@ -165,7 +156,6 @@ func (p *peer) kernelDetached() int {
 	return n
 }
 
-// toKernel hands a turn request to the kernel.
 func (p *peer) toKernel(r *request) {
 	m := p.m
 	s := m.kernel.Load()
@@ -197,18 +187,16 @@ func (p *peer) kernelTimeout(r *request) {
 	}
 	p.m.log.Warn("kernel did not answer in time", zap.String("app", p.id), zap.String("req_id", r.id))
 	p.finish(r, frame.Errorf(frame.CodeTimeout, "the agent kernel did not answer within %s", p.m.cfg.KernelTimeout))
-	// Its reply may still come: until it does (or the kernel detaches),
-	// the req_id names no new request, which the reply would answer.
+	// Until its late reply comes (or the kernel detaches), the req_id names
+	// no new request, which that reply would answer.
 	p.lateReqs.add(r.id, lateWindow)
 }
 
-// lateWindow is how many timed-out req_ids a peer keeps waiting for the
-// kernel's late reply (peer.lateReqs).
+// lateWindow bounds peer.lateReqs.
 const lateWindow = 256
 
-// onPeer runs f on app's peer for the session: ErrKernelDetached when s
-// is not the attached kernel, ErrUnknownRequest when app never had a
-// process.
+// onPeer runs f in a step of app's peer: ErrKernelDetached when s is not
+// the attached kernel, ErrUnknownRequest when app never had a process.
 func (s *KernelSession) onPeer(app string, f func(p *peer) error) error {
 	if err := s.check(); err != nil {
 		return err
@@ -242,9 +230,8 @@ func (p *peer) openRequest(s *KernelSession, reqID string) (*request, error) {
 }
 
 // Reply answers an app's turn request (op request.reply). An ok reply to
-// octos.turn.start must carry {"turn_id": ...}; the turn's events follow
-// with Event. An ok reply to octos.turn.interrupt ends the interrupted
-// turn's stream first.
+// octos.turn.start carries {"turn_id": ...}, and Event streams the turn;
+// one to octos.turn.interrupt ends the interrupted turn's stream first.
 func (s *KernelSession) Reply(rp KernelReply) error {
 	return s.onPeer(rp.App, func(p *peer) error { return p.kernelReply(s, rp) })
 }
@@ -298,17 +285,16 @@ func (p *peer) kernelReply(s *KernelSession, rp KernelReply) error {
 		}
 		fallthrough
 	default:
-		// Written at once (write's now) when it was the link's only open
-		// request, the app then waiting on it alone; else queued for the
-		// writer, which gathers.
+		// Written at once (now) when it was the link's only open request;
+		// else the writer gathers.
 		r.move(reqDone)
 		r.link.send(&frame.Reply{ReqID: r.id, OK: true, Data: data}, len(r.link.requests) == 0, false)
 	}
 	return nil
 }
 
-// Event streams one event of a turn to the app (op request.event), after
-// the turn's ok reply. An event of type "turn.end" is the turn's last.
+// Event streams an event of a turn to the app (op request.event), after
+// its ok reply; a "turn.end" is the last.
 func (s *KernelSession) Event(ev KernelEvent) error {
 	return s.onPeer(ev.App, func(p *peer) error { return p.kernelEvent(s, ev) })
 }
@@ -343,8 +329,7 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 		return refuse(ErrInvalid, "the event would be a %d-byte frame, over the %d-byte cap: the turn was ended (event_too_large)", n, frame.MaxFrame)
 	}
 	if err := r.link.write(line, false, true); errors.Is(err, ErrQueueFull) {
-		// As for an oversized event: the app is not reading, and a turn
-		// missing an event is not the turn the kernel meant.
+		// As above: a turn missing an event is not the kernel's.
 		p.endTurn(r, "queue_full", true)
 		return refuse(ErrQueueFull, "%v: the turn was ended (queue_full)", err)
 	} else if err != nil {
@@ -357,9 +342,8 @@ func (p *peer) kernelEvent(s *KernelSession, ev KernelEvent) error {
 	return nil
 }
 
-// keepEvent adds a streamed event to its turn's history, within the
-// turn's bounds (maxTurnEvents, maxTurnBytes); past them the turn is
-// marked truncated.
+// keepEvent adds an event to its turn's history, or past maxTurnEvents or
+// maxTurnBytes marks it truncated.
 func keepEvent(r *request, data json.RawMessage) {
 	if len(r.turn.Events) < maxTurnEvents && r.turnBytes+len(data) <= maxTurnBytes {
 		r.turn.Events = append(r.turn.Events, data)
@@ -369,9 +353,9 @@ func keepEvent(r *request, data json.RawMessage) {
 	}
 }
 
-// endRequest ends a request the kernel holds because of something else
-// (context closed, kernel detached): unanswered ones fail with e, streaming
-// turns end with a turn.end event.
+// endRequest ends a request from outside (context closed, kernel
+// detached): an unanswered one fails with e, a streaming turn ends with
+// turn.end reason.
 func (p *peer) endRequest(r *request, reason string, e *Error) {
 	switch r.state {
 	case reqAtKernel, reqAtStore, reqWaitingConsent, reqNew:
@@ -381,9 +365,8 @@ func (p *peer) endRequest(r *request, reason string, e *Error) {
 	}
 }
 
-// endTurn ends a streaming turn, records it in its session's history and
-// retires its request. When announce, the daemon sends the app the
-// turn.end event itself.
+// endTurn ends a streaming turn, records it and retires its request;
+// when announce, the daemon sends the turn.end itself.
 func (p *peer) endTurn(r *request, reason string, announce bool) {
 	if announce {
 		ev, _ := json.Marshal(map[string]string{"type": TurnEnd, "turn_id": r.turn.TurnID, "reason": reason})
@@ -392,8 +375,7 @@ func (p *peer) endTurn(r *request, reason string, announce bool) {
 	}
 	r.turn.End = reason
 	r.turn.Ended = p.m.cfg.Now().UTC()
-	// Recorded by the app's store jobs, before any history read queued
-	// after it.
+	// On the store jobs: before any history read queued after it.
 	turn, session := *r.turn, r.ctx.session.ID
 	if !p.jobs.post(func() { p.recordTurn(session, turn) }) {
 		p.m.log.Error("turn not recorded: the daemon is stopping", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
@@ -401,7 +383,7 @@ func (p *peer) endTurn(r *request, reason string, announce bool) {
 	r.move(reqDone)
 }
 
-// recordTurn is a store job: it writes an ended turn.
+// recordTurn is a store job.
 func (p *peer) recordTurn(session uint64, turn policy.Turn) {
 	m := p.m
 	busy, ok := p.busy()
@@ -411,13 +393,12 @@ func (p *peer) recordTurn(session uint64, turn policy.Turn) {
 	}
 	switch err := m.store.AppendTurn(session, turn, m.limits, busy); {
 	case errors.Is(err, policy.ErrLimit):
-		// The turn was streamed in full; its record does not fit what
-		// the app's other sessions leave it.
+		// Streamed in full, but its record does not fit what the app's
+		// other sessions leave.
 		m.log.Warn("turn not recorded: the app is at its store limit", zap.String("app", p.id),
 			zap.String("turn_id", turn.TurnID), zap.Error(err))
 	case errors.Is(err, policy.ErrNoSession):
-		// Its context closed and the session was evicted before the
-		// record was written: nobody can read it any more.
+		// Evicted once its context closed: nobody can read it any more.
 		m.log.Info("turn not recorded: its session was evicted", zap.String("app", p.id), zap.String("turn_id", turn.TurnID))
 	case err != nil:
 		m.log.Error("record turn", zap.String("app", p.id), zap.Error(err))
@@ -428,10 +409,8 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if v == nil {
 		return nil, nil
 	}
-	// A valid value with no byte json.Compact could remove (a space inside
-	// a string counts too) is compact already (the usual kernel's value):
-	// checked and copied, not compacted. Anything else goes the long way,
-	// which also words the refusals.
+	// The usual value has no byte json.Compact could remove (counting
+	// spaces in strings): checked and copied. The long way words refusals.
 	if len(v) <= frame.MaxFrame && !bytes.ContainsAny(v, " \t\n\r") && frame.CheckValue(v) == nil {
 		return bytes.Clone(v), nil
 	}
@@ -448,9 +427,8 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	return buf.Bytes(), nil
 }
 
-// turnIDOf is the turn_id of an ok reply to turn.start: the member named
-// exactly so, as the app reads it, with no member beside it that a
-// reader folding case (encoding/json's) would take for it instead.
+// turnIDOf is the turn_id of an ok reply to turn.start, refused when
+// another member matches it folding case (as encoding/json reads).
 func turnIDOf(data json.RawMessage) (string, error) {
 	bad := refuse(ErrInvalid, "an ok reply to %s needs data {\"turn_id\": \"...\"} (1 to 128 printable ASCII)", policy.MethodTurnStart)
 	if len(data) == 0 || data[0] != '{' {
@@ -472,12 +450,10 @@ func turnIDOf(data json.RawMessage) (string, error) {
 	return id, nil
 }
 
-// checkTurnEvent refuses a kernel event that is not well-formed, or not
-// of r's turn: it must be an object with a string type; a turn_id or
-// context_id in it must be the turn's; a turn.end must name the turn and
-// a reason, as the daemon's own turn.end does, so that an app reads every
-// end of a turn the same way. end is a turn.end's reason ("" for any
-// other event).
+// checkTurnEvent refuses a kernel event that is not an object with a
+// string type, or names another turn or context. A turn.end must name the
+// turn and a reason, like the daemon's own, so an app reads every end
+// alike; end is its reason ("" for other events).
 func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 	if data[0] != '{' {
 		return "", refuse(ErrInvalid, "event must be a JSON object {\"type\": \"...\", ...}, not %s", strictjson.KindOf(data))
@@ -519,19 +495,14 @@ func checkTurnEvent(data json.RawMessage, r *request) (end string, err error) {
 	return "", nil
 }
 
-// ToolCall hands a call the kernel makes (op tool.call) to app. It
-// returns nil once the call is accepted, and from then on the kernel's
-// ToolRelay gets exactly one Acknowledged and one Finished for it,
-// possibly before ToolCall returns (kept for the next kernel while the
-// attached one is not a ToolRelay). A refusal is ErrInvalid (malformed
-// call), ErrNotConnected, ErrDuplicate, ErrUnknownContext, ErrDeclined,
-// ErrLimit or, for a detached session, ErrKernelDetached: nothing reaches
-// the relay, and accepted does not run. accepted runs once the call is
-// accepted, before anything else of it happens, with the app's peer
-// locked, where it must not block (a full connection is dropped, not
-// waited for): the control socket queues its answer "accepted" there, so
-// the kernel hears it before the call's tool.acknowledged and any event
-// of its sheet.
+// ToolCall hands the kernel's call (op tool.call) to app. Once accepted
+// (nil), the ToolRelay gets one Acknowledged and one Finished for it,
+// maybe before ToolCall returns (kept while none is installed). A refusal
+// (ErrInvalid, ErrNotConnected, ErrDuplicate, ErrUnknownContext,
+// ErrDeclined, ErrLimit, ErrKernelDetached) reaches no relay. accepted
+// runs on acceptance, before anything else of the call, with the peer
+// locked, and must not block: the control socket queues its answer there,
+// ahead of tool.acknowledged and the sheet's events.
 func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func()) error {
 	if err := s.check(); err != nil {
 		return err
@@ -540,10 +511,8 @@ func (s *KernelSession) ToolCall(app string, kc control.ToolCall, accepted func(
 }
 
 // ToolCancel withdraws an outstanding call (op tool.cancel): the app gets
-// tool_cancel if it was sent the call, and the relay the call's outcome
-// (OutcomeUnknown if the app may have acted on it, else
-// Error{cancelled}). A call that is not outstanding (finished, never
-// made) is ErrUnknownCall.
+// tool_cancel if it was sent it, the relay its outcome (failResult); a
+// call not outstanding is ErrUnknownCall.
 func (s *KernelSession) ToolCancel(app, callID string) error {
 	if err := s.check(); err != nil {
 		return err
@@ -551,8 +520,8 @@ func (s *KernelSession) ToolCancel(app, callID string) error {
 	return s.m.toolCancel(app, callID, s)
 }
 
-// check is ErrKernelDetached once s is not the attached kernel. A nil s
-// (a call of the tests' relay seam, which no kernel made) always passes.
+// check is ErrKernelDetached once s is not the attached kernel; a nil s
+// (the tests' relay seam) passes.
 func (s *KernelSession) check() error {
 	if s != nil && (s.detached.Load() || s.m.kernel.Load() != s) {
 		return ErrKernelDetached

@@ -17,42 +17,34 @@ import (
 	"octosup/peer/internal/frame"
 )
 
-// link is one process's hub. Its reader handles one line at a time, so an
-// app that writes faster than the daemon handles is slowed by the socket;
-// its writer drains a bounded queue, so an app that does not read is
+// link is one process's hub. Its reader handles one line at a time, so
+// the socket slows an app that writes faster than the daemon handles; its
+// writer drains a bounded queue, so an app that does not read is
 // disconnected rather than growing the daemon.
 type link struct {
 	m     *Manager
 	p     *peer
 	appID string
 	conn  net.Conn
-
-	// w is the write queue: bounded, one write per burst, and the frame
-	// the app alone waits on written by its sender (Opt.Now).
-	w *linewriter.Writer
-
+	w     *linewriter.Writer
 	// prev is the link this one replaced: its teardown ends before this
 	// link handles a line.
 	prev *link
-	// slots holds one token per open request (and one for each request
-	// read and not yet handled): a full one stops the reader, so the
-	// socket slows an app that keeps too many requests open.
-	slots chan struct{}
-	// unasked paces the lines the app sends unasked (Config.UnaskedRate);
-	// only the reader uses it.
-	unasked *rate.Limiter
+	// slots holds a token per open request (and per request read, not yet
+	// handled): when full the reader stops, and the socket slows the app.
+	slots   chan struct{}
+	unasked *rate.Limiter // Config.UnaskedRate; the reader's alone
 
 	// Guarded by the peer's mu.
-	spare bool // the handled request's token is not yet taken by a request
-	// opening counts session.open requests at the store.
-	opening  int
-	requests map[string]*request    // open requests, by req_id
-	contexts map[string]*appContext // contexts this process opened
-	calls    map[string]*call       // outstanding tool calls, by call_id
+	spare    bool // the handled request's token is not yet taken by a request
+	opening  int  // session.open requests at the store
+	requests map[string]*request
+	contexts map[string]*appContext // those this process opened
+	calls    map[string]*call       // outstanding
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by shut
-	reason    string        // why, set once before closing is closed
+	reason    string        // set once, before closing is closed
 	wrote     chan struct{} // the writer ended
 	done      chan struct{} // torn down
 }
@@ -79,7 +71,6 @@ func newLink(m *Manager, p *peer, conn net.Conn, prev *link) *link {
 	return l
 }
 
-// failed shuts a link whose writer failed, saying why.
 func (l *link) failed(f *linewriter.Failure) {
 	reason := "hub write failed: " + f.Err.Error()
 	switch {
@@ -93,7 +84,6 @@ func (l *link) failed(f *linewriter.Failure) {
 	l.shut(reason)
 }
 
-// writeLoop runs the write queue until the link is shut.
 func (l *link) writeLoop() {
 	defer close(l.wrote)
 	l.w.Run()
@@ -119,20 +109,17 @@ func (l *link) isShut() bool {
 	}
 }
 
-// write queues a line. push says it comes from outside the link (a
-// kernel's event or tool call, app.send): refused ErrQueueFull, the link
-// staying up, once the queue holds Manager.pushFrames or pushBytes; the
-// rest of the queue is kept for what the daemon owes, which is never
-// refused (a full queue disconnects the app). now is for a frame someone
-// waits on while the link is otherwise quiet (one call in flight): when
-// the writer is idle and nothing is queued, the line is written at once,
-// as far as the socket takes it without blocking, saving the writer's
-// wake-up; the rest, if any, is queued. A link that is shut is
+// write queues a line. push (from outside the link: a kernel's event or
+// call, app.send) is refused ErrQueueFull, the link staying up, once the
+// queue holds pushFrames or pushBytes; the rest is kept for what the
+// daemon owes, never refused (a full queue disconnects the app). now, for
+// a frame awaited on a quiet link, has an idle writer's putter write it
+// without blocking, saving the writer's wake-up. A shut link is
 // ErrNotConnected.
 func (l *link) write(line []byte, now, push bool) error {
 	err := l.w.Put(line, linewriter.Opt{Now: now, Soft: push})
 	if err == nil {
-		return nil // before errors.As, whose target is an allocation
+		return nil // before errors.As, whose target allocates
 	}
 	var full *linewriter.Full
 	if errors.As(err, &full) {
@@ -142,23 +129,21 @@ func (l *link) write(line []byte, now, push bool) error {
 	return ErrNotConnected // shut, or just failed (failed says why)
 }
 
-// sendFrame queues a down frame the daemon owes the app (a reply, an
-// error frame, context_closed, tool_cancel, its own turn.end).
+// sendFrame queues a frame the daemon owes the app.
 func (l *link) sendFrame(f frame.Down) { l.send(f, false, false) }
 
-// send encodes a down frame and queues it as write does. It never
-// blocks. A frame over MaxFrame is never written (the app's reader would
-// refuse it): a reply becomes an internal error reply, anything else is
-// dropped and logged, ErrInvalid (the callers that pass outside data
-// check its size first).
+// send encodes a down frame and writes it. One over MaxFrame (which the
+// app would refuse) is logged: a reply becomes an internal error reply,
+// anything else is dropped, ErrInvalid (callers passing outside data check
+// its size first).
 func (l *link) send(f frame.Down, now, push bool) error {
 	b, err := frame.EncodeDown(f)
 	if err == nil && len(b)-1 > frame.MaxFrame {
 		err = fmt.Errorf("%T frame of %d bytes is over the %d-byte cap", f, len(b)-1, frame.MaxFrame)
 	}
 	if err != nil {
-		// Only daemon-made values reach here; a failure is a bug, and the
-		// app must still not be left waiting on a reply.
+		// A bug (only daemon-made values reach here), but the app must not
+		// be left waiting on a reply.
 		l.m.log.Error("encode down frame", zap.String("app", l.appID), zap.Error(err))
 		r, ok := f.(*frame.Reply)
 		if !ok {
@@ -169,8 +154,8 @@ func (l *link) send(f frame.Down, now, push bool) error {
 	return l.write(b, now, push)
 }
 
-// open registers r as an open request of the link, holding the reader's
-// token (see slots) until r is done.
+// open registers r as an open request of the link; it takes the handled
+// request's spare token (slots) until it is done.
 func (l *link) open(r *request) {
 	l.requests[r.id] = r
 	if !r.slot && l.spare {
@@ -206,17 +191,16 @@ func (l *link) readLoop() {
 		}
 	}
 	<-l.wrote
-	// Close waits for done before it closes the peer.
 	l.p.run(func() { l.p.teardown(l) })
 	close(l.done)
 }
 
-// unaskedLineCost is what handling a line costs the daemon beyond its
-// bytes (Config.UnaskedRate), in bytes.
+// unaskedLineCost is what handling a line costs beyond its bytes
+// (Config.UnaskedRate).
 const unaskedLineCost = 2 << 10
 
-// pace waits until the app's budget for unasked lines has room for one of
-// n bytes, or the link closes.
+// pace waits until the unasked budget has room for a line of n bytes, or
+// the link closes.
 func (l *link) pace(n int) {
 	d := l.unasked.ReserveN(time.Now(), n+unaskedLineCost).Delay()
 	if d == 0 {
@@ -230,12 +214,10 @@ func (l *link) pace(n int) {
 	}
 }
 
-// handleLine decodes a line on the reader and hands it to the peer; the
-// frames are the peer's to handle, in the order they came: each is
-// handled with the peer locked (p.run), and the reader handles one line
-// at a time, so it never runs ahead of its peer. asked is whether the
-// line was one the daemon waits for or keeps (a request it holds open, a
-// tool result of a call it sent): any other is paced (pace).
+// handleLine decodes a line and handles it in a step of the peer, so the
+// reader never runs ahead of it. asked: the daemon waited for or keeps
+// the line (a request it holds open, an awaited tool result); any other
+// is paced.
 func (l *link) handleLine(line []byte) (asked bool) {
 	up, pass, err := frame.ParseLine(line)
 	switch {
@@ -257,8 +239,7 @@ func (l *link) handleLine(line []byte) (asked bool) {
 	default:
 		switch f := up.(type) {
 		case *frame.Request:
-			// Wait for a token: with MaxOpenRequests open, the app's
-			// next request waits in its socket.
+			// With MaxOpenRequests open, the next request waits in the socket.
 			select {
 			case l.slots <- struct{}{}:
 			case <-l.closing:

@@ -10,26 +10,19 @@ import (
 )
 
 // ReasonGrantRevoked is the reason of the context_closed, turn.end and
-// tool_cancel frames of what a reload that narrowed an app's grants
-// ended.
+// tool_cancel frames of what a reload that narrowed grants ended.
 const ReasonGrantRevoked = "grant_revoked"
 
-// narrow sets a reloaded entry of the app and developer mode, and applies
-// them to what the app's live link holds, which the grants it had let it
-// make: a reload applies to the running process at once, not from its
-// next start.
+// narrow sets the app's reloaded entry and developer mode and applies them
+// at once to what its live link holds:
 //
-//   - Requests are checked against the grants when they arrive; those
-//     still waiting to be served (for the consent prompt) are checked
-//     again now: a method or service no longer granted fails them
-//     not_granted. The store's work is checked again when it is done
-//     (stillGranted).
-//   - Without the service the app has no peer link: its consent prompt is
-//     withdrawn and every context closes.
-//   - A context whose account is no longer granted closes, with its
-//     turns and tool calls.
-//   - A tool call whose tool is no longer granted ends, the app told
-//     (tool_cancel) if it was sent it.
+//   - requests waiting for consent are checked again (those at the store
+//     are when done: stillGranted), failing not_granted;
+//   - without the service the consent prompt is withdrawn and every
+//     context closes;
+//   - a context of an account no longer granted closes, with its turns
+//     and calls;
+//   - a call of a tool no longer granted ends (tool_cancel if sent).
 func (p *peer) narrow(app policy.App, dev bool) {
 	old, oldDev := p.app, p.dev
 	p.app, p.dev = app, dev
@@ -52,7 +45,6 @@ func (p *peer) narrow(app policy.App, dev bool) {
 		}
 	}
 
-	// Requests waiting for the consent prompt.
 	kept := p.waiting[:0]
 	for _, r := range p.waiting {
 		if r.state == reqWaitingConsent && r.link == l {
@@ -66,18 +58,15 @@ func (p *peer) narrow(app policy.App, dev bool) {
 	clear(p.waiting[len(kept):])
 	p.waiting = kept
 	if a := p.ask; lost && a != nil && a.link == l && !a.deciding {
-		// Nothing to consent to any more (its requests failed above).
+		// Nothing to consent to (its requests failed above).
 		p.settle(a, ApprovalCancelled)
 	}
 
-	// Contexts: all of them without the service, else those of a revoked
-	// account.
 	closing := sortedValues(l.contexts, func(c *appContext) bool { return lost || slices.Contains(revoked, c.account) })
 	for _, c := range closing {
 		p.closeContext(c, ReasonGrantRevoked, true)
 	}
 
-	// Tool calls of a revoked tool, in the contexts left.
 	ending := sortedValues(l.calls, func(c *call) bool { return slices.Contains(tools, c.name) })
 	for _, c := range ending {
 		p.endCall(c, callCancelled, failResult(c, CodeDeclined, c.name+" is no longer in the grants.tools of app "+l.appID+" (the manifest was reloaded)"), ReasonGrantRevoked)
@@ -90,8 +79,8 @@ func (p *peer) narrow(app policy.App, dev bool) {
 	}
 }
 
-// granted is the refusal of a request for method under app's grants, nil
-// when they allow it: checks (2) and (4) of docs/protocol.md.
+// granted is the refusal of method under app's grants (docs/protocol.md,
+// checks 2 and 4), nil when allowed.
 func (p *peer) granted(app policy.App, method string) *Error {
 	if !p.serviceGranted(app) {
 		return frame.Errorf(frame.CodeNotGranted, "app %s has no %s grant: add %q to its grants.services",
@@ -103,9 +92,8 @@ func (p *peer) granted(app policy.App, method string) *Error {
 	return nil
 }
 
-// stillGranted is the refusal of a request whose store work is done, when
-// a reload meanwhile took away its method, its service or the account of
-// the session it opens; nil when it may be answered.
+// stillGranted refuses a request whose store work is done when a reload
+// meanwhile took away its method, service or session.open account.
 func (p *peer) stillGranted(r *request, account string) *Error {
 	app := p.app
 	if e := p.granted(app, r.method); e != nil {

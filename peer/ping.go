@@ -6,12 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// Ping is a bounded round trip through the peer side, for the daemon's
-// watchdog: every app's peer is locked and let go before ctx is done. It
-// reports the first that was not, by name. A peer that stays locked is a
-// bug the watchdog is there to catch (no function of a peer waits): the
-// goroutine that locks them then waits with it, until the daemon is
-// restarted.
+// Ping, for the daemon's watchdog, locks and unlocks every peer before ctx
+// is done, else names the first that was not. A peer that stays locked is
+// a bug (no step waits); the goroutine that locks them then waits with it.
 func (m *Manager) Ping(ctx context.Context) error {
 	peers := m.peerList()
 	var at atomic.Pointer[peer]

@@ -8,27 +8,24 @@ import (
 	"octosup/policy"
 )
 
-// Consent and standing rules: read from the store once, when the Manager
-// starts (loadPolicy), and kept by each app's peer (its consent and
-// rules) so that every check is a lookup. Each write of them goes to the
-// store first and is then read back into the peer on the app's store
-// jobs (writePolicy): per app, the store and the peer see the writes in
-// one order, and the peer holds what the store held after the last, so a
-// revoke cannot be undone by an approve that wrote before it.
+// Consent and standing rules are read once by New (loadPolicy) and kept by
+// each peer, so a check is a lookup. A write goes to the store first and
+// is read back into the peer on the app's store jobs (writePolicy): store
+// and peer see the writes in one order, so an approve written before a
+// revoke cannot undo it.
 
-// appPolicy is what the store keeps of an app's decisions: its consent
-// ("" never asked) and its standing rules by tool.
+// appPolicy is an app's consent ("": never asked) and standing rules by
+// tool.
 type appPolicy struct {
 	consent policy.Decision
 	rules   map[string]policy.Decision
 }
 
-// loadPolicy reads every app's consent and standing rules. A consent
-// read that fails (consentErr) leaves the Manager refusing every request
-// that needs a consent (internal) until it is restarted: asking again
-// someone who denied is not the daemon's call. A rules read that fails
-// (rulesErr) leaves every host-confirmed call to the person (a sheet),
-// as with no rule: the person decides, whatever the rule said.
+// loadPolicy reads every app's consent and standing rules. After a failed
+// consent read (consentErr) every request that needs consent fails
+// internal until a restart: asking again someone who denied is not the
+// daemon's call. After a failed rules read (rulesErr) every host-confirmed
+// call asks the person, as with no rule.
 func loadPolicy(st Store) (kept map[string]appPolicy, consentErr, rulesErr error) {
 	kept = map[string]appPolicy{}
 	consents, consentErr := st.Consents()
@@ -49,7 +46,6 @@ func loadPolicy(st Store) (kept map[string]appPolicy, consentErr, rulesErr error
 	return kept, consentErr, rulesErr
 }
 
-// readPolicy reads one app's consent and rules.
 func readPolicy(st Store, app string) (appPolicy, error) {
 	ap := appPolicy{rules: map[string]policy.Decision{}}
 	c, found, err := st.Consent(app)
@@ -66,13 +62,11 @@ func readPolicy(st Store, app string) (appPolicy, error) {
 	return ap, err
 }
 
-// writePolicy queues, on the app's store jobs, write (a store write of
-// the app's consent or rules; nil: none), a read of the app's decisions
-// back into the peer, and then (when set) with write's error, the last
-// two in one step. A read back that fails applies change instead (what
-// the write changed, when it did not fail): the peer never keeps a
-// decision the store dropped. The returned channel gets write's error,
-// or ErrClosed; nil when nothing was queued (the Manager is closed).
+// writePolicy queues on the app's store jobs write (nil: none) and a read
+// of the app's decisions, applied in a step that then calls then (if set)
+// with write's error. A failed read applies change instead (if write
+// succeeded): the peer never keeps a decision the store dropped. The
+// channel gets write's error or ErrClosed; nil when the jobs are closed.
 func (p *peer) writePolicy(write func() error, change func(ap *appPolicy), then func(error)) <-chan error {
 	done := make(chan error, 1)
 	queued := p.jobs.post(func() {
@@ -109,7 +103,7 @@ func (p *peer) writePolicy(write func() error, change func(ap *appPolicy), then 
 func (m *Manager) Consents() ([]policy.Consent, error) { return m.store.Consents() }
 
 // RevokeConsent forgets an app's decision (op consent, action revoke): its
-// next request asks again. found reports whether there was one.
+// next request asks again. found: there was one.
 func (m *Manager) RevokeConsent(app string) (found bool, err error) {
 	found, err = m.store.RevokeConsent(app)
 	if err != nil {
@@ -121,9 +115,8 @@ func (m *Manager) RevokeConsent(app string) (found bool, err error) {
 // Rules lists the standing tool rules of app ("" for all).
 func (m *Manager) Rules(app string) ([]policy.Rule, error) { return m.store.Rules(app) }
 
-// RevokeRules forgets app's standing rule for tool (every rule of app when
-// tool is ""): its next host-confirmed call asks the person again. It
-// returns the rules removed.
+// RevokeRules forgets app's standing rule for tool (all of app's when
+// ""), so its next host-confirmed call asks, and returns the rules removed.
 func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 	rules, err := m.store.RevokeRules(app, tool)
 	if err != nil {
@@ -144,13 +137,11 @@ func (m *Manager) RevokeRules(app, tool string) ([]policy.Rule, error) {
 	})
 }
 
-// revoked follows a revoke the store has made for apps: what New kept
-// for one without a peer is changed by forget, and each peer reads its
-// decisions back on its store jobs, after any write queued there before
-// (an approve's): so a revoke is never undone by an older write. It
-// returns once every peer has, which waits for what each app's store
-// jobs hold (a stalled store stalls its own app's revoke); a closed
-// Manager checks nothing any more, and is no error.
+// revoked follows a store revoke for apps: forget changes what New kept
+// for an app with no peer, and each peer reads its decisions back on its
+// store jobs, after any older write (so none undoes the revoke). It waits
+// for every read-back, so a stalled store stalls its own app's revoke; a
+// closed Manager is no error.
 func (m *Manager) revoked(apps []string, forget func(ap *appPolicy, app string)) error {
 	var peers []*peer
 	m.mu.Lock()

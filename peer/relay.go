@@ -8,16 +8,14 @@ import (
 )
 
 // relay hands each call's Acknowledged and Finished to the installed
-// ToolRelay, or keeps them, in order, while none is. mu guards it and is
-// held across the relay's callbacks, which only queue (ToolRelay): so
-// the relay hears each app's outcomes in the order its peer made them
-// (under the peer's mu, which is taken before this one), and an
-// uninstalled relay hears nothing after its uninstall.
+// ToolRelay, or keeps them in order while none is. mu is held across the
+// callbacks: the relay hears each app's outcomes in its peer's order, and
+// nothing after its uninstall.
 type relay struct {
 	mu    sync.Mutex
 	log   *zap.Logger
 	to    ToolRelay
-	owner *KernelSession // the session whose Kernel is the relay
+	owner *KernelSession // whose Kernel is the relay
 	queue relayRing
 }
 
@@ -27,8 +25,6 @@ type relayNote struct {
 	r           Result
 }
 
-// note hands a callback to the relay, or keeps it while none is
-// installed.
 func (rl *relay) note(n relayNote) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
@@ -39,9 +35,9 @@ func (rl *relay) note(n relayNote) {
 	}
 }
 
-// install sets the relay (nil: none) and drains what was kept into it.
-// It returns how many outcomes were lost while none was installed, for
-// the caller to log once it holds no lock. mu is held.
+// install sets the relay (nil: none) and drains the backlog into it. It
+// returns how many were dropped meanwhile, for the caller to log with no
+// lock held. mu is held.
 func (rl *relay) install(r ToolRelay, owner *KernelSession) (dropped int) {
 	rl.to, rl.owner = r, owner
 	if r == nil {
@@ -69,31 +65,27 @@ func (rl *relay) deliver(n relayNote) {
 	}
 }
 
-// relayQueueBytes bounds the bytes of the relay callbacks kept while no
-// relay is installed: half of what a control connection holds unread (16
-// MiB), so that the next kernel's attach, which queues them all behind
-// its answer in one step that does not wait, fits its connection.
+// relayQueueBytes bounds the backlog: half of what a control connection
+// holds unread (16 MiB), so the next attach, which queues it all behind
+// its answer without waiting, fits its connection.
 const relayQueueBytes = 8 << 20
 
-// relayRing is the bounded queue of relay callbacks kept while no relay
-// is installed: past size callbacks or relayQueueBytes bytes a callback
-// goes, and is counted. The one that goes is the oldest of the app that
-// holds the most of the queue (callbacks, or bytes, whichever bound is
-// reached): an app that fills the queue while no kernel listens loses its
-// own outcomes, not its neighbours'.
+// relayRing is the backlog, bounded by size callbacks and relayQueueBytes.
+// Past a bound it drops (and counts) the oldest callback of the app
+// holding the most by that bound: an app that fills it while no kernel
+// listens loses its own outcomes, not its neighbours'.
 type relayRing struct {
 	size    int
 	buf     []relayNote
 	bytes   int
 	dropped int
-	held    map[string]relayHeld // what each app has in buf
+	held    map[string]relayHeld // each app's share of buf
 }
 
 type relayHeld struct{ notes, bytes int }
 
-// noteBytes is about what a callback's event line takes as the kernel's
-// connection writes it: its result counted as written (resultLen), each
-// <, > and & as six bytes.
+// noteBytes is about a callback's event line on the kernel's connection
+// (resultLen: each <, > and & as six bytes).
 func noteBytes(n relayNote) int {
 	return 128 + len(n.app) + len(n.callID) + resultLen(n.r)
 }
@@ -112,9 +104,9 @@ func (q *relayRing) push(n relayNote) {
 	q.held[n.app] = relayHeld{h.notes + 1, h.bytes + nb}
 }
 
-// evict drops the oldest callback of the app that holds the most
-// callbacks (byNotes) or bytes: of two that hold as much, app's (the one
-// pushing), else the one whose oldest callback came first.
+// evict drops the oldest callback of the app holding the most callbacks
+// (byNotes) or bytes; on a tie, app's (the pusher's), else the one whose
+// oldest came first.
 func (q *relayRing) evict(app string, byNotes bool) {
 	share := func(app string) int {
 		if byNotes {

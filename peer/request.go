@@ -15,17 +15,13 @@ import (
 	"octosup/policy"
 )
 
-// reqState is where an accepted request is. Only request.move changes it,
-// along reqMoves.
-//
-// Session methods are answered by the daemon once its store did their
-// I/O (atStore), by the app's store jobs.
+// reqState is where an accepted request is; only request.move changes it.
 type reqState int
 
 const (
 	reqNew            reqState = iota // accepted, not yet placed
-	reqWaitingConsent                 // a consent prompt is open for its app
-	reqAtStore                        // its store I/O is queued (storeJobs)
+	reqWaitingConsent                 // on its app's consent prompt
+	reqAtStore                        // its store I/O is queued (atStore)
 	reqAtKernel                       // handed to the kernel, no reply yet
 	reqStreaming                      // turn.start replied ok; events flow until turn.end
 	reqDone                           // replied (and, for a turn, ended)
@@ -35,34 +31,31 @@ func (s reqState) String() string {
 	return [...]string{"new", "waiting_consent", "at_store", "at_kernel", "streaming", "done"}[s]
 }
 
-// reqMoves are the states each state may move to.
 var reqMoves = [...][]reqState{
 	reqNew:            {reqWaitingConsent, reqAtStore, reqAtKernel, reqDone},
 	reqWaitingConsent: {reqAtStore, reqAtKernel, reqDone},
 	reqAtStore:        {reqDone},
-	reqAtKernel:       {reqStreaming, reqDone}, // streaming: turn.start replied ok
+	reqAtKernel:       {reqStreaming, reqDone},
 	reqStreaming:      {reqDone},
 	reqDone:           nil,
 }
 
 // request is an accepted request that did not get its final answer at once.
 type request struct {
-	link   *link
-	id     string
-	method string
-	args   frame.Args
-	ctx    *appContext // for methods that name a context
-	state  reqState
-	timer  *time.Timer // the kernel's reply deadline, while atKernel
-	turn   *policy.Turn
-	// turnBytes is the size of the events turn keeps (maxTurnBytes).
-	turnBytes int
-	// slot: r holds one of its link's tokens (link.slots) until done.
-	slot bool
+	link      *link
+	id        string
+	method    string
+	args      frame.Args
+	ctx       *appContext // for methods that name a context
+	state     reqState
+	timer     *time.Timer // the kernel's reply deadline, while atKernel
+	turn      *policy.Turn
+	turnBytes int  // of turn's events (maxTurnBytes)
+	slot      bool // holds a link.slots token until done
 }
 
-// move is the one place a request changes state; an illegal move is a bug
-// and is logged, not obeyed.
+// move changes r's state along reqMoves; an illegal move is a bug, logged
+// and not obeyed.
 func (r *request) move(to reqState) bool {
 	if !slices.Contains(reqMoves[r.state], to) {
 		r.link.m.log.Error("illegal request state move", zap.String("app", r.link.appID),
@@ -97,26 +90,22 @@ type appContext struct {
 	account  string
 	client   string
 	session  policy.Session
-	requests map[string]*request // open requests naming it, by req_id
+	requests map[string]*request // open requests naming it
 	turns    map[string]*request // streaming turns, by turn_id
-	calls    map[string]*call    // outstanding tool calls in it, by call_id
-	// turnIDs are those of its session, shared with the session's other
-	// open contexts (peer.sessionTurns).
-	turnIDs *sessionTurns
+	calls    map[string]*call
+	turnIDs  *sessionTurns // shared with its session's other contexts
 }
 
-// sessionTurns are the turn_ids a session's turns had: those its history
-// held when its first open context opened, then those its contexts
-// started (at most the last MaxTurns, the most a session's history
-// keeps), oldest first in order. contexts counts the open contexts that
-// share it.
+// sessionTurns are the turn_ids used in a session, unique within it: its
+// history's when its first open context opened, then those its contexts
+// started; the last MaxTurns (what its history keeps), oldest first.
+// contexts counts the open contexts sharing it.
 type sessionTurns struct {
 	used     map[string]struct{}
 	order    []string
 	contexts int
 }
 
-// add records a turn_id, forgetting the oldest past max.
 func (s *sessionTurns) add(id string, max int) {
 	s.used[id] = struct{}{}
 	s.order = append(s.order, id)
@@ -130,9 +119,8 @@ func (p *peer) fail(l *link, reqID string, e *Error) {
 	l.sendFrame(&frame.Reply{ReqID: reqID, Error: e})
 }
 
-// onRequestLine handles a request frame the link's reader handed over,
-// with one of the link's tokens (slots), which the request keeps while it
-// is open: kept.
+// onRequestLine handles a request frame the reader read holding a slots
+// token; kept: the request stays open with it.
 func (p *peer) onRequestLine(l *link, f *frame.Request) (kept bool) {
 	l.spare = true
 	p.onRequest(l, f)
@@ -144,9 +132,8 @@ func (p *peer) onRequestLine(l *link, f *frame.Request) (kept bool) {
 	return true
 }
 
-// onRequest takes one request frame from the app's link: every request
-// gets exactly one reply (or, for a req_id still open, a duplicate error
-// frame that is not a reply).
+// onRequest takes a request frame: each gets exactly one reply (or, for a
+// req_id still open, a duplicate error frame that is not a reply).
 func (p *peer) onRequest(l *link, f *frame.Request) {
 	if p.link != l || l.isShut() {
 		return
@@ -190,9 +177,9 @@ func (p *peer) onRequest(l *link, f *frame.Request) {
 	}
 }
 
-// check is the refusal of a request for method under the app's grants
-// (docs/protocol.md, checks 1 to 4), nil when it may go on: granted's,
-// with an unknown method refused between its two checks.
+// check is the refusal of a request for method (docs/protocol.md, checks
+// 1 to 4), nil when it may go on: an unknown method is refused between
+// granted's two checks.
 func (p *peer) check(method string) *Error {
 	if p.serviceGranted(p.app) && !slices.Contains(policy.KnownMethods(), method) {
 		return frame.Errorf(frame.CodeUnknownMethod, "no method %q (known: %v)", method, policy.KnownMethods())
@@ -206,8 +193,8 @@ func (p *peer) dispatch(r *request) {
 	if r.method != policy.MethodSessionOpen {
 		c := l.contexts[r.args.ContextID]
 		if c == nil {
-			// Another app's, a closed or a made-up id: one answer for all,
-			// so an app learns nothing about contexts it does not own.
+			// One answer for another app's, a closed or a made-up id: an
+			// app learns nothing about contexts it does not own.
 			p.finish(r, frame.Errorf(frame.CodeUnknownContext, "no context %q on this link", r.args.ContextID))
 			return
 		}
@@ -226,7 +213,6 @@ func (p *peer) dispatch(r *request) {
 	}
 }
 
-// finish answers a request with an error and retires it.
 func (p *peer) finish(r *request, e *Error) {
 	if r.state != reqDone {
 		r.move(reqDone)
@@ -246,10 +232,9 @@ func (p *peer) finishOK(r *request, data any) {
 	r.link.sendFrame(&frame.Reply{ReqID: r.id, OK: true, Data: raw})
 }
 
-// atStore queues a request's store I/O: io runs on the app's store
-// jobs, then done with the peer locked, unless the request ended
-// meanwhile (its context closed, its process died). The store's jobs
-// wait for done: the next job sees what this one made (a context).
+// atStore runs io on the app's store jobs, then done in a step unless r
+// ended meanwhile. The job waits for done, so the next job sees what this
+// one made (a context).
 func (p *peer) atStore(r *request, io func(), done func()) {
 	r.move(reqAtStore)
 	r.link.open(r)
@@ -290,11 +275,10 @@ func (p *peer) history(r *request) {
 	})
 }
 
-// historyData is the data of a history reply: the newest turns that fit
-// one frame with the reply around them, oldest first, and "truncated":
-// true when older turns were left out. The store hands the turns newest
-// first and the walk stops at the first that does not fit, so what is
-// read is what is kept (at most a frame), whatever the session holds.
+// historyData is a history reply's data: the newest turns that fit one
+// frame with the reply, oldest first, and "truncated": true when older
+// ones were left out. The store walks newest first and stops at the first
+// that does not fit, so at most a frame is read, whatever the session holds.
 func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, error) {
 	empty, err := frame.EncodeDown(&frame.Reply{ReqID: reqID, OK: true, Data: json.RawMessage(`{"turns":[],"truncated":true}`)})
 	if err != nil {
@@ -304,8 +288,7 @@ func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, er
 	var kept [][]byte
 	truncated := false
 	err = m.store.History(session, func(turn []byte) bool {
-		// The stored value is the turn's JSON as json.Marshal wrote it:
-		// it goes into the reply as it is.
+		// Stored as json.Marshal wrote it: it goes in as it is.
 		if len(turn)+1 > budget { // 1: the comma before it
 			truncated = true
 			return false
@@ -334,11 +317,10 @@ func (m *Manager) historyData(reqID string, session uint64) (json.RawMessage, er
 	return buf.Bytes(), nil
 }
 
-// busy reports the sessions of the app that have a live context: the
-// store never evicts those; false when the Manager is closed. It is a
-// snapshot, taken by a store job just before its I/O: contexts are only
-// made by store jobs, which run one at a time and end once the peer took
-// their result, so none appears on an evictable session meanwhile.
+// busy reports the app's sessions with a live context, which the store
+// never evicts; false when the Manager is closed. A store job takes it just
+// before its I/O, and no context appears meanwhile: only store jobs make
+// them, one at a time, each ending once the peer took its result.
 func (p *peer) busy() (policy.Busy, bool) {
 	busy := map[uint64]struct{}{}
 	ok := p.run(func() {
@@ -381,8 +363,8 @@ func (p *peer) openSession(r *request) {
 			return
 		}
 		if s, err = m.store.OpenSession(p.id, account, title, now, m.limits, busy); err == nil {
-			// A reopened session's turn_ids, so that its new context
-			// reuses none (after a daemon restart too).
+			// So a reopened session's new context reuses no turn_id
+			// (after a daemon restart too).
 			turnIDs, err = m.store.TurnIDs(s.ID)
 		}
 	}, func() {
@@ -393,8 +375,7 @@ func (p *peer) openSession(r *request) {
 	}
 }
 
-// opened makes the context of a session.open whose session (and the
-// turn_ids of its history) the store returned.
+// opened makes the context of a session.open the store has served.
 func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []string, err error) {
 	l := r.link
 	l.opening--
@@ -428,7 +409,7 @@ func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []st
 	}
 	if c.turnIDs == nil {
 		// The session's first open context: its history says what was
-		// used. A context already open knows as much and more.
+		// used (an open context's set knows more).
 		c.turnIDs = &sessionTurns{used: map[string]struct{}{}}
 		for _, id := range turnIDs {
 			c.turnIDs.add(id, p.m.cfg.MaxTurns)
@@ -441,10 +422,9 @@ func (p *peer) opened(r *request, account string, s policy.Session, turnIDs []st
 	p.finishOK(r, map[string]string{"context_id": c.id})
 }
 
-// closeContext ends a context: its tool calls are cancelled (tool_cancel
-// each, when tell), its turns end (turn.end, or a cancelled reply for a
-// turn the kernel has not answered), then the app gets context_closed
-// (when tell, and its link is up) and the kernel context.closed.
+// closeContext cancels a context's tool calls (tool_cancel each when
+// tell), ends its requests (turn.end, or a cancelled reply), tells the
+// kernel context.closed and, when tell, the app context_closed.
 func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	why, cancel := fmt.Sprintf("context %s closed (%s)", c.id, reason), ""
 	if tell {
@@ -469,9 +449,8 @@ func (p *peer) closeContext(c *appContext, reason string, tell bool) {
 	}
 }
 
-// sortedValues are the values of m that keep takes (every one when keep
-// is nil) in the order of their keys, each an object's id: a teardown, a
-// narrowing and a close go through them in one order whatever the map's.
+// sortedValues are the values of m that keep takes (all when nil) in key
+// order: teardowns, narrowings and closes run in one order, not the map's.
 func sortedValues[V any](m map[string]V, keep func(V) bool) []V {
 	out := make([]V, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {

@@ -6,9 +6,8 @@ import (
 	"octosup/policy"
 )
 
-// Store is what the peer link keeps on disk: consent, standing rules,
-// sessions and their turns, and the audit trail. *policy.Store is it;
-// the tests wrap one to stall or fail its calls.
+// Store keeps the peer link's consent, standing rules, sessions, turns
+// and audit trail on disk: a *policy.Store (tests wrap one).
 type Store interface {
 	Consent(app string) (policy.Consent, bool, error)
 	Consents() ([]policy.Consent, error)

@@ -12,20 +12,16 @@ import (
 	"octosup/policy"
 )
 
-// CodeDeclined is the error code of a tool call's outcome when a standing
-// rule or the person said no to it (docs/protocol.md lists the link's codes; this
-// one only ever reaches the relay).
+// CodeDeclined is a tool call's outcome code when a standing rule or the
+// person said no; it only reaches the relay.
 const CodeDeclined = "declined"
 
-// CodeQueueFull is the error code of a tool call's outcome, and of the
-// kernel's and app.send's refusals, when the app's write queue had no
-// room for the frame (ErrQueueFull). It only reaches the relay and the
-// control socket, never the app.
+// CodeQueueFull is ErrQueueFull's code, in outcomes and refusals; it never
+// reaches the app.
 const CodeQueueFull = "queue_full"
 
-// CodeQuotaExceeded is the error code of ErrLimit: the app is at one of
-// the daemon's limits (docs/protocol.md, "Limits"). Apps read it in
-// replies too.
+// CodeQuotaExceeded is ErrLimit's code (docs/protocol.md, "Limits"); apps
+// read it in replies too.
 const CodeQuotaExceeded = frame.CodeQuotaExceeded
 
 // Defaults of the tool-call layer's Config fields.
@@ -33,8 +29,7 @@ const (
 	DefaultMaxToolTimeout  = 10 * time.Minute
 	DefaultRelayQueue      = 4096
 	DefaultDuplicateWindow = 4096
-	// maxArgsSummary bounds the args shown on a host confirmation sheet.
-	maxArgsSummary = 256
+	maxArgsSummary         = 256 // bytes of args on a host sheet
 )
 
 // Outcome is how a call ended.
@@ -56,38 +51,31 @@ func (o Outcome) String() string {
 // MarshalText writes the wire name (tool.finished's "outcome").
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
-// Result is a call's one outcome. Data is set for OutcomeOK (nil when the
-// app sent none); Error for OutcomeError, and for OutcomeUnknown it says
-// why the outcome is not known (timeout, cancelled, the app exited).
+// Result is a call's one outcome: Data for OutcomeOK (nil when the app
+// sent none); Error for OutcomeError, and for OutcomeUnknown why it is
+// not known.
 type Result struct {
 	Outcome Outcome
 	Data    json.RawMessage
 	Error   *Error
 }
 
-// ToolRelay receives the life of the calls handed to ToolCall: exactly one
-// Acknowledged, then exactly one Finished, per accepted call. Its methods
-// are called one at a time, in the order things happened (per app), with
-// the relay locked and, but for the outcomes an install hands over, the
-// app's peer (relay.go): they must not block
-// (queue the event, or drop it for a client too slow) and must not call
-// the Manager.
+// ToolRelay hears one Acknowledged, then one Finished, per accepted call.
+// Its methods run one at a time, in order per app, under the relay's lock
+// and (doc.go, rule 6) the peer's; they must neither block (queue, or
+// drop for a slow client) nor call the Manager.
 type ToolRelay interface {
-	// Acknowledged: the call is in hand. confirm none: written to the
+	// Acknowledged: the call is in hand (confirm none: written to the
 	// app; host: accepted, before any sheet; app: the app reported
-	// awaiting_confirmation. A call that ends before that moment is
-	// acknowledged just before it finishes.
+	// awaiting_confirmation), or just before it finishes sooner.
 	Acknowledged(app, callID string)
-	// Finished: the call's outcome. Nothing about the call follows.
+	// Finished: the call's outcome, its last word.
 	Finished(app, callID string, r Result)
 }
 
-// toolCall accepts a call and places it in one step, the app's peer
-// locked. accepted, when set, runs in between, and must not block: after
-// it, nothing else of the call can come first (the relay's callbacks
-// come from the placing, and the app, its sheet and its store hear of
-// the call only once it is placed). ks is the kernel that hands the
-// call over, nil for the tests' relay seam.
+// toolCall accepts a call and places it in one step, running accepted in
+// between: nothing of the call (relay, app, sheet, store) precedes it. ks
+// is nil for the tests' relay seam.
 func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, accepted func()) error {
 	m.mu.Lock()
 	closed, p := m.closed, m.peers[app]
@@ -104,9 +92,8 @@ func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, a
 	}
 	err = ErrClosed
 	p.run(func() {
-		// A kernel's call is checked again in its step: a detach that
-		// came since has swept this peer already, and the kernel must
-		// hear nothing after it (doc.go).
+		// Checked again in the step: a detach since swept this peer, and
+		// the kernel must hear nothing after it.
 		if err = ks.check(); err != nil {
 			return
 		}
@@ -122,9 +109,8 @@ func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, a
 	return err
 }
 
-// toolCancel withdraws an outstanding call of ks (KernelSession.ToolCancel;
-// nil: the tests' relay seam), which is checked again in the step, as
-// toolCall does.
+// toolCancel withdraws an outstanding call, re-checking ks (nil: the
+// tests' relay seam) in the step as toolCall does.
 func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 	err := ErrUnknownCall
 	if p := m.peerOf(app); p != nil {
@@ -144,8 +130,7 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 }
 
 // ContextOwner returns the account and client of one of app's open
-// contexts. Another app's, a closed or a made-up id are ErrUnknownContext
-// alike.
+// contexts; any other id is ErrUnknownContext.
 func (m *Manager) ContextOwner(app, contextID string) (control.ContextOwner, error) {
 	var o control.ContextOwner
 	err := refuse(ErrUnknownContext, "the app has no open context %s", contextID)
@@ -162,8 +147,7 @@ func (m *Manager) ContextOwner(app, contextID string) (control.ContextOwner, err
 	return o, err
 }
 
-// Contexts lists app's open contexts, by id: what a kernel may name in a
-// tool call (octosupctl call picks one).
+// Contexts lists app's open contexts by id: what a tool call may name.
 func (m *Manager) Contexts(app string) []control.ContextInfo {
 	out := []control.ContextInfo{}
 	if p := m.peerOf(app); p != nil {
@@ -180,10 +164,8 @@ func (m *Manager) Contexts(app string) []control.ContextInfo {
 	return out
 }
 
-// CloseAccount signs app out of account: each of its contexts with that
-// account closes (its calls cancelled first, tool_cancel each, then
-// context_closed; the kernel gets context.closed). It returns how many
-// contexts closed; an app without a process has none.
+// CloseAccount signs app out of account, closing its contexts with it
+// (closeContext), and returns how many closed.
 func (m *Manager) CloseAccount(app, account string) int {
 	var closing []*appContext
 	if p := m.peerOf(app); p != nil {
@@ -201,7 +183,7 @@ func (m *Manager) CloseAccount(app, account string) int {
 }
 
 // Audit returns the last limit finished calls of app ("" for all), oldest
-// first, including the ones not yet on disk.
+// first, including those not yet on disk.
 func (m *Manager) Audit(app string, limit int) ([]policy.AuditEntry, error) {
 	if err := m.audit.flush(); err != nil {
 		return nil, err

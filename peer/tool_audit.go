@@ -9,46 +9,39 @@ import (
 	"octosup/policy"
 )
 
-// maxAuditPending bounds the audit entries waiting to be written; past it
-// entries are dropped and counted (a store that cannot keep up must not
-// grow the daemon).
+// maxAuditPending bounds the entries waiting; past it they are dropped and
+// counted: a store that cannot keep up must not grow the daemon.
 const maxAuditPending = 1 << 16
 
-// The audit trail is written in batches: a batch is written
-// Config.AuditInterval (DefaultAuditInterval) after its first entry, or as soon as auditBatch entries are waiting.
-// Each batch is one fsync'd transaction (with the trim), so a busy daemon
-// pays for the disk once per batch, not once per call, and at one call in
-// flight the writer wakes once per interval, not once per call. The
-// interval bounds what a SIGKILL of the daemon loses: the entries of the
-// last batch not yet written (a clean stop writes them, see close). The
-// trail is a record, not a decision: consent and rules are written and
-// fsync'd before they are acted on, elsewhere.
+// auditBatch: a batch is written AuditInterval after its first entry, or
+// once auditBatch wait. Each is one fsync'd transaction (with the trim), so
+// a busy daemon pays the disk per batch, not per call. The interval bounds
+// what a SIGKILL loses; the trail is a record, not a decision (consent and
+// rules are fsync'd before they are acted on).
 const auditBatch = 1024
 
 // DefaultAuditInterval is Config.AuditInterval's default.
 const DefaultAuditInterval = 50 * time.Millisecond
 
 // auditLog writes finished calls to the store in batches. One goroutine
-// (loop, started by newAuditLog, ended by close) does every write, so
-// that batches are written one at a time and in order, with no lock
-// held across the store's write; Audit's flush asks it for one.
+// (loop, from newAuditLog to close) does every write, in order, with no
+// lock held across it.
 type auditLog struct {
 	store    Store
 	keep     int
 	interval time.Duration
 	log      *zap.Logger
 
-	// mu guards the entries waiting for their batch.
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the four below
 	pending []policy.AuditEntry
 	spare   []policy.AuditEntry // the last batch's array, emptied, for the next pending
 	dropped int
 	closed  bool
 
 	kick    chan struct{}   // a batch began or filled (capacity 1)
-	flushes chan chan error // Audit's: write what is pending, answer
+	flushes chan chan error // Audit's
 	stop    chan struct{}
-	done    chan struct{} // closed when loop returns
+	done    chan struct{} // loop returned
 }
 
 func newAuditLog(store Store, keep int, interval time.Duration, log *zap.Logger) *auditLog {
@@ -59,7 +52,7 @@ func newAuditLog(store Store, keep int, interval time.Duration, log *zap.Logger)
 	return a
 }
 
-// add queues an entry. It never blocks.
+// add queues an entry without blocking.
 func (a *auditLog) add(e policy.AuditEntry) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -79,9 +72,8 @@ func (a *auditLog) add(e policy.AuditEntry) {
 	}
 }
 
-// loop writes a batch an interval after its first entry, or as soon as
-// it is full, or when Audit asks; and what is left when close stops it.
-// The timer runs only while a batch waits: an idle daemon does not wake.
+// loop writes a batch when due, full or asked for, and the rest when
+// stopped. The timer runs only while a batch waits: an idle daemon sleeps.
 func (a *auditLog) loop() {
 	defer close(a.done)
 	timer := time.NewTimer(a.interval)
@@ -113,9 +105,9 @@ func (a *auditLog) loop() {
 	}
 }
 
-// flush writes what is pending: by the loop while it runs, else here
-// (after close). A failure is logged and returned (the entries are
-// lost: the trail must not hold the daemon back).
+// flush writes what is pending, by the loop, or here once it ended. A
+// failure loses the entries (logged and returned): the trail must not
+// hold the daemon back.
 func (a *auditLog) flush() error {
 	reply := make(chan error, 1)
 	select {
@@ -126,12 +118,11 @@ func (a *auditLog) flush() error {
 	}
 }
 
-// write writes the pending entries as one transaction.
 func (a *auditLog) write() error {
 	a.mu.Lock()
 	batch, dropped := a.pending, a.dropped
-	// The entries are copied into the store's transaction: the batch's
-	// array takes the next entries, not a new one grown by appends.
+	// The store copies the entries: the batch's array takes the next ones,
+	// not a new one grown by appends.
 	a.pending, a.dropped, a.spare = a.spare, 0, nil
 	a.mu.Unlock()
 	if dropped > 0 {
@@ -156,8 +147,8 @@ func (a *auditLog) write() error {
 	return nil
 }
 
-// close stops the writer after a last write: every entry added before
-// close is on disk when it returns.
+// close stops the loop after a last write: every entry added before is on
+// disk when it returns.
 func (a *auditLog) close() {
 	a.mu.Lock()
 	closed := a.closed

@@ -15,11 +15,9 @@ import (
 	"octosup/policy"
 )
 
-// callState is where a tool call is. Only call.move changes it, along
-// callMoves.
-//
-// finished, cancelled and timedOut are terminal: the call has had its one
-// outcome and nothing about it is sent or accepted after.
+// callState is where a tool call is; only call.move changes it. The
+// terminal states (finished, cancelled, timedOut) follow its one outcome:
+// nothing about it is sent or accepted after.
 type callState int
 
 const (
@@ -38,8 +36,6 @@ func (s callState) String() string {
 
 func (s callState) terminal() bool { return s >= callFinished }
 
-// callMoves are the states each state may move to; the terminal ones
-// move nowhere.
 var callMoves = [callTimedOut + 1][]callState{
 	callAccepted:     {callAwaitingHost, callDelivered, callFinished, callCancelled, callTimedOut}, // awaitingHost: confirm host, no standing rule
 	callAwaitingHost: {callDelivered, callFinished, callCancelled, callTimedOut},                   // delivered: allowed; finished: declined
@@ -69,7 +65,7 @@ type call struct {
 	approved policy.Decision
 }
 
-// move is the one place a call changes state; an illegal move is a bug,
+// move changes c's state along callMoves; an illegal move is a bug,
 // logged and not obeyed.
 func (c *call) move(to callState) bool {
 	if !slices.Contains(callMoves[c.state], to) {
@@ -84,9 +80,9 @@ func (c *call) move(to callState) bool {
 // sent reports whether the app was sent the call (and may act on it).
 func (c *call) sent() bool { return c.state == callDelivered || c.state == callAwaitingApp }
 
-// failResult is the outcome of a call that ended without the app's
-// result: OutcomeUnknown when the app was sent it and it may have had an
-// effect (risk other than read), else Error{code}.
+// failResult is the outcome of a call ended without the app's result:
+// OutcomeUnknown when the app was sent it and its risk is not read, else
+// Error{code}.
 func failResult(c *call, code, msg string) Result {
 	if c.sent() && c.risk != control.RiskRead {
 		return Result{Outcome: OutcomeUnknown, Error: &Error{Code: code, Message: msg}}
@@ -102,8 +98,8 @@ func normalizeRisk(r string) string {
 	return control.RiskDestructive // fails safe: missing or unknown
 }
 
-// checkCall checks what a call says, whatever its app: its args
-// compacted and its confirm normalized.
+// checkCall checks a call on its own, returning its args compacted and
+// its confirm normalized.
 func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error) {
 	if !frame.ValidID(kc.CallID) {
 		return nil, "", refuse(ErrInvalid, "call_id must be 1 to 128 printable ASCII characters")
@@ -143,8 +139,8 @@ func (m *Manager) checkCall(kc control.ToolCall) (json.RawMessage, string, error
 	return args, confirm, nil
 }
 
-// acceptCall checks a call against the app's state and, when it may go,
-// records it as accepted; place sends it on its way in the same step.
+// acceptCall checks a call against the app's state and records it
+// accepted; place sends it on in the same step.
 func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm string) (*call, error) {
 	l := p.link
 	if l == nil {
@@ -181,8 +177,6 @@ func (p *peer) acceptCall(kc control.ToolCall, args json.RawMessage, confirm str
 	return c, nil
 }
 
-// place sends a call acceptCall just accepted on its way, in the same
-// step: its acknowledgement, its rule or sheet, its delivery.
 func (p *peer) place(c *call) {
 	c.ctx.calls[c.id] = c
 	switch c.confirm {
@@ -192,9 +186,9 @@ func (p *peer) place(c *call) {
 	case control.ConfirmApp:
 		p.deliver(c) // acknowledged by the app's awaiting_confirmation
 	default:
-		// Acknowledged when written; posted first, so that the relay
-		// has it by the time the app reads the call (a write that fails
-		// ends the call, which is acknowledged just before anyway).
+		// Acknowledged when written, but posted first so the relay has it
+		// before the app reads the call (a failed write ends the call,
+		// acknowledged anyway).
 		p.ack(c)
 		p.deliver(c)
 	}
@@ -213,8 +207,7 @@ func (p *peer) confirmHost(c *call) {
 		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeDeclined,
 			"a standing rule of app %s denies %s: revoking the rule (control op rules, action revoke) has the next call ask the person", p.id, c.name)}, "")
 	case p.sheets >= m.cfg.MaxPendingApprovals:
-		// More sheets than a person reads: the call does not wait for
-		// one.
+		// More sheets than a person reads: the call does not wait.
 		p.endCall(c, callFinished, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQuotaExceeded,
 			"app %s has %d host confirmations waiting for the person, the most it may: %s was not asked for", p.id, p.sheets, c.name)}, "")
 	default:
@@ -224,7 +217,6 @@ func (p *peer) confirmHost(c *call) {
 	}
 }
 
-// deliver writes the call to its app.
 func (p *peer) deliver(c *call) bool {
 	left := time.Until(c.deadline)
 	ms := int64((left + time.Millisecond - 1) / time.Millisecond)
@@ -236,9 +228,8 @@ func (p *peer) deliver(c *call) bool {
 		ConfirmRequired: c.confirm == control.ConfirmApp, TimeoutMS: ms,
 		Account: c.ctx.account, ContextID: c.ctx.id, Client: c.ctx.client, Caller: c.caller,
 	}
-	// The only call out is written now rather than by the link's
-	// writer, a wake-up less on the way. With more out, the writer
-	// gathers them into one write.
+	// The only call out is written now, saving the writer's wake-up; with
+	// more out, the writer gathers them.
 	err := c.link.send(f, len(c.link.calls) == 1, true)
 	if errors.Is(err, ErrQueueFull) {
 		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQueueFull, "%v", err)}, "")
@@ -260,9 +251,8 @@ func (p *peer) ack(c *call) {
 	p.m.relay.note(relayNote{app: p.id, callID: c.id})
 }
 
-// endCall gives a call its one outcome. cancel, when not "", is the reason
-// of the tool_cancel the app gets if it was sent the call (and its hub is
-// still up).
+// endCall gives a call its one outcome. cancel, when not "", is the
+// reason of a tool_cancel to the app if it was sent the call.
 func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	wasSent := c.sent()
 	if !c.move(to) {
@@ -283,9 +273,8 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	delete(l.calls, c.id)
 	delete(c.ctx.calls, c.id)
 	p.recentCalls.add(c.id, m.cfg.DuplicateWindow)
-	// The entry is queued before the outcome is handed over: whoever
-	// sees the outcome and then asks for the audit trail finds the call
-	// in it (Audit flushes what is queued).
+	// Audited before the outcome is handed over: who sees the outcome and
+	// then asks Audit (which flushes) finds the call.
 	e := policy.AuditEntry{
 		App: p.id, Tool: c.name, CallID: c.id, Risk: c.risk, Confirm: c.confirm,
 		Decision: c.decision, Approved: string(c.approved), Outcome: r.Outcome.String(),
@@ -299,8 +288,8 @@ func (p *peer) endCall(c *call, to callState, r Result, cancel string) {
 	m.audit.add(e)
 	p.ack(c)
 	m.relay.note(relayNote{app: p.id, callID: c.id, finished: true, r: r})
-	// After the outcome is posted: whatever the app reads, the relay has
-	// had what came before it.
+	// After the outcome: the relay has had what came before anything the
+	// app reads.
 	if cancel != "" && wasSent {
 		l.sendFrame(&frame.ToolCancel{CallID: c.id, Reason: cancel})
 	}
@@ -320,9 +309,8 @@ func (p *peer) callTimeout(c *call) {
 	p.endCall(c, callTimedOut, failResult(c, frame.CodeTimeout, why), "timeout")
 }
 
-// onToolResult takes an app's tool_result. Anything that does not fit
-// the call's state is ignored and logged: terminal is final. sent is
-// whether it answered a call the app was sent, as the call waited for.
+// onToolResult takes an app's tool_result; one that does not fit the
+// call's state is logged and ignored. sent: it answered an awaited call.
 func (p *peer) onToolResult(l *link, f *frame.ToolResult) (sent bool) {
 	if p.link != l || l.isShut() {
 		return true
@@ -366,8 +354,7 @@ func (p *peer) onToolResult(l *link, f *frame.ToolResult) (sent bool) {
 	return true
 }
 
-// askHost raises the host confirmation sheet of a call. It expires with
-// the call's deadline.
+// askHost raises a call's host sheet, which expires with the call.
 func (p *peer) askHost(c *call) {
 	a := &approval{
 		Approval: Approval{
@@ -393,7 +380,6 @@ func (p *peer) askHost(c *call) {
 	p.raise(a)
 }
 
-// summarize shortens a call's args for a sheet.
 func summarize(args json.RawMessage) string {
 	if len(args) <= maxArgsSummary {
 		return string(args)
@@ -406,8 +392,8 @@ func summarize(args json.RawMessage) string {
 }
 
 // answerTool settles a host sheet: allow delivers the call, deny ends it
-// Error{declined}. With remember (its standing rule already persisted by
-// Approve) it also answers the app's other open sheets for the same tool.
+// Error{declined}. With remember (the rule persisted by Approve) it also
+// answers the app's other open sheets for the tool.
 func (p *peer) answerTool(a *approval, d policy.Decision, remember bool) {
 	if p.approvals[a.ApprovalID] == a {
 		// (Its call may have timed out while the rule was written.)
@@ -448,8 +434,7 @@ func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 }
 
 // resultLen bounds the bytes r's data and error take in the kernel's
-// tool.finished line (relayRoom holds an app's result to it, and the
-// relay's backlog counts its bytes by it).
+// tool.finished line (for relayRoom and the relay's backlog).
 func resultLen(r Result) int {
 	n := frame.RelayedLen(r.Data)
 	if r.Error != nil {

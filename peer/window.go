@@ -1,9 +1,6 @@
 package peer
 
-// idWindow holds the last ids added to it, up to the size of its first
-// add: older ones fall out. A peer keeps two (its mu guards them): the
-// call ids that finished, whose reuse is a duplicate, and the req_ids
-// that timed out at the kernel, whose late reply may still come.
+// idWindow holds the last ids added, up to the size of its first add.
 type idWindow struct {
 	at   map[string]int // each id held, at its place in ring
 	ring []string
@@ -28,9 +25,7 @@ func (w *idWindow) add(id string, size int) {
 	w.next = (w.next + 1) % len(w.ring)
 }
 
-// remove lets id go before its time; its place in ring is left to the
-// next add that comes round to it.
+// remove lets id go early; its ring slot is reused in turn.
 func (w *idWindow) remove(id string) { delete(w.at, id) }
 
-// clear lets every id go.
 func (w *idWindow) clear() { *w = idWindow{} }
