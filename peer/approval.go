@@ -208,12 +208,8 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 		p.answerTool(a, d, remember)
 		return
 	}
-	state := ApprovalAllowed
-	if d == policy.Deny {
-		state = ApprovalDenied
-	}
 	if p.approvals[a.ApprovalID] == a {
-		p.settle(a, state)
+		p.settle(a, answeredState(d))
 	}
 	p.m.log.Info("consent answered", zap.String("app", a.App), zap.String("decision", string(d)))
 	waiting := p.waiting
@@ -228,6 +224,14 @@ func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error)
 			p.finish(r, consentDenied(a.App))
 		}
 	}
+}
+
+// answeredState is the final state of an approval answered d.
+func answeredState(d policy.Decision) string {
+	if d == policy.Deny {
+		return ApprovalDenied
+	}
+	return ApprovalAllowed
 }
 
 // consentDenied answers every request of an app denied the agent

@@ -172,9 +172,7 @@ func (l *link) readLoop() {
 	for {
 		line, err := r.Next()
 		if errors.Is(err, frame.ErrFrameTooLong) {
-			l.p.run(func() {
-				l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf("line over %d bytes: discarded up to its newline", frame.MaxFrame)})
-			})
+			l.badFrame(fmt.Sprintf("line over %d bytes: discarded up to its newline", frame.MaxFrame), "")
 			l.pace(frame.MaxFrame + 1)
 			continue
 		}
@@ -193,6 +191,11 @@ func (l *link) readLoop() {
 	<-l.wrote
 	l.p.run(func() { l.p.teardown(l) })
 	close(l.done)
+}
+
+// badFrame sends the app a bad_frame error frame in a step.
+func (l *link) badFrame(msg, reqID string) {
+	l.p.run(func() { l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: msg, ReqID: reqID}) })
 }
 
 // unaskedLineCost is what handling a line costs beyond its bytes
@@ -224,15 +227,10 @@ func (l *link) handleLine(line []byte) (asked bool) {
 	case err != nil:
 		var fe *frame.FrameError
 		errors.As(err, &fe)
-		l.p.run(func() {
-			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fe.Reason, ReqID: fe.ReqID})
-		})
+		l.badFrame(fe.Reason, fe.ReqID)
 	case pass && frame.RelayedLen(line) > relayRoom:
-		l.p.run(func() {
-			l.sendFrame(&frame.ErrorFrame{Code: frame.CodeBadFrame, Message: fmt.Sprintf(
-				"a pass-through frame of %d bytes would take %d on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may: send less",
-				len(line), frame.RelayedLen(line), relayRoom)})
-		})
+		l.badFrame(fmt.Sprintf("a pass-through frame of %d bytes would take %d on the control socket (each <, > and & written as \\u003c), past the %d a relayed value may: send less",
+			len(line), frame.RelayedLen(line), relayRoom), "")
 	case pass:
 		frame := json.RawMessage(bytes.Clone(line))
 		l.p.run(func() { l.m.cfg.Events.AppFrame(l.appID, frame) })

@@ -32,18 +32,7 @@ func (p *peer) narrow(app policy.App, dev bool) {
 	}
 	service := p.serviceGranted(app)
 	lost := (oldDev || slices.Contains(old.Grants.Services, policy.ServiceAgent)) && !service
-	var revoked []string
-	for _, a := range old.Sandbox.Accounts {
-		if !slices.Contains(app.Sandbox.Accounts, a) {
-			revoked = append(revoked, a)
-		}
-	}
-	var tools []string
-	for _, t := range old.Grants.Tools {
-		if !slices.Contains(app.Grants.Tools, t) {
-			tools = append(tools, t)
-		}
-	}
+	revoked, tools := missing(old.Sandbox.Accounts, app.Sandbox.Accounts), missing(old.Grants.Tools, app.Grants.Tools)
 
 	kept := p.waiting[:0]
 	for _, r := range p.waiting {
@@ -77,6 +66,17 @@ func (p *peer) narrow(app policy.App, dev bool) {
 			zap.Strings("accounts_revoked", revoked), zap.Strings("tools_revoked", tools),
 			zap.Int("contexts_closed", len(closing)), zap.Int("calls_ended", len(ending)))
 	}
+}
+
+// missing are the names of old not in now.
+func missing(old, now []string) []string {
+	var out []string
+	for _, n := range old {
+		if !slices.Contains(now, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // granted is the refusal of method under app's grants (docs/protocol.md,

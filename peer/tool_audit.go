@@ -142,9 +142,8 @@ func (a *auditLog) write() error {
 	}
 	if err != nil {
 		a.log.Error("write the audit trail", zap.Int("entries", len(batch)), zap.Error(err))
-		return err
 	}
-	return nil
+	return err
 }
 
 // close stops the loop after a last write: every entry added before is on

@@ -217,12 +217,8 @@ func (p *peer) confirmHost(c *call) {
 	}
 }
 
-func (p *peer) deliver(c *call) bool {
-	left := time.Until(c.deadline)
-	ms := int64((left + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
-	}
+func (p *peer) deliver(c *call) {
+	ms := max(1, int64((time.Until(c.deadline)+time.Millisecond-1)/time.Millisecond))
 	f := &frame.ToolCall{
 		CallID: c.id, Name: c.name, Args: c.args, Risk: c.risk,
 		ConfirmRequired: c.confirm == control.ConfirmApp, TimeoutMS: ms,
@@ -230,17 +226,14 @@ func (p *peer) deliver(c *call) bool {
 	}
 	// The only call out is written now, saving the writer's wake-up; with
 	// more out, the writer gathers them.
-	err := c.link.send(f, len(c.link.calls) == 1, true)
-	if errors.Is(err, ErrQueueFull) {
+	switch err := c.link.send(f, len(c.link.calls) == 1, true); {
+	case errors.Is(err, ErrQueueFull):
 		p.endCall(c, callCancelled, Result{Outcome: OutcomeError, Error: frame.Errorf(CodeQueueFull, "%v", err)}, "")
-		return false
-	}
-	if err != nil {
+	case err != nil:
 		p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the app's hub closed before the call could be written"), "")
-		return false
+	default:
+		c.move(callDelivered)
 	}
-	c.move(callDelivered)
-	return true
 }
 
 func (p *peer) ack(c *call) {
@@ -416,11 +409,7 @@ func (p *peer) answerTool(a *approval, d policy.Decision, remember bool) {
 func (p *peer) settleTool(a *approval, d policy.Decision, decision string) {
 	c := a.call
 	c.approval = nil
-	state := ApprovalAllowed
-	if d == policy.Deny {
-		state = ApprovalDenied
-	}
-	p.settle(a, state)
+	p.settle(a, answeredState(d))
 	if c.state != callAwaitingHost {
 		return
 	}
