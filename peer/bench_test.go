@@ -6,7 +6,6 @@ import (
 
 	"octosup/internal/roundtrip"
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -33,7 +32,7 @@ func BenchmarkRequestRoundTrip(b *testing.B) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+	line, _ := encodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
 		Args: json.RawMessage(`{"context_id":"` + ctx + `","turn_id":"T"}`)})
 	b.ResetTimer()
 	for b.Loop() {
@@ -53,7 +52,7 @@ func BenchmarkSocketpairEcho(b *testing.B) {
 	conns := roundtrip.Socketpair(b)
 	done := roundtrip.EchoJSON(conns[1], frame.NewReader(conns[1], frame.MaxFrame).Next)
 	defer func() { conns[0].Close(); <-done; conns[1].Close() }()
-	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
+	line, _ := encodeUp(&frame.Request{ReqID: "b", Method: policy.MethodTurnInterrupt,
 		Args: json.RawMessage(`{"context_id":"n0nce-1","turn_id":"T"}`)})
 	r := frame.NewReader(conns[0], frame.MaxFrame)
 	b.ResetTimer()

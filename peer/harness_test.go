@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -238,7 +237,7 @@ func (a *testApp) requestID(id, method string, args any) {
 		}
 		raw = b
 	}
-	line, err := frametest.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: raw})
+	line, err := encodeUp(&frame.Request{ReqID: id, Method: method, Args: raw})
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -259,7 +258,7 @@ func (a *testApp) nextLine() []byte {
 func (a *testApp) next() frame.Down {
 	a.t.Helper()
 	line := a.nextLine()
-	d, err := frametest.DecodeDown(line)
+	d, err := decodeDown(line)
 	if err != nil {
 		a.t.Fatalf("app %s got a bad frame %q: %v", a.id, line, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -227,7 +226,7 @@ func TestFramingOnLink(t *testing.T) {
 	// Many frames in one write, and one frame split over many writes.
 	var batch bytes.Buffer
 	for i := range 50 {
-		line, _ := frametest.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
+		line, _ := encodeUp(&frame.Request{ReqID: fmt.Sprintf("b%d", i), Method: policy.MethodSessionHistory,
 			Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 		batch.Write(line)
 	}
@@ -235,7 +234,7 @@ func TestFramingOnLink(t *testing.T) {
 	for i := range 50 {
 		a.okReply(fmt.Sprintf("b%d", i))
 	}
-	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
+	line, _ := encodeUp(&frame.Request{ReqID: "split", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"` + ctx + `"}`)})
 	for _, b := range line {
 		a.write(string([]byte{b}))
 	}
@@ -304,7 +303,7 @@ func TestConsentOnce(t *testing.T) {
 	a := h.attach(notesApp("notes"))
 	var batch bytes.Buffer
 	for i := range 20 {
-		line, _ := frametest.EncodeUp(&frame.Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
+		line, _ := encodeUp(&frame.Request{ReqID: fmt.Sprintf("c%d", i), Method: policy.MethodSessionOpen})
 		batch.Write(line)
 	}
 	a.write(batch.String())
@@ -453,7 +452,7 @@ func runChild() int {
 	m.Attach(notesApp("notes"), os.NewFile(uintptr(fds[0]), "hub"))
 	app := os.NewFile(uintptr(fds[1]), "app")
 	defer app.Close()
-	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "x", Method: policy.MethodSessionOpen})
+	line, _ := encodeUp(&frame.Request{ReqID: "x", Method: policy.MethodSessionOpen})
 	app.Write(line)
 	r := frame.NewReader(app, frame.MaxFrame)
 	got, err := r.Next()
@@ -461,7 +460,7 @@ func runChild() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	d, err := frametest.DecodeDown(got)
+	d, err := decodeDown(got)
 	if rp, ok := d.(*frame.Reply); err == nil && ok && rp.OK {
 		var data struct {
 			ContextID string `json:"context_id"`
@@ -638,7 +637,7 @@ func TestFloodNeverReads(t *testing.T) {
 	other := h.attach(notesApp("other"))
 	h.grant(flood)
 	h.grant(other)
-	line, _ := frametest.EncodeUp(&frame.Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
+	line, _ := encodeUp(&frame.Request{ReqID: "same", Method: policy.MethodSessionHistory, Args: json.RawMessage(`{"context_id":"nope"}`)})
 	batch := bytes.Repeat(line, 256)
 	errc := make(chan error, 1)
 	go func() {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -33,7 +32,7 @@ func openCloseUntitled(t testing.TB, a *testApp, n, window int) string {
 		w := min(window, n-done)
 		buf.Reset()
 		for i := range w {
-			line, _ := frametest.EncodeUp(&frame.Request{ReqID: "o" + strconv.Itoa(i), Method: policy.MethodSessionOpen})
+			line, _ := encodeUp(&frame.Request{ReqID: "o" + strconv.Itoa(i), Method: policy.MethodSessionOpen})
 			buf.Write(line)
 		}
 		a.write(buf.String())
@@ -56,7 +55,7 @@ func openCloseUntitled(t testing.TB, a *testApp, n, window int) string {
 		}
 		buf.Reset()
 		for i, c := range ctxs {
-			line, _ := frametest.EncodeUp(&frame.Request{ReqID: "c" + strconv.Itoa(i), Method: policy.MethodContextClose,
+			line, _ := encodeUp(&frame.Request{ReqID: "c" + strconv.Itoa(i), Method: policy.MethodContextClose,
 				Args: json.RawMessage(`{"context_id":"` + c + `"}`)})
 			buf.Write(line)
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -132,7 +131,7 @@ func TestStalledAppStallsNoOther(t *testing.T) {
 	// Released: the stuck app gets its frames, then its context.
 	release()
 	for {
-		d, err := frametest.DecodeDown(stuck.nextLine())
+		d, err := decodeDown(stuck.nextLine())
 		if r, ok := d.(*frame.Reply); err == nil && ok {
 			if !r.OK {
 				t.Fatalf("session.open after the stall: %v", r.Error)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -95,7 +94,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 				if err != nil {
 					return
 				}
-				d, err := frametest.DecodeDown(line)
+				d, err := decodeDown(line)
 				l.mu.Lock()
 				switch f := d.(type) {
 				case *frame.Reply:
@@ -142,7 +141,7 @@ func TestRandomizedExactlyOneReply(t *testing.T) {
 			var ctxs []string // contexts this app opened, as far as it knows
 			send := func(id, method string, args any) {
 				b, _ := json.Marshal(args)
-				line, _ := frametest.EncodeUp(&frame.Request{ReqID: id, Method: method, Args: b})
+				line, _ := encodeUp(&frame.Request{ReqID: id, Method: method, Args: b})
 				a.conn.Write(line)
 			}
 			for n := range perApp {

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -59,7 +58,7 @@ func (a *testApp) framesUntilSync() []string {
 	var out []string
 	for {
 		line := a.nextLine()
-		if d, err := frametest.DecodeDown(line); err == nil {
+		if d, err := decodeDown(line); err == nil {
 			if r, ok := d.(*frame.Reply); ok && r.ReqID == id {
 				if r.OK || r.Error.Code != frame.CodeUnknownContext {
 					a.t.Fatalf("sync reply %s", line)
@@ -119,7 +118,7 @@ func cancelLine(id, reason string) string {
 // result writes a tool_result.
 func (a *testApp) result(r *frame.ToolResult) {
 	a.t.Helper()
-	b, err := frametest.EncodeUp(r)
+	b, err := encodeUp(r)
 	if err != nil {
 		a.t.Fatal(err)
 	}

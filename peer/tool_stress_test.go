@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"octosup/peer/internal/frame"
-	"octosup/peer/internal/frame/frametest"
 	"octosup/policy"
 )
 
@@ -36,7 +35,7 @@ func (s *scriptedApp) fail(format string, args ...any) {
 }
 
 func (s *scriptedApp) send(f frame.Up) bool {
-	b, _ := frametest.EncodeUp(f)
+	b, _ := encodeUp(f)
 	_, err := s.a.conn.Write(b)
 	return err == nil
 }
@@ -51,7 +50,7 @@ func (s *scriptedApp) run() {
 		if err != nil {
 			return // killed
 		}
-		d, err := frametest.DecodeDown(line)
+		d, err := decodeDown(line)
 		if err != nil {
 			s.fail("bad frame %q", line)
 			return
