@@ -14,41 +14,42 @@ import (
 	"octosup/internal/strictjson"
 )
 
-// ParseLine classifies one hub line (without its newline). A peer-link
+// ParseLine classifies one hub line (without its newline): a peer-link
 // frame is decoded strictly into up; any other well-formed JSON object is
-// pass-through (passthrough true, up nil) and its bytes go to the shell
-// unchanged. Anything else is a *FrameError.
+// pass-through, its bytes for the shell unchanged; anything else is a
+// *FrameError.
 func ParseLine(line []byte) (up Up, passthrough bool, err error) {
-	// strictjson checks the line, words what is not JSON, holds the depth
-	// limit (jsonv2 has none short of 10,000) and hands back the
-	// top-level members as written; jsonv2 reads the envelope.
+	// strictjson words what is not JSON, holds the depth limit (jsonv2
+	// has none short of 10,000) and hands back the top-level members.
 	var few [4]strictjson.Member
 	top, err := strictjson.Object(line, few[:0])
 	if err != nil {
 		return nil, false, &FrameError{Reason: frameJSONError(line, err).Error()}
 	}
 	for _, m := range top {
+		var reason string
 		switch name := string(m.Name); {
 		case name == Envelope && len(top) > 1:
-			return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "unknown top-level member " + strconv.Quote(firstOther(top, Envelope)) + " beside " + Envelope}
+			reason = "unknown top-level member " + strconv.Quote(firstOther(top, Envelope)) + " beside " + Envelope
 		case name == Envelope:
 			up, err := decodeEnvelope(m.Value)
-			if err != nil {
-				return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: err.Error()}
+			if err == nil {
+				return up, false, nil
 			}
-			return up, false, nil
+			reason = err.Error()
 		case strings.EqualFold(name, Envelope):
-			// A key that is the envelope but for case is a mistyped peer
-			// frame, not a pass-through one: the app hears bad_frame
-			// instead of its request vanishing into the shell, attributed
-			// as a correct key's would be.
-			return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: "top-level key " + strconv.Quote(name) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"}
+			// The envelope but for case is a mistyped peer frame: the app
+			// hears bad_frame rather than its request vanishing into the
+			// shell.
+			reason = "top-level key " + strconv.Quote(name) + " is not " + strconv.Quote(Envelope) + " (keys are case-sensitive)"
+		default:
+			continue
 		}
+		return nil, false, &FrameError{ReqID: attributableReqID(m.Value), Reason: reason}
 	}
 	return nil, true, nil
 }
 
-// decodeEnvelope reads the envelope's value into an up frame.
 func decodeEnvelope(v []byte) (Up, error) {
 	if v[0] != '{' {
 		return nil, errors.New(Envelope + ": want an object")
@@ -60,8 +61,8 @@ func decodeEnvelope(v []byte) (Up, error) {
 	return u.decode()
 }
 
-// firstOther is the first name but except in sort order, so that a
-// refusal names the same member whatever the order written.
+// firstOther is the least name other than except, so that a refusal
+// names the same member whatever the order written.
 func firstOther(members []strictjson.Member, except string) string {
 	first := ""
 	for _, m := range members {
@@ -72,9 +73,8 @@ func firstOther(members []strictjson.Member, except string) string {
 	return first
 }
 
-// upWire is every member an up frame may have and errorWire a tool
-// result's error; text and flag are a string and a boolean that remember
-// being set and refuse null.
+// upWire is every member an up frame may have, errorWire a tool result's
+// error; text and flag remember being set and refuse null.
 type (
 	upWire struct {
 		Type                 text           `json:"type"`
@@ -98,7 +98,7 @@ type (
 	flag struct{ v, set bool }
 )
 
-// wantError is a member of the wrong JSON type; its text is the reason's end.
+// wantError is a member of the wrong JSON type; its text ends the reason.
 type wantError string
 
 func (e wantError) Error() string { return string(e) }
@@ -121,20 +121,17 @@ func (f *flag) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 	return err
 }
 
-// strict is how every frame and args object is read: a member it does not
-// define is refused, never ignored (identity comes from the socket, so a
-// frame that names an app or an account must fail rather than be
-// half-read), and names are exact. The bytes were checked to be UTF-8
-// first; what is left for AllowInvalidUTF8 is a \u escape of half a
+// strict reads every frame and args object: unknown members refused (see
+// the package doc), names exact. The bytes were checked to be UTF-8
+// first: AllowInvalidUTF8 only lets through a \u escape of half a
 // surrogate pair, which encoding/json has always taken (as U+FFFD).
 var strict = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
 
 func unmarshal(data []byte, v any) error { return jsonv2.Unmarshal(data, v, strict) }
 
-// wireRefusal words jsonv2's refusal of a member the way bad_frame
+// wireRefusal words jsonv2's refusal of the value at path at as bad_frame
 // reasons have always read (docs/protocol.md): `octos_peer: "ok": want
 // true or false`, `octos_peer.error: unknown member "app"`.
-// The value read was at the path at.
 func wireRefusal(err error, at ...string) error {
 	var se *jsonv2.SemanticError
 	if !errors.As(err, &se) {
@@ -159,9 +156,9 @@ func wireRefusal(err error, at ...string) error {
 	return fmt.Errorf("%s: %q: %s", where, name, want)
 }
 
-// decode checks that the envelope's members are those of its type and
-// makes the frame. jsonv2's strings and values are copies: the frame
-// does not alias the line, which the caller's reader reuses.
+// decode checks the envelope's members against its type and makes the
+// frame. jsonv2's strings and values are copies: the frame does not alias
+// the line, which the caller's reader reuses.
 func (u *upWire) decode() (Up, error) {
 	t := u.Type.s
 	switch {
@@ -194,8 +191,7 @@ func (u *upWire) decode() (Up, error) {
 	return &Request{ReqID: u.ReqID.s, Method: u.Method.s, Args: json.RawMessage(u.Args)}, nil
 }
 
-// stray is the first member, in sort order, that a frame of type t does
-// not have.
+// stray is the least member that a frame of type t does not have.
 func (u *upWire) stray(t string) string {
 	for _, m := range []struct {
 		name           string
@@ -217,8 +213,7 @@ func (u *upWire) stray(t string) string {
 	return ""
 }
 
-// id refuses an id, the member name of the object where, that is
-// missing or not valid.
+// id refuses the id member name of object where when missing or invalid.
 func (t text) id(where, name string) error {
 	switch {
 	case !t.set:
@@ -277,16 +272,14 @@ func (u *upWire) outcome(r *ToolResult) error {
 	return nil
 }
 
-// CheckValue verifies that data is exactly one JSON value, strictly
-// (strictjson: no duplicate key in any object, at most strictjson.MaxDepth
-// levels of nesting), for kernel data and events. encoding/json would
-// silently keep the last of two duplicate keys and match keys
-// case-insensitively; both would let a sender smuggle a member past a
-// reader that sees the other copy.
+// CheckValue verifies that kernel data or an event is exactly one JSON
+// value, strictly (no duplicate key, at most strictjson.MaxDepth levels).
+// encoding/json would keep the last of two duplicate keys and fold case,
+// letting a sender smuggle a member past a reader that sees the other.
 func CheckValue(data []byte) error { return frameJSONError(data, strictjson.Check(data)) }
 
-// Members returns the members of a JSON object (checking it on the way).
-// Their values alias data.
+// Members returns the members of a JSON object, checked; the values
+// alias data.
 func Members(data []byte) (map[string]json.RawMessage, error) {
 	list, err := strictjson.Object(data, nil)
 	if err != nil {
@@ -299,8 +292,8 @@ func Members(data []byte) (map[string]json.RawMessage, error) {
 	return m, nil
 }
 
-// frameJSONError words strictjson's refusal of data the way bad_frame
-// reasons have always read (docs/protocol.md).
+// frameJSONError words strictjson's refusal of data as bad_frame reasons
+// have always read (docs/protocol.md).
 func frameJSONError(data []byte, err error) error {
 	if err == nil {
 		return nil // and no *strictjson.Error escapes for errors.As
@@ -325,8 +318,8 @@ func frameJSONError(data []byte, err error) error {
 	return err // not valid UTF-8, not a JSON object, duplicate key "k", nested deeper than N levels
 }
 
-// attributableReqID returns the req_id of an envelope when it is a
-// well-formed one, so that a refusal can name the request it refuses.
+// attributableReqID is an envelope's req_id when well-formed, so that a
+// refusal can name the request it refuses.
 func attributableReqID(env []byte) string {
 	var e struct {
 		ReqID string `json:"req_id"`

@@ -8,16 +8,15 @@ import (
 )
 
 // EncodeDown encodes a daemon → app frame as one line: encoding/json's
-// bytes (the wire's, HTML escapes and all), members in the order of
-// docs/protocol.md's tables, which the golden files in testdata/golden
-// pin.
+// bytes, HTML escapes and all, members in docs/protocol.md's order, as
+// testdata/golden pins.
 func EncodeDown(f Down) ([]byte, error) {
 	var v any
 	t := f.downFrame()
 	switch f := f.(type) {
 	case *Reply:
 		r := reply{Type: t, ReqID: f.ReqID, OK: f.OK}
-		switch { // one outcome: data with ok, the error without
+		switch {
 		case f.OK:
 			r.Data = f.Data
 		case f.Error == nil:
@@ -51,13 +50,11 @@ func EncodeDown(f Down) ([]byte, error) {
 }
 
 // maxMessage bounds an error's message in a frame. A message may quote
-// what the app sent (a member's name, a method), which the quoting and
-// the frame's escapes can grow sixfold: cut, the refusal of any line the
-// app may send still fits a frame, and reads as well.
+// what the app sent, which quoting and escapes can grow sixfold: cut, the
+// refusal of any line an app may send still fits a frame.
 const maxMessage = 1024
 
-// cutMessage is m cut to maxMessage bytes at a character's start, with
-// "…" after what is left.
+// cutMessage cuts m to maxMessage bytes at a character's start, adding "…".
 func cutMessage(m string) string {
 	if len(m) <= maxMessage {
 		return m

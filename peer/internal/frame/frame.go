@@ -4,14 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
-// MaxFrame is the most bytes one hub line may hold, its newline excluded
-// (docs/protocol.md: at most 1 MiB).
+// MaxFrame is the most bytes one hub line may hold, newline excluded
+// (docs/protocol.md: 1 MiB).
 const MaxFrame = 1 << 20
 
-// Envelope is the top-level key of every peer-link frame. A line whose
-// object has any other single top-level shape is a pass-through frame.
+// Envelope is the top-level key of every peer-link frame; any other
+// object is a pass-through frame.
 const Envelope = "octos_peer"
 
 // Frame types, the "type" member inside the envelope.
@@ -26,8 +27,8 @@ const (
 	TypeError         = "error"          // down
 )
 
-// Error codes of the link (docs/protocol.md, "Error codes"). They are
-// stable strings: apps and the kernel branch on them.
+// Error codes of the link (docs/protocol.md, "Error codes"): stable
+// strings that apps and the kernel branch on.
 const (
 	CodeBadFrame            = "bad_frame"
 	CodeUnknownMethod       = "unknown_method"
@@ -41,9 +42,9 @@ const (
 	CodeCancelled           = "cancelled"
 	CodeConfirmationSkipped = "confirmation_skipped"
 	CodeInternal            = "internal"
-	// CodeQuotaExceeded is octosup's own: the request would take the app
-	// past one of the daemon's limits (docs/protocol.md, "Limits") and
-	// nothing could be dropped to make room. The message says which.
+	// CodeQuotaExceeded is octosup's own: the request would pass one of
+	// the daemon's limits (docs/protocol.md, "Limits") and nothing could
+	// be dropped to make room; the message says which.
 	CodeQuotaExceeded = "quota_exceeded"
 )
 
@@ -58,8 +59,8 @@ func KnownCode(code string) bool {
 	return false
 }
 
-// Error is the wire error {code, message} of replies and tool results. It
-// is also a Go error so that callers can return it as is.
+// Error is the wire error {code, message} of replies and tool results,
+// and a Go error callers can return as is.
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -72,9 +73,8 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// FrameError is a line that is not a valid frame (code bad_frame). ReqID is
-// set when the line still named a well-formed req_id, so the app can tell
-// which of its requests was refused.
+// FrameError is a line that is not a valid frame (bad_frame). ReqID is
+// the line's req_id when well-formed, so the app knows what was refused.
 type FrameError struct {
 	ReqID  string
 	Reason string
@@ -82,24 +82,23 @@ type FrameError struct {
 
 func (e *FrameError) Error() string { return "bad_frame: " + e.Reason }
 
-// ErrFrameTooLong is returned by Reader.Next for a line over its cap; the
+// ErrFrameTooLong is Reader.Next's error for a line over its cap; the
 // rest of that line is skipped.
 var ErrFrameTooLong = errors.New("frame over the size cap")
 
 // Up is a frame an app sends: *Request or *ToolResult.
 type Up interface{ upFrame() }
 
-// Request asks the agent service for something (one of the methods of
-// docs/protocol.md). Args is the raw args object, nil when the frame had none.
+// Request calls a method of docs/protocol.md. Args is the raw args
+// object, nil when the frame had none.
 type Request struct {
 	ReqID  string
 	Method string
 	Args   json.RawMessage
 }
 
-// ToolResult is an app's answer to a tool_call. Exactly one form holds:
-// AwaitingConfirmation; or OK with Data (nil when absent); or !OK with
-// Error.
+// ToolResult answers a tool_call in exactly one form: AwaitingConfirmation;
+// OK with Data (nil when absent); or !OK with Error.
 type ToolResult struct {
 	CallID               string
 	AwaitingConfirmation bool
@@ -131,7 +130,7 @@ type Event struct {
 }
 
 // ToolCall asks the app to run one of its tools. Account, ContextID and
-// Client come from the daemon's context records, never from the app.
+// Client come from the daemon's records, never from the app.
 type ToolCall struct {
 	CallID          string
 	Name            string
@@ -172,16 +171,8 @@ func (*ToolCancel) downFrame() string    { return TypeToolCancel }
 func (*ContextClosed) downFrame() string { return TypeContextClosed }
 func (*ErrorFrame) downFrame() string    { return TypeError }
 
-// ValidID reports whether s is a valid req_id, call_id or context_id: 1 to
-// 128 printable ASCII characters.
+// ValidID reports whether s is a valid req_id, call_id or context_id: 1
+// to 128 printable ASCII characters.
 func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	return len(s) > 0 && len(s) <= 128 && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e })
 }

@@ -6,20 +6,19 @@ import (
 )
 
 // The read buffer starts at minChunk and doubles, up to readChunk, each
-// time a read fills it; it goes back to minChunk once a read takes less
-// than a quarter of it. An idle hub (most of them, most of the time) is
-// blocked in a read, holding its buffer: 4 KiB, not 64 (500 idle apps
-// held 29 MiB of read buffers).
+// time a read fills it; back to minChunk once a read takes less than a
+// quarter. An idle hub (most, most of the time) blocks in a read holding
+// its buffer: 4 KiB, not 64 (500 idle apps held 29 MiB).
 const (
 	minChunk  = 4 << 10
 	readChunk = 64 << 10
 )
 
 // Reader splits a byte stream into lines of at most max bytes (newline
-// excluded) and never holds more than max bytes of one line plus its read
-// buffer: a longer line is cut off as soon as it passes the cap
-// (ErrFrameTooLong) and the rest of it is skipped up to its newline, so an
-// app that never ends a line costs the daemon no memory.
+// excluded) and holds at most max bytes of a line plus its read buffer: a
+// longer line fails as soon as it passes the cap (ErrFrameTooLong) and is
+// skipped to its newline, so an app that never ends a line costs the
+// daemon no memory.
 type Reader struct {
 	r          io.Reader
 	max        int
@@ -36,11 +35,10 @@ func NewReader(r io.Reader, max int) *Reader {
 	return &Reader{r: r, max: max, buf: make([]byte, minChunk), next: minChunk}
 }
 
-// Next returns the next line without its newline. The slice is valid only
-// until the next call. After ErrFrameTooLong the next call resumes after
-// that line's newline. An unterminated last line at the end of the stream
-// is dropped: frames end with a newline. Read errors are returned once the
-// buffered lines are used up (io.EOF at the end).
+// Next returns the next line without its newline, valid until the next
+// call. After ErrFrameTooLong the next call resumes after that line. An
+// unterminated last line is dropped: frames end with a newline. Read
+// errors come once the buffered lines are used up (io.EOF at the end).
 func (r *Reader) Next() ([]byte, error) {
 	if cap(r.line) > readChunk {
 		r.line = nil // don't keep a big line's buffer for small ones
@@ -60,43 +58,28 @@ func (r *Reader) Next() ([]byte, error) {
 			r.next = nextSize(len(r.buf), n)
 			continue
 		}
-		chunk := r.buf[r.start:r.end]
-		i := bytes.IndexByte(chunk, '\n')
-		if r.skipping {
-			if i < 0 {
-				r.start = r.end
-				continue
-			}
-			r.start += i + 1
-			r.skipping = false
-			continue
-		}
-		part := chunk
+		part := r.buf[r.start:r.end]
+		i := bytes.IndexByte(part, '\n')
 		if i >= 0 {
-			part = chunk[:i]
-		}
-		if len(r.line)+len(part) > r.max {
-			r.line = r.line[:0]
-			if i >= 0 {
-				r.start += i + 1
-			} else {
-				r.start = r.end
-				r.skipping = true
-			}
-			return nil, ErrFrameTooLong
-		}
-		if i >= 0 && len(r.line) == 0 {
-			// The whole line is in the read buffer: no copy.
+			part = part[:i]
 			r.start += i + 1
-			return part, nil
-		}
-		r.line = appendCapped(r.line, part, r.max)
-		if i < 0 {
+		} else {
 			r.start = r.end
-			continue
 		}
-		r.start += i + 1
-		return r.line, nil
+		switch {
+		case r.skipping:
+			r.skipping = i < 0
+		case len(r.line)+len(part) > r.max:
+			r.skipping = i < 0
+			return nil, ErrFrameTooLong
+		case i >= 0 && len(r.line) == 0:
+			return part, nil // the whole line is in the read buffer: no copy
+		default:
+			r.line = appendCapped(r.line, part, r.max)
+			if i >= 0 {
+				return r.line, nil
+			}
+		}
 	}
 }
 
@@ -112,20 +95,11 @@ func nextSize(c, n int) int {
 	return c
 }
 
-// appendCapped appends like append but never grows dst's capacity past
-// max, so a line at the cap costs exactly the cap.
-func appendCapped(dst, src []byte, max int) []byte {
+// appendCapped is append that never grows dst's capacity past limit, so
+// a line at the cap costs exactly the cap.
+func appendCapped(dst, src []byte, limit int) []byte {
 	if need := len(dst) + len(src); need > cap(dst) {
-		c := 2 * cap(dst)
-		if c < need {
-			c = need
-		}
-		if c > max {
-			c = max
-		}
-		n := make([]byte, len(dst), c)
-		copy(n, dst)
-		dst = n
+		dst = append(make([]byte, 0, min(max(2*cap(dst), need), limit)), dst...)
 	}
 	return append(dst, src...)
 }
