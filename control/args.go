@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -15,11 +16,10 @@ import (
 	"octosup/internal/suggest"
 )
 
-// DecodeArgs decodes a request's args into v strictly (encoding/json/v2's
-// rules: names are exact, "App" is not "app"; a member v does not define
-// and a member given twice are refused). A refusal is a bad_request that
-// says where, what is wrong and what to send instead, naming the members
-// there are, as the manifest validator does. Absent args decode as {}.
+// DecodeArgs decodes a request's args into v strictly (json/v2: names
+// exact, no member v does not define, none twice). A refusal is a
+// bad_request saying where, what is wrong and what to send instead,
+// naming the members there are. Absent args decode as {}.
 func DecodeArgs(args json.RawMessage, v any) error {
 	if len(args) == 0 {
 		return nil
@@ -80,7 +80,7 @@ func typeAt(t reflect.Type, p jsontext.Pointer) reflect.Type {
 	return t
 }
 
-// jsonFields lists a struct's JSON member names, and their Go types, in
+// jsonFields lists a struct's JSON member names and Go types in
 // declaration order.
 func jsonFields(t reflect.Type) (names []string, types []reflect.Type) {
 	for t.Kind() == reflect.Pointer {
@@ -90,17 +90,9 @@ func jsonFields(t reflect.Type) (names []string, types []reflect.Type) {
 		return nil, nil
 	}
 	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); f.IsExported() && name != "-" {
+			names, types = append(names, cmp.Or(name, f.Name)), append(types, f.Type)
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		names, types = append(names, name), append(types, f.Type)
 	}
 	return names, types
 }
@@ -116,8 +108,8 @@ func unknownMember(path, key string, names []string) *Error {
 	return Errorf(CodeBadRequest, "%s has no member %q: remove it; the members are %s", path, key, list)
 }
 
-// kindWords names the JSON value that was sent: its kind, and a number's
-// text (a fraction where an integer goes says which).
+// kindWords names the JSON value sent: its kind, and a number's text (a
+// fraction where an integer goes says which).
 func kindWords(k jsontext.Kind, v jsontext.Value) string {
 	switch k {
 	case '"':
@@ -174,9 +166,8 @@ func typeWords(t reflect.Type) string {
 
 // strictOptions reads data strictly: no member a Go type does not name.
 // A \u escape of half a surrogate pair is taken (as U+FFFD) when data is
-// otherwise UTF-8, as encoding/json has always taken it and as the hub
-// does (docs/protocol.md), so that a value an app wrote reaches the
-// kernel and comes back.
+// otherwise UTF-8, as encoding/json and the hub take it
+// (docs/protocol.md), so a value an app wrote reaches the kernel and back.
 func strictOptions(data []byte) jsonv2.Options {
 	return jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(utf8.Valid(data)))
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// ErrDaemonNotRunning is matched (errors.Is) by a dial error that means
-// nothing listens on the socket: it does not exist or refuses connections.
+// ErrDaemonNotRunning is matched (errors.Is) by a dial error meaning
+// nothing listens: the socket does not exist or refuses connections.
 var ErrDaemonNotRunning = errors.New("octosupd is not running")
 
 // ErrClosed is returned by calls on a connection that ended.
@@ -79,12 +79,11 @@ func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 		return c.Dial(ctx)
 	}
 	path := c.SocketPath()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, &NotRunningError{Path: path, Err: err}
-		}
+	nc, err := new(net.Dialer).DialContext(ctx, "unix", path)
+	switch {
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
+		return nil, &NotRunningError{Path: path, Err: err}
+	case err != nil:
 		return nil, fmt.Errorf("connect to octosupd at %s: %w", path, err)
 	}
 	return nc, nil
@@ -100,8 +99,8 @@ func (c *Client) Connect(ctx context.Context) (*Conn, error) {
 	return NewConn(nc), nil
 }
 
-// Do sends one request on a connection of its own and decodes the data of
-// its answer into out (when out is not nil). A refusal is an *Error.
+// Do sends one request on a connection of its own and decodes its
+// answer's data into out (unless nil). A refusal is an *Error.
 func (c *Client) Do(ctx context.Context, op string, args, out any) error {
 	conn, err := c.Stream(ctx, op, args, out)
 	if err == nil {
@@ -110,9 +109,9 @@ func (c *Client) Do(ctx context.Context, op string, args, out any) error {
 	return err
 }
 
-// Stream sends one request that starts a stream of events (subscribe,
-// logs with follow), decodes its answer into out and returns the
-// connection, whose Events the caller reads until it closes it.
+// Stream sends a request that starts events (subscribe, logs with
+// follow), decodes its answer into out and returns the connection, whose
+// Events the caller reads until it closes it.
 func (c *Client) Stream(ctx context.Context, op string, args, out any) (*Conn, error) {
 	conn, err := c.Connect(ctx)
 	if err != nil {
@@ -131,7 +130,7 @@ func (c *Client) Subscribe(ctx context.Context, topics ...string) (*Conn, error)
 }
 
 // eventBuffer is how many events a Conn holds before it stops reading
-// (and the daemon, in turn, drops it as a slow subscriber).
+// (and the daemon drops it as a slow subscriber).
 const eventBuffer = 256
 
 // Conn is one control connection. Its reader goroutine lives until the
@@ -142,13 +141,12 @@ type Conn struct {
 	done   chan struct{} // closed when the reader returned
 	closed chan struct{} // closed by the first fail
 
-	// wmu serializes writes of whole lines: it is held across the
-	// write, as net.Conn's own lock is, so that each write's deadline
-	// is its own.
+	// wmu is held across a whole line's write, so that each write's
+	// deadline is its own.
 	wmu sync.Mutex
 
-	// pending has each request in flight's channel, which gets its
-	// answer's line: the request's own goroutine decodes it, once.
+	// pending has each request in flight's channel for its answer's line,
+	// which the request's own goroutine decodes.
 	mu      sync.Mutex
 	nextID  int64
 	pending map[int64]chan []byte
@@ -169,8 +167,8 @@ func NewConn(nc net.Conn) *Conn {
 	return c
 }
 
-// Events delivers the events the daemon sends on this connection. It is
-// closed when the connection ends; Err says why.
+// Events delivers the connection's events; it is closed when the
+// connection ends, and Err says why.
 func (c *Conn) Events() <-chan Event { return c.events }
 
 // Done is closed when the connection ended.
@@ -275,9 +273,8 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 	}
 }
 
-// write writes a whole line. One cut short by ctx's deadline leaves
-// part of a line on the connection, which would make the next request's
-// line malformed: the Conn ends there.
+// write writes a whole line. A line cut short (ctx's deadline) would
+// garble the next request's: the Conn ends there.
 func (c *Conn) write(ctx context.Context, line []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -307,20 +304,18 @@ func (c *Conn) read() {
 		}
 		id, answer := answerID(line)
 		if !answer {
-			// One pass over the line: an event's members other than
-			// these are ignored here and decoded by whoever takes the
-			// event.
+			// One pass: an event's other members are for whoever takes
+			// the event.
 			var msg struct {
 				ID    int64   `json:"id"`
 				Error *Error  `json:"error"`
 				Event *string `json:"event"`
 			}
 			if err := jsonv2.Unmarshal(line, &msg, answerOptions); err != nil {
-				// An event may carry members named like an answer's
+				// An event may have members named like an answer's
 				// with other types (an "error" string): only answers
-				// must fit. The daemon writes "event" first
-				// (EncodeEvent), so it is read before any such member
-				// stops the reading.
+				// must fit. The daemon writes "event" first, so it is
+				// read before such a member stops the reading.
 				var typeErr *jsonv2.SemanticError
 				if msg.Event == nil || !errors.As(err, &typeErr) {
 					c.fail(fmt.Errorf("daemon sent a malformed line: %w", err))
@@ -337,7 +332,7 @@ func (c *Conn) read() {
 			}
 			if msg.ID == 0 {
 				// An answer to no request is about the connection
-				// itself (e.g. not_permitted): it ends.
+				// (e.g. not_permitted): it ends.
 				if msg.Error != nil {
 					c.fail(msg.Error)
 				} else {
@@ -354,9 +349,9 @@ func (c *Conn) read() {
 			select {
 			case ch <- line: // buffered 1; ids are never reused
 			default:
-				// Its first answer is still unread: a daemon that
-				// answers one request twice is not to be trusted with
-				// the next, and the reader must not wait on it.
+				// Its first answer is unread: a daemon that answers
+				// twice is not to be trusted with the next, and the
+				// reader must not wait on it.
 				c.fail(fmt.Errorf("daemon answered request %d more than once", id))
 				return
 			}
@@ -364,11 +359,10 @@ func (c *Conn) read() {
 	}
 }
 
-// answerID is the id of an answer line as the daemon writes it, the id
-// first ({"id":7,...}): the reader hands the line to its request without
-// reading the rest, which the request decodes into its own value, in
-// one pass (a status of hundreds of apps is most of its line). false for
-// any other line, which the reader reads whole.
+// answerID is the id of an answer line as the daemon writes it, id first
+// ({"id":7,...}), so the reader hands the line on unread and the request
+// decodes it in one pass (a status of hundreds of apps is most of it).
+// false for any other line, which the reader reads whole.
 func answerID(line []byte) (int64, bool) {
 	rest, ok := bytes.CutPrefix(line, []byte(`{"id":`))
 	if !ok {
@@ -382,8 +376,8 @@ func answerID(line []byte) (int64, bool) {
 	return id, err == nil && id > 0
 }
 
-// decodeAnswer reads the answer line of op into out (nil: its data is
-// not wanted): the daemon's refusal, or nil once out has the data.
+// decodeAnswer reads op's answer line into out (nil: data not wanted),
+// returning the daemon's refusal if any.
 func decodeAnswer(op string, line []byte, out any) error {
 	var msg struct {
 		OK    bool   `json:"ok"`
@@ -427,8 +421,8 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// answerOptions read the daemon's lines as encoding/json would, but for
-// case (the daemon writes exact names) and in one pass: go-json-experiment
-// reads a status of hundreds of apps in a fraction of encoding/json's
-// time, which octosupctl and the shell pay on every poll.
+// answerOptions read the daemon's lines as encoding/json would but for
+// case (the daemon writes exact names): json/v2 reads a status of hundreds
+// of apps in a fraction of encoding/json's time, which octosupctl and the
+// shell pay on every poll.
 var answerOptions = jsontext.AllowInvalidUTF8(true)

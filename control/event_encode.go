@@ -2,13 +2,11 @@ package control
 
 import "github.com/go-json-experiment/json/jsontext"
 
-// AppendToolEvent appends the line of a tool.acknowledged or tool.finished
-// event (topic) to b: the bytes EncodeEvent(topic, ev) returns. Every call
-// sends two of them, so the usual event (plain ASCII strings, data that is
-// already compact JSON) is written by appends rather than through
-// json.Marshal's reflection; any other goes through EncodeEvent, which
-// also gives the error. FuzzAppendToolEvent holds the two together;
-// BenchmarkToolEvent measures what the appends earn.
+// AppendToolEvent appends to b the line of a tool.acknowledged or
+// tool.finished event: the bytes of EncodeEvent(topic, ev). Every call
+// sends two, so the usual event (plain ASCII, compact data) is appended
+// directly; any other goes through EncodeEvent. FuzzAppendToolEvent holds
+// the two together; BenchmarkToolEvent measures the gain.
 func AppendToolEvent(b []byte, topic string, ev ToolEvent) ([]byte, error) {
 	if !plain(topic) || !plain(ev.App) || !plain(ev.CallID) || !plain(ev.Outcome) ||
 		(len(ev.Data) > 0 && !verbatim(ev.Data)) ||
@@ -45,9 +43,9 @@ func AppendToolEvent(b []byte, topic string, ev ToolEvent) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// plain reports whether json.Marshal writes s as its bytes between
-// quotes: printable ASCII but for '"' and '\\' (JSON's escapes) and '&',
-// '<' and '>' (escaped for HTML).
+// plain reports whether json.Marshal writes s as is between quotes:
+// printable ASCII but for '"' and '\\' (JSON's escapes) and '&', '<' and
+// '>' (HTML's).
 func plain(s string) bool {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -58,10 +56,9 @@ func plain(s string) bool {
 	return true
 }
 
-// verbatim reports whether json.Marshal writes the raw value v as its
-// bytes: one valid value with no space to compact away and nothing it
-// escapes in a raw value (<, >, & and U+2028 and U+2029, whose encodings
-// start with 0xE2).
+// verbatim reports whether json.Marshal writes the raw value v as is:
+// one valid value, no space to compact away, nothing it escapes (<, >, &,
+// U+2028 and U+2029, whose encodings start with 0xE2).
 func verbatim(v []byte) bool {
 	for _, c := range v {
 		switch c {

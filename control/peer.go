@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Ops of the peer link (docs/control.md): approvals and consent for the shell
-// and octosupctl, pass-through frames, and the agent kernel's role.
+// Ops of the peer link (docs/control.md): approvals and consent,
+// pass-through frames, and the agent kernel's role.
 const (
 	OpApprovals    = "approvals"
 	OpApprove      = "approve"
@@ -17,8 +17,7 @@ const (
 	OpRequestEvent = "request.event"
 )
 
-// Events an attached kernel's connection receives (besides the tool
-// events).
+// Events an attached kernel's connection receives, besides tool events.
 const (
 	EventRequest       = "request"
 	EventContextClosed = "context.closed"
@@ -32,24 +31,23 @@ const CodeNotAttached = "not_attached"
 // (answered, expired, or its app exited).
 const CodeUnknownApproval = "unknown_approval"
 
-// Approval is a pending (or, in an approval event, settled) question to
-// the person: first-use consent, or a host confirmation of a tool call.
+// Approval is a question to the person, pending (or settled, in an
+// approval event): first-use consent, or host confirmation of a tool call.
 type Approval struct {
 	ApprovalID string `json:"approval_id"`
 	App        string `json:"app"`
 	Kind       string `json:"kind"`             // "consent" or "tool"
 	State      string `json:"state"`            // "pending", "allowed", "denied", "expired", "cancelled"
 	Method     string `json:"method,omitempty"` // the request that raised it
-	// The members of a tool confirmation: its call's id, tool, risk, args
-	// (a summary, at most 256 bytes), the context's account and the
-	// kernel's caller.
+	// A tool confirmation's call: id, tool, risk, args (a summary, at most
+	// 256 bytes), the context's account and the kernel's caller.
 	CallID  string `json:"call_id,omitempty"`
 	Tool    string `json:"tool,omitempty"`
 	Risk    string `json:"risk,omitempty"`
 	Args    string `json:"args,omitempty"`
 	Account string `json:"account,omitempty"`
 	Caller  string `json:"caller,omitempty"`
-	// The member order is the wire's (the daemon writes this type).
+	// The member order is the wire's: the daemon writes this type.
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires"`
 }

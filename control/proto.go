@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// MaxLine caps one control-socket line in either direction. A longer
-// request is answered bad_request and skipped up to its newline.
+// MaxLine caps a control-socket line in either direction; a longer
+// request is answered bad_request and skipped to its newline.
 const MaxLine = 1 << 20
 
 // Request is one line from a client: {"id": N, "op": "...", "args": {...}}.
@@ -17,9 +17,8 @@ type Request struct {
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
-// Response answers exactly one Request. An ID of 0 (the answer is about
-// the connection, or about a line without a usable id) is written and
-// read as "id": null.
+// Response answers exactly one Request. ID 0 (about the connection, or
+// a line without a usable id) is written and read as "id": null.
 type Response struct {
 	ID    int64           `json:"id"`
 	OK    bool            `json:"ok"`
@@ -27,8 +26,8 @@ type Response struct {
 	Error *Error          `json:"error,omitempty"`
 }
 
-// MarshalJSON writes the response, its ID 0 as null: no request has id
-// 0, and a client must not take the answer for one that does.
+// MarshalJSON writes ID 0 as null: no request has id 0, and a client
+// must not take the answer for one that does.
 func (r Response) MarshalJSON() ([]byte, error) {
 	type plain Response
 	b, err := json.Marshal(plain(r))
@@ -38,13 +37,13 @@ func (r Response) MarshalJSON() ([]byte, error) {
 	return append([]byte(`{"id":null`), b[len(`{"id":0`):]...), nil
 }
 
-// Error is the error member of a failed Response. It is also a Go error,
-// so the client returns it as is and callers branch on Code.
+// Error is the error member of a failed Response, and a Go error the
+// client returns as is; callers branch on Code.
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	// Data carries details a program can use, e.g. the problems of a
-	// refused manifest ({"problems": [...]}) for invalid_manifest.
+	// Data carries details for a program, e.g. ManifestProblems for
+	// invalid_manifest.
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
@@ -55,8 +54,8 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Error codes of the control socket. The peer link's codes (docs/protocol.md) are
-// used as they are where an op relays them.
+// Error codes of the control socket. Where an op relays the peer link's
+// codes (docs/protocol.md), they are used as they are.
 const (
 	CodeBadRequest      = "bad_request"      // the line is not a request, or its args are wrong
 	CodeUnknownOp       = "unknown_op"       // no such op
@@ -79,16 +78,15 @@ const (
 	OpHello     = "hello"
 )
 
-// The protocol hello names. Version moves only when a change could break
-// a client written for the one before (docs/control.md, "Versions"); what
-// is added meanwhile is found in hello's ops and topics.
+// The protocol hello names. Version moves only for a change that could
+// break a client of the one before (docs/control.md, "Versions");
+// additions show in hello's ops and topics.
 const (
 	ProtocolName    = "octosup-control"
 	ProtocolVersion = 1
 )
 
-// HelloData is hello's data: the protocol, its version, and the ops and
-// topics this daemon serves, sorted.
+// HelloData is hello's data; Ops and Topics are those served, sorted.
 type HelloData struct {
 	Protocol string   `json:"protocol"`
 	Version  int      `json:"version"`
@@ -97,8 +95,8 @@ type HelloData struct {
 	MaxLine  int      `json:"max_line"`
 }
 
-// Event topics a subscriber may ask for. TopicLog is not subscribed to
-// directly: logs with follow delivers it.
+// Event topics a subscriber may ask for. TopicLog comes only from logs
+// with follow.
 const (
 	TopicState    = "state"
 	TopicApproval = "approval"
@@ -106,12 +104,11 @@ const (
 	TopicLog      = "log"
 )
 
-// Args of the ops this package knows. Unknown members are refused.
+// Args of the ops (DecodeArgs refuses unknown members), and their data.
 
 // StatusArgs are status's args; App "" means every app. Usage asks for
-// each running app's usage, read from its leaf's counters at the time:
-// a few files an app, which a status of many apps otherwise does not
-// read.
+// each running app's usage, read from its cgroup now: a few files an app
+// that a status of many apps otherwise does not read.
 type StatusArgs struct {
 	App   string `json:"app,omitempty"`
 	Usage bool   `json:"usage,omitempty"`
@@ -131,9 +128,8 @@ type LogsArgs struct {
 
 // ReloadArgs are reload's args.
 type ReloadArgs struct {
-	// KeepRunning leaves each running app whose entry changed what its
-	// process runs as it is, instead of restarting it: status marks it
-	// stale (AppStatus.Stale) until it is restarted.
+	// KeepRunning leaves running apps whose entry changed as they are
+	// instead of restarting them; status marks them stale (AppStatus.Stale).
 	KeepRunning bool `json:"keep_running,omitempty"`
 }
 
@@ -142,8 +138,6 @@ type SubscribeArgs struct {
 	Topics []string `json:"topics,omitempty"`
 }
 
-// Data of the ops this package knows.
-
 // StatusData is status's data: the apps, and the daemon's state store.
 type StatusData struct {
 	Apps  []AppStatus  `json:"apps"`
@@ -151,12 +145,11 @@ type StatusData struct {
 }
 
 // StoreStatus is the health of the daemon's state store (consent, rules,
-// sessions, the audit trail): how the daemon found it at start and what
-// it could not write since. Notes says all of it for a person, a line
-// each; a healthy store has none.
+// sessions, audit trail): how it was found at start and what could not be
+// written since. Notes says it all for a person, a line each (none when
+// healthy).
 type StoreStatus struct {
-	// Path is the file the store runs on: the state file, or a
-	// temporary one when Temporary says why.
+	// Path is the state file, or a temporary one when Temporary says why.
 	Path    string   `json:"path"`
 	Healthy bool     `json:"healthy"`
 	Notes   []string `json:"notes"`
@@ -165,11 +158,11 @@ type StoreStatus struct {
 	// Temporary is why this run keeps its state in a file of its own,
 	// lost when the daemon stops.
 	Temporary string `json:"temporary,omitempty"`
-	// Restored is where the store's content came from at start when it
-	// is not the state file's own.
+	// Restored is where the content came from at start, when not from the
+	// state file.
 	Restored *StoreRestored `json:"restored,omitempty"`
-	// AuditDropped is how many audit entries could not be written since
-	// start; AuditError is the last such write's error.
+	// AuditDropped counts audit entries not written since start;
+	// AuditError is the last such write's error.
 	AuditDropped int    `json:"audit_dropped,omitempty"`
 	AuditError   string `json:"audit_error,omitempty"`
 	// BackupError is why the last good copy could not be written.
@@ -177,7 +170,7 @@ type StoreStatus struct {
 }
 
 // StoreDamage is a state file found damaged at start: moved aside to
-// MovedTo and kept, or (MoveError) left in place.
+// MovedTo, or left in place (MoveError).
 type StoreDamage struct {
 	At        time.Time `json:"at"`
 	Problem   string    `json:"problem"`
@@ -185,9 +178,9 @@ type StoreDamage struct {
 	MoveError string    `json:"move_error,omitempty"`
 }
 
-// StoreRestored is what the store started from: a copy of From (the good
-// copy, written at At), or nothing (From empty: nothing is granted, and
-// Problem says why no good copy was used).
+// StoreRestored is what the store started from: the good copy From,
+// written at At; or, From empty, nothing (nothing is granted; Problem
+// says why no good copy was used).
 type StoreRestored struct {
 	From    string    `json:"from,omitempty"`
 	At      time.Time `json:"at,omitzero"`
@@ -207,30 +200,29 @@ type AppStatus struct {
 	// Stopper is how the app is stopped: "cgroup" or "process-group".
 	Stopper string     `json:"stopper,omitempty"`
 	Link    LinkStatus `json:"link"`
-	// Stale names what of the app's entry changed since its process
-	// started (see AppChange.Changed), when a reload with keep_running
-	// left it running: the process runs its old entry until it is
-	// restarted. Absent otherwise.
+	// Stale names what of the entry changed since the process started
+	// (as AppChange.Changed) when a reload with keep_running left it
+	// running its old entry. Absent otherwise.
 	Stale []string `json:"stale,omitempty"`
-	// Limits says which of the entry's limits hold its process (since it
-	// last started); Usage is what its cgroup counts now, read for this
-	// answer (docs/limits.md).
+	// Limits says which of the entry's limits hold the process (since it
+	// last started); Usage is what its cgroup counts now, when asked
+	// (docs/limits.md).
 	Limits *LimitsReport `json:"limits,omitempty"`
 	Usage  *Usage        `json:"usage,omitempty"`
 }
 
-// LimitsReport says which of an app's limits took: limiter "cgroup",
-// "prlimit", "cgroup+prlimit" or "none"; applied as name=value; missing
-// the controllers of asked-for limits nothing enforces ("limits.memory").
+// LimitsReport says which of an app's limits took: Limiter "cgroup",
+// "prlimit", "cgroup+prlimit" or "none"; Applied as name=value; Missing
+// the asked-for limits nothing enforces ("limits.memory").
 type LimitsReport struct {
 	Limiter string   `json:"limiter"`
 	Applied []string `json:"applied"`
 	Missing []string `json:"missing"`
 }
 
-// Usage is what an app's cgroup counts. The memory figures are those of
-// the memory controller where the daemon has it, else memory_rss, the
-// resident sets of the app's processes added up.
+// Usage is what an app's cgroup counts: memory from the memory
+// controller where the daemon has it, else MemoryRSS, the resident sets
+// of the app's processes added up.
 type Usage struct {
 	CPUUsec       uint64    `json:"cpu_usec"`
 	MemoryCurrent uint64    `json:"memory_current,omitempty"`
@@ -241,7 +233,7 @@ type Usage struct {
 }
 
 // Exit is how an app's last process ended. OOM is set when the kernel
-// OOM-killed a process of the app, and says what for: "memory_max 512M".
+// OOM-killed a process of it, saying what for: "memory_max 512M".
 type Exit struct {
 	Code   int       `json:"code"`
 	Signal string    `json:"signal,omitempty"`
@@ -259,7 +251,7 @@ func (e Exit) String() string {
 	return fmt.Sprintf("exit %d", e.Code)
 }
 
-// JailReport says which jail layers took for an app's process, and which
+// JailReport says which jail layers took for an app's process, and the
 // desktop sockets and devices it was given.
 type JailReport struct {
 	LandlockABI int      `json:"landlock_abi"`
@@ -268,14 +260,13 @@ type JailReport struct {
 	Grants      []Grant  `json:"grants,omitempty"`
 }
 
-// Grant is one desktop socket or device of an app: name as in its entry
-// (wayland, pulseaudio, dri), path what it reaches, via how:
-// "guard-connect" (the daemon makes the app's connect: the server sees the
+// Grant is one desktop socket or device of an app: Name as in its entry
+// (wayland, pulseaudio, dri), Path what it reaches, Via how:
+// "guard-connect" (the daemon connects for the app: the server sees the
 // daemon, and a compositor gives the app no security context),
-// "pulse-filter" (the daemon connects the app to its sound filter, which
-// passes on playing and recording and refuses modules), "landlock" (a
-// render node, read-write with its ioctls), or "no-render-node" (dri
-// asked for on a machine without one).
+// "pulse-filter" (to the daemon's sound filter, which passes playing and
+// recording and refuses modules), "landlock" (a render node, read-write
+// with its ioctls), or "no-render-node" (dri on a machine without one).
 type Grant struct {
 	Name string `json:"name"`
 	Path string `json:"path,omitempty"`
@@ -289,15 +280,15 @@ type LinkStatus struct {
 	OutstandingCalls int  `json:"outstanding_calls"`
 }
 
-// StateData is the data of start, stop and restart: the state the app
-// reached, with the rest of its status.
+// StateData is the data of start, stop and restart: the state reached,
+// and the app's status.
 type StateData struct {
 	State string    `json:"state"`
 	App   AppStatus `json:"app"`
 }
 
-// LogsData is logs's data, oldest line first. Truncated says that fewer
-// lines than asked for were sent because they did not fit in one line.
+// LogsData is logs's data, oldest first. Truncated: fewer lines than
+// asked for, because they did not fit in one line.
 type LogsData struct {
 	Lines     []LogLine `json:"lines"`
 	Truncated bool      `json:"truncated,omitempty"`
@@ -321,7 +312,7 @@ type StateEvent struct {
 	LastExit *Exit     `json:"last_exit,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	// Warning is set on an event that is not a change of state: the app
-	// ran into a limit ("tasks_max reached (512): …"), once per episode.
+	// hit a limit ("tasks_max reached (512): …"), once per episode.
 	Warning string `json:"warning,omitempty"`
 }
 
@@ -330,21 +321,17 @@ type SubscribeData struct {
 	Topics []string `json:"topics"`
 }
 
-// ReloadData is reload's data: the new manifest's number of apps, and
-// what the reload did to them, each list in manifest order (empty, not
-// absent, when nothing is in it).
+// ReloadData is reload's data: the new manifest's number of apps and what
+// the reload did, each list in manifest order (empty, never absent).
 type ReloadData struct {
 	Apps int `json:"apps"`
-	// Added and Removed are the apps the manifest added (started when
-	// autostart) and removed (stopped).
+	// Added (started when autostart) and Removed (stopped) apps.
 	Added   []string `json:"added"`
 	Removed []string `json:"removed"`
-	// Restarted are the running apps whose process ran an entry that
-	// changed, restarted to run the new one.
+	// Restarted are the running apps whose entry changed, restarted to
+	// run the new one; Stale those keep_running left on their old entry.
 	Restarted []AppChange `json:"restarted"`
-	// Stale are those apps when keep_running left them running their old
-	// entry.
-	Stale []AppChange `json:"stale"`
+	Stale     []AppChange `json:"stale"`
 	// Limits are the running apps whose changed limits took in place,
 	// with no restart (docs/limits.md).
 	Limits []string `json:"limits"`
@@ -356,8 +343,8 @@ type AppChange struct {
 	// Changed names what differs, of "jail" (what the jail enforces),
 	// "exec", "argv", "environment" and "directory", in that order.
 	Changed []string `json:"changed"`
-	// State, Pid and Reason are where the restart left the app (failed
-	// with the reason when its new entry cannot start); for a stale app,
+	// State, Pid and Reason are where the restart left the app (failed,
+	// with the reason, when the new entry cannot start); for a stale app,
 	// its state then.
 	State  string `json:"state"`
 	Pid    int    `json:"pid,omitempty"`
@@ -370,8 +357,8 @@ type ManifestProblems struct {
 }
 
 // EncodeEvent returns the line {"event": topic, ...body's members} for a
-// body that marshals to a JSON object, or {"event": topic, "data": body}
-// for anything else. The line has no trailing newline.
+// body that marshals to an object, else {"event": topic, "data": body};
+// no trailing newline.
 func EncodeEvent(topic string, body any) ([]byte, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -391,13 +378,13 @@ func EncodeEvent(topic string, body any) ([]byte, error) {
 	return append(line, b[1:]...), nil
 }
 
-// Event is one event line a connection received: Name is its "event"
-// member, Raw the whole line.
+// Event is an event line received: Name is its "event" member, Raw the
+// whole line.
 type Event struct {
 	Name string
 	Raw  json.RawMessage
 }
 
-// Decode unmarshals the event's line into v (the "event" member is
-// ignored by struct targets that do not name it).
+// Decode unmarshals the event's line into v (a struct that does not name
+// "event" ignores it).
 func (e Event) Decode(v any) error { return json.Unmarshal(e.Raw, v) }

@@ -16,16 +16,10 @@ import (
 	"octosup/internal/suggest"
 )
 
-// The reading of request lines: strict, and every refusal worded with
-// what to send instead and, when the line has a usable one, the id to
-// answer with.
-
 // ErrBadRequest is matched (errors.Is) by every error DecodeRequest
-// returns. Their messages do not repeat it: the answer's code already says
-// bad_request.
+// returns; their messages leave it out, as the answer's code says it.
 var ErrBadRequest = errors.New("bad request")
 
-// requestError is a refused request line.
 type requestError struct{ err error }
 
 func (e *requestError) Error() string        { return e.err.Error() }
@@ -36,26 +30,24 @@ func badRequest(format string, args ...any) error {
 	return &requestError{err: fmt.Errorf(format, args...)}
 }
 
-// requestShape is what every refusal of a line's form ends with.
+// requestShape ends every refusal of a line's form.
 const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
-// requestLine is a request line as DecodeRequest reads it.
 type requestLine struct {
 	ID   int64          `json:"id"`
 	Op   string         `json:"op"`
 	Args jsontext.Value `json:"args"`
 }
 
-// DecodeRequest decodes one request line (without its newline) strictly:
-// one JSON object with a positive integer id, a non-empty op, args an
-// object when present, no other member, nothing after it; no name twice
-// in any object, valid UTF-8, at most strictjson.MaxDepth levels deep
-// (docs/control.md). On error it
-// still returns the request's id when the line is a well-formed object
-// with a usable id and each of its members once (a name twice deeper in,
-// a byte that is not UTF-8 or text after the object keeps it), so that
-// the answer can be attributed; otherwise the ID is 0, which an answer
-// carries as "id": null. The request's Args are a copy.
+// DecodeRequest decodes one request line (without its newline) strictly
+// (docs/control.md): one JSON object with a positive integer id, a
+// non-empty op, args an object when present, no other member, nothing
+// after it; no name twice in any object, valid UTF-8, at most
+// strictjson.MaxDepth levels deep. On error it still returns the id when
+// the line is a well-formed object with a usable id and each top-level
+// member once (a name twice deeper in, a byte not UTF-8, or text after
+// the object keeps it), so the answer can be attributed; else ID 0, sent
+// as "id": null. Args are a copy.
 func DecodeRequest(line []byte) (Request, error) {
 	var w requestLine
 	err := jsonv2.Unmarshal(line, &w, strictOptions(line))
@@ -77,13 +69,12 @@ type rawRequest struct {
 	Args jsontext.Value `json:"args"`
 }
 
-// lenient reads a refused line for its members, past what the strict
-// reading refuses in a well-formed object: a name twice, a byte that is
-// not UTF-8.
+// lenient reads a refused line's members past a name twice or a byte
+// that is not UTF-8.
 var lenient = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
-// refuse words why DecodeRequest refuses line, one refusal in the order
-// of its doc, and finds the id to answer with. strictErr is the strict
+// refuse words why DecodeRequest refuses line (the first refusal, in its
+// doc's order) and finds the id to answer with. strictErr is the strict
 // reading's error, if any.
 func refuse(line []byte, strictErr error) (Request, error) {
 	var req Request
@@ -93,14 +84,14 @@ func refuse(line []byte, strictErr error) (Request, error) {
 	var syn *jsontext.SyntacticError
 	errors.As(strictErr, &syn)
 	// A member twice leaves no id to answer with, whatever the strict
-	// reading stopped at first: the lenient one below keeps the last.
+	// reading stopped at first: the lenient one keeps the last.
 	twice, rawID := topLevel(line)
 	if twice != "" {
 		return req, badRequest("the request has %q twice: send each member once", twice)
 	}
 	if strictjson.PastMaxDepth(strictErr) {
-		// Deeper than jsontext reads at all: only the members before
-		// the deep one can be read, the id among them or not.
+		// Deeper than jsontext reads at all: the id counts only if
+		// before the deep member.
 		req.ID, _ = parseID(rawID)
 		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 	}
@@ -152,17 +143,15 @@ func refuse(line []byte, strictErr error) (Request, error) {
 	case strictErr != nil:
 		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
 	}
-	// What is left of DecodeRequest's checks is the nesting.
+	// All that is left is the nesting.
 	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 }
 
-// jsonSpace is the space JSON allows around a value.
 const jsonSpace = " \t\r\n"
 
-// topLevel reads the line's object leniently, member by member, as far
-// as it is well-formed: the first name given twice, and the id's value
-// when it was read. Names are compared unescaped, but a name with bytes
-// that are not UTF-8 as written: two such names are two names.
+// topLevel reads the line's object leniently, as far as it is
+// well-formed: the first name given twice, and the id's value when read.
+// Names compare unescaped, but one with bytes not UTF-8 as written.
 func topLevel(line []byte) (twice string, id jsontext.Value) {
 	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
@@ -194,8 +183,8 @@ func topLevel(line []byte) (twice string, id jsontext.Value) {
 	return "", id
 }
 
-// syntaxCause is what jsontext found wrong, without its offset: the
-// words a refusal quotes ("unexpected EOF").
+// syntaxCause is what jsontext found wrong without its offset, as a
+// refusal quotes it ("unexpected EOF").
 func syntaxCause(err error) error {
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
@@ -204,8 +193,7 @@ func syntaxCause(err error) error {
 	return err
 }
 
-// parseID is the id a request's raw id member holds, when it is a usable
-// one.
+// parseID is the usable id of a request's raw id member, if any.
 func parseID(raw jsontext.Value) (int64, bool) {
 	if raw.Kind() != '0' {
 		return 0, false

@@ -7,8 +7,8 @@ import (
 	"octosup/policy"
 )
 
-// The tool-call ops (docs/control.md): the agent kernel's calls into apps, and
-// the standing rules and audit trail they leave. Also the jail op.
+// The tool-call ops (docs/control.md): the kernel's calls into apps, the
+// standing rules and audit trail they leave; and the jail op.
 const (
 	OpToolCall     = "tool.call"
 	OpToolCancel   = "tool.cancel"
@@ -31,10 +31,10 @@ const (
 // the kernel.
 const CodeKernelAttached = "kernel_attached"
 
-// Codes of refusals a client may say more about to a person (octosupctl
-// names the command that undoes them): a tool call declined (by the
-// person, the app or a standing rule), and an app's requests refused
-// because the person denied it the agent service.
+// Refusals a client may say more about (octosupctl names the command
+// that undoes them): a tool call declined (by the person, the app or a
+// rule), and an app's requests refused because the person denied it the
+// agent service.
 const (
 	CodeDeclined      = "declined"
 	CodeConsentDenied = "consent_denied"
@@ -55,8 +55,8 @@ const (
 	OutcomeUnknown = "outcome_unknown"
 )
 
-// ToolCall is the call member of tool.call's args: what the kernel asks
-// of the app. The daemon stamps account and client from its own records.
+// ToolCall is the call member of tool.call's args. The daemon stamps
+// account and client from its own records.
 type ToolCall struct {
 	CallID    string          `json:"call_id"`
 	Name      string          `json:"name"`
@@ -74,8 +74,8 @@ type ToolCallArgs struct {
 	Call ToolCall `json:"call"`
 }
 
-// ToolCallData answers tool.call: the call was accepted, and its
-// tool.acknowledged and tool.finished events follow on this connection.
+// ToolCallData answers tool.call: accepted; its tool.acknowledged and
+// tool.finished events follow on this connection.
 type ToolCallData struct {
 	CallID   string `json:"call_id"`
 	Accepted bool   `json:"accepted"`
@@ -137,7 +137,7 @@ type AccountData struct {
 }
 
 // RulesArgs are rules's args: list (app optional) or revoke (app, and
-// tool, or every rule of app when tool is absent).
+// tool or, absent, every rule of app).
 type RulesArgs struct {
 	Action string `json:"action"`
 	App    string `json:"app,omitempty"`
@@ -165,8 +165,7 @@ type AuditArgs struct {
 	Limit int    `json:"limit,omitempty"`
 }
 
-// AuditEntry is one finished call in the audit trail, as the store
-// keeps it.
+// AuditEntry is one finished call in the audit trail, as stored.
 type AuditEntry = policy.AuditEntry
 
 // AuditData answers audit, oldest first.
@@ -174,8 +173,8 @@ type AuditData struct {
 	Entries []AuditEntry `json:"entries"`
 }
 
-// JailData answers jail (args AppArgs): the spec the app gets when it
-// starts now, as JSON for scripts and rendered for a person.
+// JailData answers jail (args AppArgs): the spec the app would get
+// starting now, as JSON and rendered for a person.
 type JailData struct {
 	Spec json.RawMessage `json:"spec"`
 	Text string          `json:"text"`
