@@ -102,10 +102,8 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
 	}
 	// The id first: every later refusal can then be attributed.
-	id, idOK := parseID(w.ID)
-	if idOK {
-		req.ID = id
-	}
+	var idOK bool
+	req.ID, idOK = parseID(w.ID)
 	var sem *jsonv2.SemanticError
 	if errors.As(strictErr, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName) {
 		name, near := sem.JSONPointer.LastToken(), ""
@@ -193,11 +191,12 @@ func syntaxCause(err error) error {
 	return err
 }
 
-// parseID is the usable id of a request's raw id member, if any.
+// parseID is the usable id of a request's raw id member, else 0.
 func parseID(raw jsontext.Value) (int64, bool) {
-	if raw.Kind() != '0' {
-		return 0, false
+	if raw.Kind() == '0' {
+		if id, err := strconv.ParseInt(string(raw), 10, 64); err == nil && id > 0 {
+			return id, true
+		}
 	}
-	id, err := strconv.ParseInt(string(raw), 10, 64)
-	return id, err == nil && id > 0
+	return 0, false
 }
