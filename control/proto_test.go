@@ -44,6 +44,7 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "half a surrogate pair", line: `{"id":19,"op":"request.event","args":{"event":{"text":"\ud800"}}}`, want: Request{ID: 19, Op: "request.event", Args: json.RawMessage(`{"event":{"text":"\ud800"}}`)}},
 		{name: "two names not UTF-8 keep the id", line: "{\"id\":21,\"op\":\"status\",\"x\xff\":1,\"x\xfe\":2}", want: Request{ID: 21, Op: "status"}, wantErr: "not valid JSON"},
 		{name: "past jsontext's depth keeps the id", line: `{"id":22,"op":"status","args":{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}}`, want: Request{ID: 22}, wantErr: "nested deeper than 32 levels"},
+		{name: "past jsontext's depth with an id not usable", line: `{"id":-5,"op":"status","args":{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}}`, wantErr: "nested deeper than 32 levels"},
 		{name: "zero id", line: `{"id":0,"op":"status"}`, wantErr: "id must be a positive integer"},
 		{name: "negative id", line: `{"id":-4,"op":"status"}`, wantErr: "id must be a positive integer"},
 		{name: "fraction id", line: `{"id":1.5,"op":"status"}`, wantErr: "id must be a positive integer"},
