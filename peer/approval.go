@@ -35,8 +35,10 @@ type approval struct {
 	timer *time.Timer // a consent prompt's expiry; a tool sheet expires with its call
 	call  *call       // a tool sheet's
 	// deciding: Approve is persisting the answer off mu; expiry and
-	// teardown leave the approval to it.
-	deciding bool
+	// teardown leave the approval to it. lapsed: the deadline passed
+	// meanwhile, so a write that fails expires it (else it would stay
+	// pending with no deadline).
+	deciding, lapsed bool
 }
 
 // askConsent raises the app's consent prompt unless one is open, which
@@ -101,7 +103,11 @@ func (p *peer) settle(a *approval, state string) {
 }
 
 func (p *peer) expire(a *approval) {
-	if p.approvals[a.ApprovalID] != a || a.deciding {
+	if p.approvals[a.ApprovalID] != a {
+		return
+	}
+	if a.deciding {
+		a.lapsed = true
 		return
 	}
 	p.settle(a, ApprovalExpired)
@@ -202,6 +208,9 @@ func (p *peer) beginDecide(id string) (*approval, error) {
 func (p *peer) decided(a *approval, d policy.Decision, remember bool, err error) {
 	a.deciding = false
 	if err != nil {
+		if a.lapsed {
+			p.expire(a)
+		}
 		return
 	}
 	if a.Kind == KindTool {
