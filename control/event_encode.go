@@ -3,10 +3,10 @@ package control
 import "github.com/go-json-experiment/json/jsontext"
 
 // AppendToolEvent appends to b the line of a tool.acknowledged or
-// tool.finished event: the bytes of EncodeEvent(topic, ev). Every call
-// sends two, so the usual event (plain ASCII, compact data) is appended
-// directly; any other goes through EncodeEvent. FuzzAppendToolEvent holds
-// the two together; BenchmarkToolEvent measures the gain.
+// tool.finished event: the bytes of EncodeEvent(topic, ev). Each tool
+// call sends two, so the usual event (plain ASCII, compact data) is
+// appended directly; any other goes through EncodeEvent. FuzzAppendToolEvent
+// holds the two together; BenchmarkToolEvent measures the gain.
 func AppendToolEvent(b []byte, topic string, ev ToolEvent) ([]byte, error) {
 	if !plain(topic) || !plain(ev.App) || !plain(ev.CallID) || !plain(ev.Outcome) ||
 		(len(ev.Data) > 0 && !verbatim(ev.Data)) ||

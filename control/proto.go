@@ -107,8 +107,8 @@ const (
 // Args of the ops (DecodeArgs refuses unknown members), and their data.
 
 // StatusArgs are status's args; App "" means every app. Usage asks for
-// each running app's usage, read from its cgroup now: a few files an app
-// that a status of many apps otherwise does not read.
+// each running app's usage, read now: a few files an app, which a status
+// of many apps otherwise does not read.
 type StatusArgs struct {
 	App   string `json:"app,omitempty"`
 	Usage bool   `json:"usage,omitempty"`
