@@ -410,12 +410,10 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 			return nil, fmt.Errorf("daemon sent a line over %d bytes", max)
 		}
 		buf = append(buf, chunk...)
-		switch {
-		case err == nil:
+		if err == nil {
 			return buf[:len(buf)-1], nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, err
 		}
 	}
