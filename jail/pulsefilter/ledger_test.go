@@ -200,10 +200,13 @@ func cache(tag uint32, name string, length, channel uint32) []step {
 		acked(onChannel(cmdFinishUploadStream, tag+1, channel))...)
 }
 
+// fill caches n samples a0, a1, ... of MaxSample: MaxCache/MaxSample fill
+// the cache.
+func fill(n int) []step {
+	return series(n, func(i uint32) []step { return cache(2*i+1, "a"+string(rune('0'+i)), MaxSample, i) })
+}
+
 func TestSampleCacheBounded(t *testing.T) {
-	fill := func(n int) []step { // n samples a0, a1, ... of MaxSample; MaxCache/MaxSample fill the cache
-		return series(n, func(i uint32) []step { return cache(2*i+1, "a"+string(rune('0'+i)), MaxSample, i) })
-	}
 	full := fill(MaxCache / MaxSample)
 	const past = "(an app caches 16777216 at most"
 	b := func(tag, length uint32) step { return uploadAs(tag, "b", length, props("event.id", "b")) }
@@ -411,9 +414,6 @@ func TestUploadDuration(t *testing.T) {
 // play may still hold it stays counted for a window; with no play in
 // the window before, its place is free at once.
 func TestSamplesPlayingStayCounted(t *testing.T) {
-	fill := func(n int) []step {
-		return series(n, func(i uint32) []step { return cache(2*i+1, "a"+string(rune('0'+i)), MaxSample, i) })
-	}
 	full, three := fill(MaxCache/MaxSample), fill(3)
 	const past = "(an app caches 16777216 at most"
 	b := func(tag, length uint32) step { return uploadAs(tag, "b", length, props("event.id", "b")) }

@@ -218,14 +218,11 @@ func cleanProplist(out, p []byte, ofClient bool, dropped func(string)) ([]byte, 
 		case ofClient && sampleKeys[key]:
 			// Left out unsaid: libpulse clients set media.name on
 			// themselves as a matter of course (paplay does).
-		case clientKeys[key] && value-5 > MaxValue:
-			// Kept by the server in every list reply it queues and in
-			// stream-restore's database on disk: a hostile review grew
-			// a server by 2.6 GB with 60 KB values.
-			if dropped != nil {
-				dropped(key)
-			}
-		case clientKeys[key]:
+		case clientKeys[key] && value-5 <= MaxValue:
+			// A longer value is left out as an unknown key is: the
+			// server repeats it in every list reply it queues and keeps
+			// stream-restore's on disk (a hostile review grew a server
+			// by 2.6 GB with 60 KB values).
 			if err := checkValue(key, p[i+head+5:i+head+value]); err != nil {
 				return nil, err
 			}
