@@ -111,10 +111,24 @@ func unknownMember(path, key string, names []string) *Error {
 // kindWords names the JSON value sent: its kind, and a number's text (a
 // fraction where an integer goes says which).
 func kindWords(k jsontext.Kind, v jsontext.Value) string {
-	if k == '0' && len(v) > 0 {
-		return "number " + string(v)
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		if len(v) > 0 {
+			return "number " + string(v)
+		}
+		return "number"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
 	}
-	return cmp.Or(map[jsontext.Kind]string{'"': "string", '0': "number", 't': "bool", 'f': "bool", 'n': "null", '{': "object", '[': "array"}[k], "that value")
+	return "that value"
 }
 
 // typeWords names the JSON a Go type takes.
