@@ -227,7 +227,7 @@ func (w *walk) read(depth int, bound uint64) (cg string, err error) {
 		who = fmt.Sprintf("its ancestor %d", w.cur.pid)
 	}
 	gone := func(err error) error {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) || errors.Is(err, errExiting) {
 			return w.unplaced("%s exited before the daemon could check it (a connection is checked when it is accepted, and must come from a running process)", who)
 		}
 		return w.unplaced("cannot read %s: %v", who, err)

@@ -216,6 +216,7 @@ func TestPlace(t *testing.T) {
 		{name: "cgroup unreadable", peer: 100, procs: map[int]*fakeProc{100: {st: procStat{state: 'S', ppid: 50}, cgErr: fs.ErrPermission}}, unplaced: "cannot read it"},
 		{name: "stat unreadable", peer: 100, procs: map[int]*fakeProc{100: {statErr: fs.ErrPermission}}, unplaced: "cannot read it"},
 		{name: "an ancestor unreadable", peer: 100, procs: map[int]*fakeProc{100: fproc(50, 100, 300, "/user"), 50: {statErr: fs.ErrPermission}}, unplaced: "cannot read its ancestor 50"},
+		{name: "exiting, its pgrp read -1", peer: 100, procs: map[int]*fakeProc{100: {st: procStat{state: 'S', ppid: 50}, statErr: errExiting}}, unplaced: "exited before"},
 		{name: "an ancestor a zombie", peer: 100, procs: map[int]*fakeProc{100: fproc(50, 100, 300, "/user"), 50: {st: procStat{state: 'Z', ppid: 1}}}, unplaced: "its ancestor 50 has exited"},
 		{name: "the parent gone before its pidfd", peer: 100, procs: map[int]*fakeProc{100: fproc(55, 100, 300, "/user")}, unplaced: "its ancestor 55 exited"},
 		{name: "the parent changed under the walk", peer: 100, procs: map[int]*fakeProc{100: fproc(50, 100, 300, "/user")},

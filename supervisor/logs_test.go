@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -129,6 +130,10 @@ func TestParseStat(t *testing.T) {
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("parseStat(%q) = %+v, %v", tc.in, got, err)
 		}
+	}
+	// An exiting process shows -1 for its released process group.
+	if _, err := parseStat([]byte("77 (x) S 1 -1" + mid + "3")); !errors.Is(err, errExiting) {
+		t.Errorf("parseStat of pgrp -1: %v, want errExiting", err)
 	}
 }
 

@@ -317,6 +317,10 @@ type procStat struct {
 	start           uint64 // start time, clock ticks since boot
 }
 
+// errExiting is a stat whose process group or session reads -1: the
+// process is exiting, its ids already released.
+var errExiting = errors.New("stat: the process is exiting")
+
 // parseStat decodes /proc/PID/stat. The command name (field 2) may hold
 // spaces and parentheses, so the fields are counted from its last ')'.
 func parseStat(b []byte) (procStat, error) {
@@ -340,12 +344,15 @@ func parseStat(b []byte) (procStat, error) {
 		return procStat{}, fmt.Errorf("stat: bad ppid %q", f[1])
 	}
 	pgid, err := strconv.Atoi(f[2])
-	if err != nil || pgid < 0 {
+	if err != nil {
 		return procStat{}, fmt.Errorf("stat: bad pgrp %q", f[2])
 	}
 	sid, err := strconv.Atoi(f[3])
-	if err != nil || sid < 0 {
+	if err != nil {
 		return procStat{}, fmt.Errorf("stat: bad session %q", f[3])
+	}
+	if pgid < 0 || sid < 0 {
+		return procStat{}, errExiting
 	}
 	start, err := strconv.ParseUint(f[19], 10, 64)
 	if err != nil {
