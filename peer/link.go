@@ -184,8 +184,8 @@ func (l *link) readLoop() {
 			l.shut(reason)
 			break
 		}
-		if !l.handleLine(line) {
-			l.pace(len(line) + 1)
+		if cost := l.handleLine(line); cost > 0 {
+			l.pace(cost)
 		}
 	}
 	<-l.wrote
@@ -202,8 +202,8 @@ func (l *link) badFrame(msg, reqID string) {
 // (Config.UnaskedRate).
 const unaskedLineCost = 2 << 10
 
-// pace waits until the unasked budget has room for a line of n bytes, or
-// the link closes.
+// pace waits until the unasked budget has room for a line that costs n
+// bytes, or the link closes.
 func (l *link) pace(n int) {
 	d := l.unasked.ReserveN(time.Now(), n+unaskedLineCost).Delay()
 	if d == 0 {
@@ -218,10 +218,12 @@ func (l *link) pace(n int) {
 }
 
 // handleLine decodes a line and handles it in a step of the peer, so the
-// reader never runs ahead of it. asked: the daemon waited for or keeps
-// the line (a request it holds open, an awaited tool result); any other
-// is paced.
-func (l *link) handleLine(line []byte) (asked bool) {
+// reader never runs ahead of it. cost is what pacing charges for it:
+// nothing for a line the daemon waited for (an awaited tool result) or
+// keeps open on the kernel or the person, the line's bytes (and more for
+// store work) for any other.
+func (l *link) handleLine(line []byte) (cost int) {
+	n := len(line) + 1
 	up, pass, err := frame.ParseLine(line)
 	switch {
 	case err != nil:
@@ -241,12 +243,17 @@ func (l *link) handleLine(line []byte) (asked bool) {
 			select {
 			case l.slots <- struct{}{}:
 			case <-l.closing:
-				return true
+				return 0
 			}
-			l.p.run(func() { asked = l.p.onRequestLine(l, f) })
+			l.p.run(func() { cost = l.p.onRequestLine(l, f, n) })
+			return cost
 		case *frame.ToolResult:
-			l.p.run(func() { asked = l.p.onToolResult(l, f) })
+			sent := false
+			l.p.run(func() { sent = l.p.onToolResult(l, f) })
+			if sent {
+				return 0
+			}
 		}
 	}
-	return asked
+	return n
 }

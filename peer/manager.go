@@ -89,8 +89,8 @@ type Config struct {
 	RelayQueue      int
 	DuplicateWindow int // finished call ids per app still refused as duplicates
 	// UnaskedRate bounds, in bytes a second, the lines the daemon handles
-	// unasked (pass-through and bad frames, requests refused at once,
-	// results of calls not sent), each costing its bytes plus
+	// unasked (pass-through and bad frames, requests answered at once or
+	// by the store, results of calls not sent), each costing its bytes plus
 	// unaskedLineCost; past it the hub is read no faster, so an app whose
 	// CPU is capped cannot have the daemon parse and log for it without
 	// end. MaxOpenRequests and the kernel bound the rest.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"octosup/peer/internal/frame"
+	"octosup/policy"
 )
 
 // TestUnaskedLinesArePaced: an app that floods its hub with lines the
@@ -85,5 +86,38 @@ func TestAskedLinesAreNotPaced(t *testing.T) {
 		if got := r.WaitFor(want, wait); len(got) < want {
 			t.Fatalf("round %d: the relay saw %d callbacks, want %d: the app's results were paced", round, len(got), want)
 		}
+	}
+}
+
+// TestStoreRequestsArePaced: a request the daemon keeps open while its
+// store answers (session.history) is answered in microseconds, so it is
+// paced as an unasked line is: an app asking for history in a loop is
+// read no faster than UnaskedRate once its burst is spent.
+func TestStoreRequestsArePaced(t *testing.T) {
+	const rate = 400 * (1 << 10) // bytes a second: some 40 lines
+	h := newHarness(t, func(c *Config) { c.UnaskedRate = rate })
+	a := h.attach(notesApp("notes"))
+	h.grant(a)
+	ctx := a.open(nil)
+	line := func(i int) string {
+		return fmt.Sprintf(`{"octos_peer":{"type":"request","req_id":"h%05d","method":%q,"args":{"context_id":%q}}}`+"\n", i, policy.MethodSessionHistory, ctx)
+	}
+	cost := len(line(0)) + storeJobCost + unaskedLineCost
+	burst := (frame.MaxFrame + 1 + unaskedLineCost) / cost
+	extra := 20
+	n := burst + extra
+	var lines strings.Builder
+	for i := range n {
+		lines.WriteString(line(i))
+	}
+	start := time.Now()
+	go a.conn.Write([]byte(lines.String()))
+	for i := range n {
+		a.okReply(fmt.Sprintf("h%05d", i))
+	}
+	// As in TestUnaskedLinesArePaced: the last of the extra lines waits
+	// out extra-2 lines' time at least.
+	if d, least := time.Since(start), time.Duration((extra-2)*cost)*time.Second/rate; d < least {
+		t.Fatalf("%d history requests past the burst of %d were answered in %s; paced they take %s at least", extra, burst, d, least)
 	}
 }

@@ -119,18 +119,30 @@ func (p *peer) fail(l *link, reqID string, e *Error) {
 	l.sendFrame(&frame.Reply{ReqID: reqID, Error: e})
 }
 
-// onRequestLine handles a request frame the reader read holding a slots
-// token; kept: the request stays open with it.
-func (p *peer) onRequestLine(l *link, f *frame.Request) (kept bool) {
+// onRequestLine handles a request frame of n bytes the reader read
+// holding a slots token, which an open request keeps. cost is what
+// link.pace charges: nothing while it waits on the kernel or the person,
+// n for one answered at once, and storeJobCost more for one the store
+// answers, in microseconds.
+func (p *peer) onRequestLine(l *link, f *frame.Request, n int) (cost int) {
 	l.spare = true
 	p.onRequest(l, f)
 	if l.spare {
 		l.spare = false
 		<-l.slots
-		return false
+		return n
 	}
-	return true
+	if r := l.requests[f.ReqID]; r == nil || r.state == reqAtStore {
+		return n + storeJobCost
+	}
+	return 0
 }
+
+// storeJobCost is what a store read or write costs the daemon beyond a
+// line (Config.UnaskedRate): some ten pass-through lines' work, so a
+// history request in a loop, charged it, has the daemon at about the
+// share a pass-through flood does (docs/protocol.md, "Limits").
+const storeJobCost = 16 << 10
 
 // onRequest takes a request frame: each gets exactly one reply (or, for a
 // req_id still open, a duplicate error frame that is not a reply).
