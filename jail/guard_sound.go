@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -144,8 +145,14 @@ func dialServer(ctx context.Context, path string) (net.Conn, error) {
 	pause := time.Millisecond
 	for {
 		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			if err := passCreds(c); err != nil {
+				return nil, err
+			}
+			return c, nil
+		}
 		if !errors.Is(err, unix.EAGAIN) {
-			return c, err
+			return nil, err
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -156,6 +163,24 @@ func dialServer(ctx context.Context, path string) (net.Conn, error) {
 		}
 		pause = min(2*pause, 50*time.Millisecond)
 	}
+}
+
+// passCreds has every packet on c carry the daemon's credentials. A
+// server that turns SO_PASSCRED on only after accepting (PulseAudio, which
+// authorizes a client of its own user by them) otherwise reads none on
+// what arrived in between, the AUTH packet among it, and refuses it as
+// uid 65534.
+func passCreds(c net.Conn) error {
+	sc, err := c.(*net.UnixConn).SyscallConn()
+	if err == nil {
+		cerr := sc.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) })
+		err = cmp.Or(cerr, err)
+	}
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("sound filter: pass credentials to the server: %w", err)
+	}
+	return nil
 }
 
 // handOver connects sock to a listener of the daemon's that takes that
