@@ -23,7 +23,12 @@
 // cached as the server acknowledges their finish and forgotten as it
 // acknowledges their removal, by the name it caches them under;
 // MaxPlays plays started in a PlayWindow, a play past it waiting for
-// room). The client's own properties never name a sample.
+// room). The client's own properties never name a sample. A connection
+// has at most MaxUnanswered commands waiting for the server's answers,
+// counted by tag against the REPLY and ERROR packets the server sends:
+// past it the filter reads nothing more of the app until an answer
+// comes, so that an app that does not read its answers has the server
+// queue a few dozen of them, not without end.
 //
 // Use: the guard (jail/guard_sound.go) dials the server, hands the app a
 // connection of its own, and calls Run with both and the app's Ledger
@@ -33,9 +38,12 @@
 // filters the app's half on the caller's; each half is the only writer
 // of its connection. Both follow the connection's streams, under that
 // state's mutex, which takes the Ledger's (shared by the app's
-// connections) inside it; neither lock is held across I/O, nor while a
-// play waits for room (a timer, or ctx's end). Either half's
-// end, a refusal or ctx's end closes both connections, which ends the
-// other half, and Run returns only once that goroutine has ended and the
-// connection's streams are given back to the Ledger.
+// connections) inside it, and its unanswered commands, under a mutex of
+// their own; no lock is held across I/O, nor while a play waits for room
+// (a timer) or a command for an answer (a channel the server's half
+// signals on each answer). Either wait also ends with ctx, or with the
+// server's half. Either half's end, a refusal or ctx's end closes both
+// connections, which ends the other half, and Run returns only once
+// that goroutine has ended and the connection's streams are given back
+// to the Ledger.
 package pulsefilter

@@ -53,7 +53,7 @@ func (c *conn) run(t *testing.T, steps []step) error {
 			continue
 		}
 		var got bytes.Buffer
-		if err := copyBack(&got, bytes.NewReader(s.server), c.streams); err != io.EOF {
+		if err := copyBack(&got, bytes.NewReader(s.server), c); err != io.EOF {
 			t.Fatalf("copyBack: %v, want io.EOF", err)
 		}
 		if !bytes.Equal(got.Bytes(), s.server) {
@@ -145,7 +145,7 @@ func TestStreamsBounded(t *testing.T) {
 		{name: "the tag of an answered create may come again", steps: []step{create(cmdCreatePlaybackStream, 5), answer(cmdReply, 5, 0), onChannel(cmdDeleteRecordStream, 5, 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := conn{streams: newStreams(NewLedger())}
+			c := newConn(NewLedger(), unpaced)
 			err := c.run(t, tc.steps)
 			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
 				t.Fatalf("%v; want refused %q", err, tc.refused)
@@ -158,7 +158,7 @@ func TestStreamsBounded(t *testing.T) {
 // connection's end gives its streams back.
 func TestStreamsShared(t *testing.T) {
 	l := NewLedger()
-	a, b := conn{streams: newStreams(l)}, conn{streams: newStreams(l)}
+	a, b := newConn(l, unpaced), newConn(l, unpaced)
 	half := func(from uint32) []step {
 		return series(MaxStreams/2, func(i uint32) []step { return []step{create(cmdCreatePlaybackStream, from+i)} })
 	}
@@ -256,7 +256,7 @@ func TestSampleCacheBounded(t *testing.T) {
 		{name: "past the bound of one sample", steps: []step{uploadAs(1, "a", MaxSample+1, props("event.id", "a"))}, refused: "a sample of 4194305 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := conn{streams: newStreams(NewLedger())}
+			c := newConn(NewLedger(), unpaced)
 			err := c.run(t, tc.steps)
 			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
 				t.Fatalf("%v; want refused %q", err, tc.refused)
@@ -272,13 +272,13 @@ func TestSampleCacheBounded(t *testing.T) {
 func TestSamplesOutliveConnections(t *testing.T) {
 	l := NewLedger()
 	for i := range MaxCache / MaxSample {
-		c := conn{streams: newStreams(l)}
+		c := newConn(l, unpaced)
 		err := c.run(t, []step{uploadAs(1, "on-the-way", MaxSample, props("event.id", "on-the-way"))})
 		c.streams.close()
 		if err != nil {
 			t.Fatalf("an upload on a connection of its own, left unfinished, after %d samples: %v", i, err)
 		}
-		c = conn{streams: newStreams(l)}
+		c = newConn(l, unpaced)
 		name := string(rune('a' + i))
 		// The last finish's answer is lost with its connection: the
 		// server may have cached it, so it counts.
@@ -292,7 +292,7 @@ func TestSamplesOutliveConnections(t *testing.T) {
 			t.Fatalf("sample %d on a connection of its own: %v", i, err)
 		}
 	}
-	c := conn{streams: newStreams(l)}
+	c := newConn(l, unpaced)
 	if err := c.run(t, []step{uploadAs(1, "z", 4, props("event.id", "z"))}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a sample past the cache's bound, the others cached on connections now closed: %v, want refused", err)
 	}
@@ -305,9 +305,10 @@ func FuzzCopyBack(f *testing.F) {
 	f.Add(append(answer(cmdPlaybackStreamKilled, noTag, 7).server, frame(3, 0, []byte("pcm"))...))
 	f.Add(frame(packetChannel, 0, []byte{tagU32, 0, 0}))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		s := newStreams(NewLedger())
+		c := newConn(NewLedger(), unpaced)
+		s := c.streams
 		var got bytes.Buffer
-		copyBack(&got, bytes.NewReader(in), s)
+		copyBack(&got, bytes.NewReader(in), c)
 		if !bytes.HasPrefix(in, got.Bytes()) {
 			t.Fatalf("the app got % x of % x", got.Bytes(), in)
 		}
@@ -329,7 +330,7 @@ func playSample(tag uint32) []byte {
 func TestPlaysBounded(t *testing.T) {
 	const window = 300 * time.Millisecond
 	l := newLedger(window)
-	c := conn{streams: newStreams(l)}
+	c := newConn(l, unpaced)
 	var got bytes.Buffer
 	var in [][]byte
 	for i := range uint32(MaxPlays + 1) {
@@ -355,7 +356,7 @@ func TestPlaysBounded(t *testing.T) {
 // waits ends with Run's context, passing nothing.
 func TestPlaysShared(t *testing.T) {
 	l := newLedger(time.Hour)
-	a, b := conn{streams: newStreams(l)}, conn{streams: newStreams(l)}
+	a, b := newConn(l, unpaced), newConn(l, unpaced)
 	var plays [][]byte
 	for i := range uint32(MaxPlays) {
 		plays = append(plays, playSample(i+1))
@@ -401,7 +402,7 @@ func TestUploadDuration(t *testing.T) {
 		{"a format past the known", uploadSpec(13, 2, 44100, 4), "without a sample spec that gives it a duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := conn{streams: newStreams(NewLedger())}
+			c := newConn(NewLedger(), unpaced)
 			err := c.run(t, []step{tc.up})
 			if tc.refused == "" && err != nil || tc.refused != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.refused)) {
 				t.Fatalf("%v; want refused %q", err, tc.refused)
@@ -431,7 +432,7 @@ func TestSamplesPlayingStayCounted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := NewLedger()
-			c := conn{streams: newStreams(l)}
+			c := newConn(l, unpaced)
 			if err := c.run(t, tc.start); err != nil {
 				t.Fatal(err)
 			}

@@ -91,30 +91,39 @@ func Run(ctx context.Context, app, server net.Conn, ledger *Ledger, dropped func
 	if ledger == nil {
 		ledger = NewLedger()
 	}
+	parent := ctx
+	// ctx also ends with the server's half: a filter waiting for an
+	// answer, or for room to play, waits no longer.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { app.Close(); server.Close() }) }
 	stop := context.AfterFunc(ctx, closeBoth)
 	defer stop()
-	c := conn{streams: newStreams(ledger)}
+	c := newConn(ledger, MaxUnanswered)
 	defer c.streams.close()
 	back := make(chan struct{})
 	go func() {
 		defer close(back)
-		copyBack(app, bufio.NewReaderSize(server, 64<<10), c.streams)
-		closeBoth()
+		copyBack(app, bufio.NewReaderSize(server, 64<<10), c)
+		cancel()
 	}()
 	err := c.filter(ctx, server, bufio.NewReaderSize(app, 64<<10), dropped)
 	closeBoth()
 	<-back
-	if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+	// The filter's half ends with a closed connection, or a wait that
+	// ctx ended, when the server's half or ctx ended first.
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) || parent.Err() != nil {
 		err = nil
 	}
 	return err
 }
 
-// copyBack copies the server's frames in r to w as they are, telling s
-// of each packet's command, tag and first value, until either side ends.
-func copyBack(w io.Writer, r io.Reader, s *streams) error {
+// copyBack copies the server's frames in r to w as they are, telling c's
+// streams of each packet's command, tag and first value, and c's
+// answers of each REPLY and ERROR (before writing it: an answer read is
+// one the server no longer holds), until either side ends.
+func copyBack(w io.Writer, r io.Reader, c *conn) error {
 	var b [descriptorSize + replyHeadSize]byte
 	for {
 		if _, err := io.ReadFull(r, b[:descriptorSize]); err != nil {
@@ -128,7 +137,11 @@ func copyBack(w io.Writer, r io.Reader, s *streams) error {
 				return err
 			}
 			if p := head[descriptorSize:]; len(p) >= headSize && p[0] == tagU32 && p[5] == tagU32 {
-				s.received(binary.BigEndian.Uint32(p[1:]), binary.BigEndian.Uint32(p[6:]), p[headSize:])
+				cmd, tag := binary.BigEndian.Uint32(p[1:]), binary.BigEndian.Uint32(p[6:])
+				c.streams.received(cmd, tag, p[headSize:])
+				if cmd == cmdReply || cmd == cmdError {
+					c.answers.answered(tag)
+				}
 			}
 		}
 		if _, err := w.Write(head); err != nil {
@@ -152,8 +165,10 @@ const maxPacket = 1 << 20
 // filter copies r to w frame by frame, as Run's app-to-server half does:
 // nil at r's end, ErrRefused for a frame it does not pass on (nothing of
 // that frame is written), or the read or write error. A PLAY_SAMPLE past
-// the app's bound waits for room (Ledger.play), or for ctx's end.
-// dropped, when set, is told of each property it leaves out.
+// the app's bound waits for room (Ledger.play), and a command past
+// c's bound of unanswered ones for an answer (answers.wait), or for
+// ctx's end. Memory blocks (a stream's audio) are not commands: nothing
+// waits for them, but they queue behind a command that waits. dropped, when set, is told of each property it leaves out.
 func (c *conn) filter(ctx context.Context, w io.Writer, r io.Reader, dropped func(key string)) error {
 	var d [descriptorSize]byte
 	var in, out []byte
@@ -188,6 +203,9 @@ func (c *conn) filter(ctx context.Context, w io.Writer, r io.Reader, dropped fun
 					return err
 				}
 			}
+			if err := c.answers.wait(ctx, binary.BigEndian.Uint32(in[6:])); err != nil {
+				return err
+			}
 			binary.BigEndian.PutUint32(d[0:], uint32(len(out)))
 			if _, err := w.Write(append(d[:], out...)); err != nil {
 				return err
@@ -221,6 +239,14 @@ type conn struct {
 	rateless bool
 	// streams are its streams and uploads in the app's Ledger.
 	streams *streams
+	// answers are its commands the server has not answered.
+	answers *answers
+}
+
+// newConn is a connection of the app whose Ledger is l, bound commands
+// at most waiting for their answers.
+func newConn(l *Ledger, bound int) *conn {
+	return &conn{streams: newStreams(l), answers: newAnswers(bound)}
 }
 
 // check decides the packet p and appends what is passed on of it to out:

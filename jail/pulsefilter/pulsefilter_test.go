@@ -6,12 +6,18 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 )
+
+// unpaced is a bound on unanswered commands that a test with no server
+// to answer them never reaches.
+const unpaced = math.MaxInt
 
 // packet is a control frame: the descriptor, then the command and tag as
 // tagstruct uint32s, then rest.
@@ -31,7 +37,7 @@ func withTag(f []byte, tag uint32) []byte {
 
 // filter runs a connection's filter with a Ledger of its own.
 func filter(w io.Writer, r io.Reader, dropped func(string)) error {
-	c := conn{streams: newStreams(NewLedger())}
+	c := newConn(NewLedger(), unpaced)
 	return c.filter(context.Background(), w, r, dropped)
 }
 
@@ -233,6 +239,84 @@ func TestRun(t *testing.T) {
 	if _, err := app.Read(make([]byte, 1)); err == nil {
 		t.Error("the app's connection is still open")
 	}
+}
+
+// TestRunUnanswered: once MaxUnanswered of the app's commands wait for
+// their answers, the filter passes no more (an app that never reads the
+// answers would have the server queue them without end); audio is not
+// counted; the server's answers let the rest through.
+func TestRunUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app, appEnd := net.Pipe()
+		server, serverEnd := net.Pipe()
+		defer app.Close()
+		defer server.Close()
+		go Run(t.Context(), appEnd, serverEnd, nil, nil)
+
+		const commands, audioFrames = 100, 50
+		go func() {
+			for i := range uint32(commands) {
+				if i == MaxUnanswered-1 {
+					for range audioFrames {
+						if _, err := app.Write(frame(0, 0, []byte("pcm"))); err != nil {
+							return
+						}
+					}
+				}
+				if _, err := app.Write(withTag(packet(28), i)); err != nil { // get_client_info_list
+					return
+				}
+			}
+		}()
+		// The fake server reads what the filter passes; it answers only
+		// what the test has it answer.
+		tags := make(chan uint32, commands)
+		audio := make(chan struct{}, audioFrames)
+		go func() {
+			var d [descriptorSize]byte
+			for {
+				if _, err := io.ReadFull(server, d[:]); err != nil {
+					return
+				}
+				p := make([]byte, binary.BigEndian.Uint32(d[0:]))
+				if _, err := io.ReadFull(server, p); err != nil {
+					return
+				}
+				if binary.BigEndian.Uint32(d[4:]) != packetChannel {
+					audio <- struct{}{}
+					continue
+				}
+				tags <- binary.BigEndian.Uint32(p[6:])
+			}
+		}()
+		replies := make(chan struct{}, commands)
+		go func() {
+			for {
+				var d [descriptorSize]byte
+				if _, err := io.ReadFull(app, d[:]); err != nil {
+					return
+				}
+				if _, err := io.CopyN(io.Discard, app, int64(binary.BigEndian.Uint32(d[0:]))); err != nil {
+					return
+				}
+				replies <- struct{}{}
+			}
+		}()
+
+		synctest.Wait()
+		if len(tags) != MaxUnanswered || len(audio) != audioFrames {
+			t.Fatalf("with none answered the server got %d commands and %d audio frames, want %d and %d", len(tags), len(audio), MaxUnanswered, audioFrames)
+		}
+		for range commands {
+			if _, err := server.Write(answer(cmdReply, <-tags, 0).server); err != nil {
+				t.Fatalf("the server's answer: %v", err)
+			}
+		}
+		synctest.Wait()
+		if len(replies) != commands || len(tags) != 0 {
+			t.Fatalf("the app got %d answers of %d, %d commands left unanswered", len(replies), commands, len(tags))
+		}
+	})
 }
 
 // TestRunContext: Run ends with ctx, closing both.
