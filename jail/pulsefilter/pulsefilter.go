@@ -168,7 +168,8 @@ const maxPacket = 1 << 20
 // the app's bound waits for room (Ledger.play), and a command past
 // c's bound of unanswered ones for an answer (answers.wait), or for
 // ctx's end. Memory blocks (a stream's audio) are not commands: nothing
-// waits for them, but they queue behind a command that waits. dropped, when set, is told of each property it leaves out.
+// waits for them, but they queue behind a command that waits. dropped,
+// when set, is told of each property it leaves out.
 func (c *conn) filter(ctx context.Context, w io.Writer, r io.Reader, dropped func(key string)) error {
 	var d [descriptorSize]byte
 	var in, out []byte
