@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -171,12 +172,12 @@ func dialServer(ctx context.Context, path string) (net.Conn, error) {
 // what arrived in between, the AUTH packet among it, and refuses it as
 // uid 65534.
 func passCreds(c net.Conn) error {
-	sc, err := c.(*net.UnixConn).SyscallConn()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	var serr error
 	if err == nil {
-		cerr := sc.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) })
-		err = cmp.Or(cerr, err)
+		err = rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) })
 	}
-	if err != nil {
+	if err = cmp.Or(err, serr); err != nil {
 		c.Close()
 		return fmt.Errorf("sound filter: pass credentials to the server: %w", err)
 	}
