@@ -20,7 +20,8 @@ type peer struct {
 	id   string
 	jobs jobs // the app's store I/O, off mu
 	// cur is the current process's link (nil before the first Attach),
-	// read without mu.
+	// read without mu: Detach, called from the supervisor's app
+	// goroutine, must not wait for a busy peer.
 	cur atomic.Pointer[link]
 
 	mu     sync.Mutex
@@ -55,7 +56,7 @@ func newPeer(m *Manager, id string, kept appPolicy) *peer {
 }
 
 // run runs f with the peer locked; false, f not run, once the Manager
-// closed the peer. f must not block (doc.go, rule 2).
+// closed the peer. f must not block (doc.go, rule 1).
 func (p *peer) run(f func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -93,7 +94,6 @@ func (p *peer) stopTimers() {
 	for id, a := range p.approvals {
 		p.m.stop(a.timer)
 		delete(p.approvals, id)
-		p.m.unindex(id)
 	}
 }
 

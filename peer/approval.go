@@ -71,19 +71,10 @@ func (m *Manager) approvalID() string {
 	return m.cfg.Nonce + "-a" + strconv.FormatUint(m.nextApproval.Add(1), 10)
 }
 
-// raise records a pending approval, indexes and publishes it.
+// raise records a pending approval and publishes it.
 func (p *peer) raise(a *approval) {
 	p.approvals[a.ApprovalID] = a
-	p.m.amu.Lock()
-	p.m.approvals[a.ApprovalID] = pendingApproval{p: p, a: a.Approval}
-	p.m.amu.Unlock()
 	p.m.cfg.Events.Approval(a.Approval)
-}
-
-func (m *Manager) unindex(id string) {
-	m.amu.Lock()
-	delete(m.approvals, id)
-	m.amu.Unlock()
 }
 
 func (p *peer) settle(a *approval, state string) {
@@ -93,7 +84,6 @@ func (p *peer) settle(a *approval, state string) {
 			p.sheets--
 		}
 		delete(p.approvals, a.ApprovalID)
-		p.m.unindex(a.ApprovalID)
 	}
 	if p.ask == a {
 		p.ask = nil
@@ -122,12 +112,14 @@ func (p *peer) expire(a *approval) {
 
 // Approvals lists the pending approvals (op approvals), oldest first.
 func (m *Manager) Approvals() []Approval {
-	m.amu.Lock()
-	out := make([]Approval, 0, len(m.approvals))
-	for _, a := range m.approvals {
-		out = append(out, a.a)
+	out := []Approval{}
+	for _, p := range m.peerList() {
+		p.run(func() {
+			for _, a := range p.approvals {
+				out = append(out, a.Approval)
+			}
+		})
 	}
-	m.amu.Unlock()
 	slices.SortFunc(out, func(a, b Approval) int { return a.Created.Compare(b.Created) })
 	return out
 }
@@ -151,16 +143,20 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	if _, err := policy.ParseDecision(string(d)); err != nil {
 		return refuse(ErrInvalid, "%w", err)
 	}
-	m.amu.Lock()
-	pa, ok := m.approvals[id]
-	m.amu.Unlock()
-	if !ok {
-		return ErrUnknownApproval
-	}
-	p := pa.p
+	var p *peer
 	var a *approval
-	err := ErrUnknownApproval
-	p.run(func() { a, err = p.beginDecide(id) })
+	err := error(ErrUnknownApproval)
+	for _, q := range m.peerList() {
+		q.run(func() {
+			if q.approvals[id] != nil {
+				p = q
+				a, err = q.beginDecide(id)
+			}
+		})
+		if p != nil {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -61,9 +60,8 @@ const TurnEnd = "turn.end"
 
 // KernelSession is one attached kernel, from AttachKernel to Detach.
 type KernelSession struct {
-	m        *Manager
-	k        Kernel
-	detached atomic.Bool
+	m *Manager
+	k Kernel
 }
 
 // AttachKernel makes k the agent kernel, one at a time. A k that is a
@@ -107,26 +105,15 @@ func (m *Manager) attachKernel(k Kernel, answered func()) (s *KernelSession, dro
 // Detach ends the session: its open turn requests fail (no_kernel before
 // the kernel replied, turn.end kernel_detached after). Once it returns the
 // Kernel gets no more callbacks; outcomes queue for the next. Detaching
-// twice is harmless.
+// twice is harmless. It works under Manager.mu, so no next kernel attaches
+// in between (its requests would be taken for this one's); a peer found s
+// attached under its mu, so once each was locked here none calls k again.
 func (s *KernelSession) Detach() {
-	if s.detached.Swap(true) {
-		return
-	}
-	if n, ok := s.detach(); ok {
-		s.m.log.Info("kernel detached", zap.Int("requests_failed", n))
-	}
-}
-
-// detach unsets the kernel and ends its requests under Manager.mu, so no
-// next kernel attaches in between (its requests would be taken for
-// this one's). A peer found s attached under its mu: once each was locked
-// here, none calls k again.
-func (s *KernelSession) detach() (failed int, ok bool) {
 	m := s.m
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.kernel.Load() != s {
-		return 0, false
+		m.mu.Unlock()
+		return
 	}
 	m.kernel.Store(nil)
 	m.relay.mu.Lock()
@@ -134,10 +121,12 @@ func (s *KernelSession) detach() (failed int, ok bool) {
 		m.relay.install(nil, nil)
 	}
 	m.relay.mu.Unlock()
+	failed := 0
 	for _, p := range m.peers {
 		p.run(func() { failed += p.kernelDetached() })
 	}
-	return failed, true
+	m.mu.Unlock()
+	m.log.Info("kernel detached", zap.Int("requests_failed", failed))
 }
 
 // kernelDetached ends the requests the kernel held, and counts them.
@@ -409,11 +398,6 @@ func compactFrameValue(name string, v json.RawMessage) (json.RawMessage, error) 
 	if v == nil {
 		return nil, nil
 	}
-	// The usual value has no byte json.Compact could remove (counting
-	// spaces in strings): checked and copied. The long way words refusals.
-	if len(v) <= frame.MaxFrame && !bytes.ContainsAny(v, " \t\n\r") && frame.CheckValue(v) == nil {
-		return bytes.Clone(v), nil
-	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, v); err != nil {
 		return nil, refuse(ErrInvalid, "%s is not JSON: %v", name, err)
@@ -523,7 +507,7 @@ func (s *KernelSession) ToolCancel(app, callID string) error {
 // check is ErrKernelDetached once s is not the attached kernel; a nil s
 // (the tests' relay seam) passes.
 func (s *KernelSession) check() error {
-	if s != nil && (s.detached.Load() || s.m.kernel.Load() != s) {
+	if s != nil && s.m.kernel.Load() != s {
 		return ErrKernelDetached
 	}
 	return nil

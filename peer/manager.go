@@ -22,26 +22,21 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultConsentTimeout  = 2 * time.Minute
-	DefaultKernelTimeout   = time.Minute
-	DefaultQueueFrames     = 1024
-	DefaultQueueBytes      = 8 << 20
-	DefaultWriteTimeout    = 10 * time.Second
-	DefaultMaxOpenRequests = 64
-	DefaultMaxContexts     = 256
-	DefaultMaxCalls        = 256
-	// DefaultMaxPendingApprovals: host sheets, more than a person reads.
-	DefaultMaxPendingApprovals = 16
-	// The store's limits (docs/protocol.md, "Limits").
-	DefaultMaxSessions   = 1000     // per app and account
-	DefaultMaxTurns      = 1000     // per session
-	DefaultMaxStoreBytes = 64 << 20 // per app
-	// DefaultUnaskedRate is, with unaskedLineCost, 2,048 small lines or 4
-	// MiB a second.
-	DefaultUnaskedRate = 4 << 20
-	// maxTurnEvents and maxTurnBytes bound what a turn keeps for its
-	// history, so that it is one modest store value; past them it is
-	// streamed but marked truncated.
+	DefaultConsentTimeout      = 2 * time.Minute
+	DefaultKernelTimeout       = time.Minute
+	DefaultQueueFrames         = 1024
+	DefaultQueueBytes          = 8 << 20
+	DefaultWriteTimeout        = 10 * time.Second
+	DefaultMaxOpenRequests     = 64
+	DefaultMaxContexts         = 256
+	DefaultMaxCalls            = 256
+	DefaultMaxPendingApprovals = 16       // host sheets: more than a person reads
+	DefaultMaxSessions         = 1000     // per app and account
+	DefaultMaxTurns            = 1000     // per session
+	DefaultMaxStoreBytes       = 64 << 20 // per app
+	DefaultUnaskedRate         = 4 << 20  // with unaskedLineCost, 2,048 small lines or 4 MiB a second
+	// A turn keeps at most maxTurnEvents and maxTurnBytes for its history
+	// (one modest store value); past them it is marked truncated.
 	maxTurnEvents = 512
 	maxTurnBytes  = 256 << 10
 )
@@ -59,35 +54,23 @@ type Config struct {
 	// outside the link (kernel events, tool calls, app.send) may fill 3/4,
 	// then are refused ErrQueueFull; an app that fills the rest (what the
 	// daemon owes it) is disconnected.
-	QueueFrames int
-	QueueBytes  int
-	// WriteTimeout: how long a hub write may block before the app is
-	// disconnected for not reading.
-	WriteTimeout time.Duration
-	// MaxOpenRequests per link; past it the daemon stops reading the hub.
-	MaxOpenRequests int
-	MaxContexts     int // per link; past it session.open fails quota_exceeded
+	QueueFrames, QueueBytes int
+	WriteTimeout            time.Duration // a hub write blocked longer disconnects the app
+	MaxOpenRequests         int           // per link; past it the hub is not read
+	MaxContexts             int           // per link; past it session.open fails quota_exceeded
 	// MaxSessions (per account), MaxTurns (per session; one more drops the
 	// oldest) and MaxStoreBytes bound an app's store records. At a limit
 	// its oldest closed untitled sessions are evicted; with none,
 	// session.open fails quota_exceeded and a turn is not recorded.
-	MaxSessions   int
-	MaxTurns      int
-	MaxStoreBytes int64
-	// MaxPendingApprovals: an app's open host sheets; a call needing one
-	// more ends Error{quota_exceeded}.
-	MaxPendingApprovals int
-	MaxCalls            int    // an app's outstanding tool calls; past it ErrLimit
-	Nonce               string // prefixes context ids; random when empty
-	// Now (time.Now unless a test injects one) stamps records; deadlines
-	// run on the monotonic clock.
-	Now func() time.Time
-
-	MaxToolTimeout time.Duration // the longest timeout_ms a tool call may ask
-	// RelayQueue bounds the callbacks kept while no ToolRelay is
-	// installed (relayRing).
-	RelayQueue      int
-	DuplicateWindow int // finished call ids per app still refused as duplicates
+	MaxSessions, MaxTurns int
+	MaxStoreBytes         int64
+	MaxPendingApprovals   int              // an app's open host sheets; past it a call ends quota_exceeded
+	MaxCalls              int              // an app's outstanding tool calls; past it ErrLimit
+	Nonce                 string           // prefixes context ids; random when empty
+	Now                   func() time.Time // stamps records; deadlines use the monotonic clock
+	MaxToolTimeout        time.Duration    // the longest timeout_ms a tool call may ask
+	RelayQueue            int              // callbacks kept while no ToolRelay is installed
+	DuplicateWindow       int              // finished call ids per app still refused as duplicates
 	// UnaskedRate bounds, in bytes a second, the lines the daemon handles
 	// unasked (pass-through and bad frames, requests answered at once or
 	// by the store, results of calls not sent), each costing its bytes plus
@@ -110,49 +93,32 @@ type Events interface {
 }
 
 // Manager runs the peer links of all apps: the supervisor's LinkHandler
-// (Attach, Detach). All methods are safe for concurrent use. It keeps the
-// peers and the few indexes across them (doc.go).
+// (Attach, Detach). All methods are safe for concurrent use.
 type Manager struct {
-	cfg    Config
-	log    *zap.Logger
-	store  Store
-	limits policy.Limits
-	// pushFrames and pushBytes: what frames from outside the link may fill
-	// of a write queue (Config.QueueFrames).
-	pushFrames, pushBytes int
+	cfg                   Config
+	log                   *zap.Logger
+	store                 Store
+	limits                policy.Limits
+	pushFrames, pushBytes int // what frames from outside a link may fill of its queue
 
-	// mu guards the fields below. It is held around a peer's step where
-	// the peer must see manifests and attaches in mu's order.
-	mu     sync.Mutex
-	closed bool
-	// manifest is the last SetManifest's (nil before): an attaching process
-	// gets its entry's grants, whatever its start read.
-	manifest *policy.Manifest
+	// mu guards the fields below; a peer's step runs under it where the
+	// peer must see manifests and attaches in mu's order.
+	mu       sync.Mutex
+	closed   bool
+	manifest *policy.Manifest // the last SetManifest's (nil before): an attach gets its grants
 	peers    map[string]*peer
 	// kept is the consent and rules, read by New, of each app with no
 	// peer yet; policyErr is why New could not read them.
 	kept      map[string]appPolicy
 	policyErr error
 
-	// amu guards approvals, every pending approval by id.
-	amu       sync.Mutex
-	approvals map[string]pendingApproval
-
-	// kernel changes under mu and is read without it (nil: none).
-	kernel       atomic.Pointer[KernelSession]
+	kernel       atomic.Pointer[KernelSession] // changes under mu (nil: none)
 	nextHandle   atomic.Uint64
 	nextApproval atomic.Uint64
 
-	relay relay
-	audit *auditLog
-	// timers counts armed and firing deadlines (peer.after): Close waits
-	// for them, so none outlives it.
-	timers sync.WaitGroup
-}
-
-type pendingApproval struct {
-	p *peer
-	a Approval
+	relay  relay
+	audit  *auditLog
+	timers sync.WaitGroup // armed and firing deadlines (peer.after): Close waits for them
 }
 
 // New returns a Manager with every app's consent and standing rules read
@@ -168,7 +134,6 @@ func New(cfg Config) *Manager {
 		log:        log,
 		store:      cfg.Store,
 		peers:      map[string]*peer{},
-		approvals:  map[string]pendingApproval{},
 		audit:      newAuditLog(cfg.Store, cfg.AuditKeep, cfg.AuditInterval, log),
 	}
 	var rulesErr error
@@ -292,11 +257,11 @@ func (m *Manager) Attach(app policy.App, hub *os.File) {
 		delete(m.kept, app.ID)
 		m.peers[app.ID] = p
 	}
+	// The manifest's grants, not the start's: a reload may have narrowed them.
+	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
 	old := p.cur.Load()
 	l := newLink(m, p, conn, old)
 	p.cur.Store(l)
-	// The manifest's grants, not the start's: a reload may have narrowed them.
-	entry, dev := m.entryOf(app.ID, app), m.manifest != nil && m.manifest.DeveloperMode
 	var service bool
 	p.run(func() {
 		p.link, p.app, p.dev = l, entry, dev
@@ -376,16 +341,8 @@ func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 		return refuse(ErrInvalid, "the frame is over %d bytes", frame.MaxFrame)
 	}
 	buf.WriteByte('\n')
-	p := m.peerOf(appID)
-	if p == nil {
-		return ErrNotConnected
-	}
 	err = ErrNotConnected
-	p.run(func() {
-		l := p.cur.Load()
-		if l == nil {
-			return
-		}
+	m.onLink(appID, func(_ *peer, l *link) {
 		if err = l.write(buf.Bytes(), false, true); err == nil && sent != nil {
 			sent()
 		}
@@ -394,18 +351,16 @@ func (m *Manager) Send(appID string, raw json.RawMessage, sent func()) error {
 }
 
 // LinkStatus reports an app's link for status. It waits for no socket or
-// store (doc.go, rule 2).
+// store (doc.go, rule 1).
 func (m *Manager) LinkStatus(appID string) control.LinkStatus {
 	var st control.LinkStatus
-	if p := m.peerOf(appID); p != nil {
-		p.run(func() {
-			// Without agent.octos a process has a hub (pass-through
-			// frames flow) but no peer link.
-			if l := p.link; l != nil && p.serviceGranted(p.app) {
-				st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
-			}
-		})
-	}
+	m.onLink(appID, func(p *peer, l *link) {
+		// Without agent.octos a process has a hub (pass-through frames
+		// flow) but no peer link.
+		if p.serviceGranted(p.app) {
+			st = control.LinkStatus{Connected: true, Contexts: len(l.contexts), OutstandingCalls: len(l.calls)}
+		}
+	})
 	return st
 }
 

@@ -62,7 +62,7 @@ type Result struct {
 
 // ToolRelay hears one Acknowledged, then one Finished, per accepted call.
 // Its methods run one at a time, in order per app, under the relay's lock
-// and (doc.go, rule 6) the peer's; they must neither block (queue, or
+// and (doc.go, rule 4) the peer's; they must neither block (queue, or
 // drop for a slow client) nor call the Manager.
 type ToolRelay interface {
 	// Acknowledged: the call is in hand (confirm none: written to the
@@ -113,20 +113,28 @@ func (m *Manager) toolCall(app string, kc control.ToolCall, ks *KernelSession, a
 // tests' relay seam) in the step as toolCall does.
 func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 	err := ErrUnknownCall
+	m.onLink(app, func(p *peer, l *link) {
+		if err = ks.check(); err != nil {
+			return
+		}
+		if c := l.calls[callID]; c != nil {
+			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
+		} else {
+			err = ErrUnknownCall
+		}
+	})
+	return err
+}
+
+// onLink runs f in a step of app's peer while a process is attached.
+func (m *Manager) onLink(app string, f func(p *peer, l *link)) {
 	if p := m.peerOf(app); p != nil {
 		p.run(func() {
-			if err = ks.check(); err != nil {
-				return
+			if p.link != nil {
+				f(p, p.link)
 			}
-			if p.link == nil || p.link.calls[callID] == nil {
-				err = ErrUnknownCall
-				return
-			}
-			c := p.link.calls[callID]
-			p.endCall(c, callCancelled, failResult(c, frame.CodeCancelled, "the caller cancelled the call"), "cancelled")
 		})
 	}
-	return err
 }
 
 // ContextOwner returns the account and client of one of app's open
@@ -134,32 +142,22 @@ func (m *Manager) toolCancel(app, callID string, ks *KernelSession) error {
 func (m *Manager) ContextOwner(app, contextID string) (control.ContextOwner, error) {
 	var o control.ContextOwner
 	err := refuse(ErrUnknownContext, "the app has no open context %s", contextID)
-	if p := m.peerOf(app); p != nil {
-		p.run(func() {
-			if p.link == nil {
-				return
-			}
-			if c := p.link.contexts[contextID]; c != nil {
-				o, err = control.ContextOwner{Account: c.account, Client: c.client}, nil
-			}
-		})
-	}
+	m.onLink(app, func(_ *peer, l *link) {
+		if c := l.contexts[contextID]; c != nil {
+			o, err = control.ContextOwner{Account: c.account, Client: c.client}, nil
+		}
+	})
 	return o, err
 }
 
 // Contexts lists app's open contexts by id: what a tool call may name.
 func (m *Manager) Contexts(app string) []control.ContextInfo {
 	out := []control.ContextInfo{}
-	if p := m.peerOf(app); p != nil {
-		p.run(func() {
-			if p.link == nil {
-				return
-			}
-			for _, c := range p.link.contexts {
-				out = append(out, control.ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
-			}
-		})
-	}
+	m.onLink(app, func(_ *peer, l *link) {
+		for _, c := range l.contexts {
+			out = append(out, control.ContextInfo{ContextID: c.id, Account: c.account, Client: c.client})
+		}
+	})
 	slices.SortFunc(out, func(a, b control.ContextInfo) int { return strings.Compare(a.ContextID, b.ContextID) })
 	return out
 }
@@ -168,17 +166,12 @@ func (m *Manager) Contexts(app string) []control.ContextInfo {
 // (closeContext), and returns how many closed.
 func (m *Manager) CloseAccount(app, account string) int {
 	var closing []*appContext
-	if p := m.peerOf(app); p != nil {
-		p.run(func() {
-			if p.link == nil {
-				return
-			}
-			closing = sortedValues(p.link.contexts, func(c *appContext) bool { return c.account == account })
-			for _, c := range closing {
-				p.closeContext(c, "account_closed", true)
-			}
-		})
-	}
+	m.onLink(app, func(p *peer, l *link) {
+		closing = sortedValues(l.contexts, func(c *appContext) bool { return c.account == account })
+		for _, c := range closing {
+			p.closeContext(c, "account_closed", true)
+		}
+	})
 	return len(closing)
 }
 

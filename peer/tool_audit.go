@@ -32,9 +32,8 @@ type auditLog struct {
 	interval time.Duration
 	log      *zap.Logger
 
-	mu      sync.Mutex // guards the four below
+	mu      sync.Mutex // guards the three below
 	pending []policy.AuditEntry
-	spare   []policy.AuditEntry // the last batch's array, emptied, for the next pending
 	dropped int
 	closed  bool
 
@@ -121,9 +120,7 @@ func (a *auditLog) flush() error {
 func (a *auditLog) write() error {
 	a.mu.Lock()
 	batch, dropped := a.pending, a.dropped
-	// The store copies the entries: the batch's array takes the next ones,
-	// not a new one grown by appends.
-	a.pending, a.dropped, a.spare = a.spare, 0, nil
+	a.pending, a.dropped = nil, 0
 	a.mu.Unlock()
 	if dropped > 0 {
 		a.log.Error("audit entries dropped: the store did not keep up", zap.Int("dropped", dropped))
@@ -132,14 +129,6 @@ func (a *auditLog) write() error {
 		return nil
 	}
 	err := a.store.AppendAudit(batch, a.keep)
-	if cap(batch) <= 4*auditBatch { // a backlog's array is not kept
-		clear(batch)
-		a.mu.Lock()
-		if a.spare == nil {
-			a.spare = batch[:0]
-		}
-		a.mu.Unlock()
-	}
 	if err != nil {
 		a.log.Error("write the audit trail", zap.Int("entries", len(batch)), zap.Error(err))
 	}
