@@ -31,7 +31,7 @@
 //  2. A source publishes an event in the step that makes it, with no
 //     goroutine between: a state move under the supervisor's lock, a log
 //     line under its app's ring lock, approvals, frames and a kernel's
-//     events under the app's peer or relay lock (peer/doc.go, rule 6).
+//     events under the app's peer or relay lock (peer/doc.go, rule 4).
 //     Publishing never waits: a connection with no room is dropped there
 //     (logged, socket closed) under the publisher's lock.
 //  3. An answer that starts something (subscribe, logs with follow,
