@@ -33,7 +33,7 @@ func (t *peerLink) registerToolOps(s *Server) {
 // connKernel is the tool relay too: outcomes, including those kept while
 // no kernel was attached, become tool.acknowledged and tool.finished
 // events. Run under the relay's and (mostly) an app's peer lock
-// (peer/doc.go, rule 6), these never block. Two events a call: encoded
+// (peer/doc.go, rule 4), these never block. Two events a call: encoded
 // by appends (control.AppendToolEvent), not json.Marshal.
 var _ peer.ToolRelay = (*connKernel)(nil)
 
