@@ -21,14 +21,11 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// ErrDaemonNotRunning is matched (errors.Is) by a dial error meaning
-// nothing listens: the socket does not exist or refuses connections.
-var ErrDaemonNotRunning = errors.New("octosupd is not running")
-
 // ErrClosed is returned by calls on a connection that ended.
 var ErrClosed = errors.New("control connection closed")
 
-// NotRunningError is the dial error when no daemon listens at Path.
+// NotRunningError is the dial error when nothing listens at Path: the
+// socket does not exist or refuses connections.
 type NotRunningError struct {
 	Path string
 	Err  error // the dial error, e.g. ENOENT or ECONNREFUSED
@@ -40,19 +37,16 @@ func (e *NotRunningError) Error() string {
 
 func (e *NotRunningError) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, ErrDaemonNotRunning) true.
-func (e *NotRunningError) Is(target error) bool { return target == ErrDaemonNotRunning }
-
 // IsDaemonNotRunning reports whether err says the daemon is not running.
-func IsDaemonNotRunning(err error) bool { return errors.Is(err, ErrDaemonNotRunning) }
+func IsDaemonNotRunning(err error) bool {
+	var nre *NotRunningError
+	return errors.As(err, &nre)
+}
 
 // Client talks to octosupd. The zero value uses the default socket
 // (policy.DirsFromEnv(os.Getenv).ControlSocket()).
 type Client struct {
-	// Path is the socket; "" means the default.
-	Path string
-	// Dial, when set, replaces dialing Path (tests, other transports).
-	Dial func(ctx context.Context) (net.Conn, error)
+	Path string // the socket; "" means the default
 }
 
 // SocketPath is the socket the client dials.
@@ -75,9 +69,6 @@ func (c *Client) SocketPath() string {
 }
 
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
-	if c.Dial != nil {
-		return c.Dial(ctx)
-	}
 	path := c.SocketPath()
 	nc, err := new(net.Dialer).DialContext(ctx, "unix", path)
 	switch {
@@ -170,9 +161,6 @@ func NewConn(nc net.Conn) *Conn {
 // Events delivers the connection's events; it is closed when the
 // connection ends, and Err says why.
 func (c *Conn) Events() <-chan Event { return c.events }
-
-// Done is closed when the connection ended.
-func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Err is why the connection ended: ErrClosed after Close, the daemon's
 // *Error when it refused the connection, or the read error.

@@ -247,8 +247,14 @@ func TestAnswerRepeated(t *testing.T) {
 			}
 		}
 	}()
+	ended := make(chan struct{})
+	go func() {
+		for range conn.Events() {
+		}
+		close(ended)
+	}()
 	select {
-	case <-conn.Done():
+	case <-ended:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the connection is still up after three answers to one request")
 	}

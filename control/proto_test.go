@@ -3,7 +3,6 @@ package control
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strconv"
 	"strings"
@@ -74,9 +73,6 @@ func TestDecodeRequest(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("DecodeRequest(%s) error = %v, want it to contain %q", tt.line, err, tt.wantErr)
 				}
-				if !errors.Is(err, ErrBadRequest) {
-					t.Fatalf("error %v does not wrap ErrBadRequest", err)
-				}
 			}
 			if got.ID != tt.want.ID || got.Op != tt.want.Op || string(got.Args) != string(tt.want.Args) {
 				t.Fatalf("DecodeRequest(%s) = %+v, want %+v", tt.line, got, tt.want)
@@ -125,9 +121,6 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, err := DecodeRequest(line)
 		if err != nil {
-			if !errors.Is(err, ErrBadRequest) {
-				t.Fatalf("error %v does not wrap ErrBadRequest", err)
-			}
 			if req.ID < 0 {
 				t.Fatalf("negative id %d recovered", req.ID)
 			}

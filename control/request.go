@@ -16,20 +16,6 @@ import (
 	"octosup/internal/suggest"
 )
 
-// ErrBadRequest is matched (errors.Is) by every error DecodeRequest
-// returns; their messages leave it out, as the answer's code says it.
-var ErrBadRequest = errors.New("bad request")
-
-type requestError struct{ err error }
-
-func (e *requestError) Error() string        { return e.err.Error() }
-func (e *requestError) Unwrap() error        { return e.err }
-func (e *requestError) Is(target error) bool { return target == ErrBadRequest }
-
-func badRequest(format string, args ...any) error {
-	return &requestError{err: fmt.Errorf(format, args...)}
-}
-
 // requestShape ends every refusal of a line's form.
 const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
@@ -79,7 +65,7 @@ var lenient = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.Al
 func refuse(line []byte, strictErr error) (Request, error) {
 	var req Request
 	if start := bytes.TrimLeft(line, jsonSpace); len(start) == 0 || start[0] != '{' {
-		return req, badRequest("the line is not a JSON object: %s", requestShape)
+		return req, fmt.Errorf("the line is not a JSON object: %s", requestShape)
 	}
 	var syn *jsontext.SyntacticError
 	errors.As(strictErr, &syn)
@@ -87,19 +73,19 @@ func refuse(line []byte, strictErr error) (Request, error) {
 	// reading stopped at first: the lenient one keeps the last.
 	twice, rawID := topLevel(line)
 	if twice != "" {
-		return req, badRequest("the request has %q twice: send each member once", twice)
+		return req, fmt.Errorf("the request has %q twice: send each member once", twice)
 	}
 	if strictjson.PastMaxDepth(strictErr) {
 		// Deeper than jsontext reads at all: the id counts only if
 		// before the deep member.
 		req.ID, _ = parseID(rawID)
-		return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
+		return req, fmt.Errorf("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 	}
 	// Only the first value: what follows it is a refusal of its own.
 	var w rawRequest
 	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
 	if err := jsonv2.UnmarshalDecode(dec, &w); err != nil {
-		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
+		return req, fmt.Errorf("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
 	}
 	// The id first: every later refusal can then be attributed.
 	var idOK bool
@@ -110,7 +96,7 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		if n := suggest.Nearest(name, []string{"id", "op", "args"}); n != "" {
 			near = fmt.Sprintf(" (rename it to %q: names are exact)", n)
 		}
-		return req, badRequest("the request has no member %q%s: a request has only id, op and args", name, near)
+		return req, fmt.Errorf("the request has no member %q%s: a request has only id, op and args", name, near)
 	}
 	if !idOK {
 		got := "none"
@@ -120,29 +106,29 @@ func refuse(line []byte, strictErr error) (Request, error) {
 				got = got[:40] + "…"
 			}
 		}
-		return req, badRequest("id must be a positive integer (up to 2^63-1), got %s: this answer's id is null because the line has no id an answer could carry", got)
+		return req, fmt.Errorf("id must be a positive integer (up to 2^63-1), got %s: this answer's id is null because the line has no id an answer could carry", got)
 	}
 	if len(bytes.TrimRight(line[dec.InputOffset():], jsonSpace)) > 0 {
-		return req, badRequest("more than one JSON value on the line: send one request a line")
+		return req, fmt.Errorf("more than one JSON value on the line: send one request a line")
 	}
 	if jsonv2.Unmarshal(w.Op, &req.Op, lenient) != nil || req.Op == "" {
-		return req, badRequest("op must be a non-empty string, the name of an op (the hello op lists them)")
+		return req, fmt.Errorf("op must be a non-empty string, the name of an op (the hello op lists them)")
 	}
 	switch k := w.Args.Kind(); k {
 	case '{':
 		req.Args = json.RawMessage(w.Args)
 	case 'n', 0: // null or absent: no args
 	default:
-		return req, badRequest("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindWords(k, w.Args))
+		return req, fmt.Errorf("args must be an object (or absent): {\"app\": \"notes\"}, not %s", kindWords(k, w.Args))
 	}
 	switch {
 	case syn != nil && syn.Err == jsontext.ErrDuplicateName:
-		return req, badRequest("%s is there twice: send each member once", strings.TrimPrefix(dotted(syn.JSONPointer), "."))
+		return req, fmt.Errorf("%s is there twice: send each member once", strings.TrimPrefix(dotted(syn.JSONPointer), "."))
 	case strictErr != nil:
-		return req, badRequest("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
+		return req, fmt.Errorf("the line is not valid JSON (%w): %s", syntaxCause(strictErr), requestShape)
 	}
 	// All that is left is the nesting.
-	return req, badRequest("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
+	return req, fmt.Errorf("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 }
 
 const jsonSpace = " \t\r\n"

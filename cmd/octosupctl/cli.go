@@ -191,9 +191,6 @@ func opError(what string, err error) error {
 		// The socket it tried: a wrong --socket or XDG_RUNTIME_DIR shows.
 		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: nothing listens at %s; %s", nre.Path, startHint)}
 	}
-	if control.IsDaemonNotRunning(err) {
-		return &exitError{code: exitNotRunning, err: fmt.Errorf("octosupd is not running: %s", startHint)}
-	}
 	var cerr *control.Error
 	if errors.As(err, &cerr) {
 		if cerr.Code == control.CodeInvalidManifest {
