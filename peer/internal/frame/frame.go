@@ -111,57 +111,58 @@ func (*Request) upFrame()    {}
 func (*ToolResult) upFrame() {}
 
 // Down is a frame the daemon sends to an app: *Reply, *Event, *ToolCall,
-// *ToolCancel, *ContextClosed or *ErrorFrame.
+// *ToolCancel, *ContextClosed or *ErrorFrame. Their tags are the wire's
+// members after "type", in docs/protocol.md's order.
 type Down interface{ downFrame() string }
 
 // Reply answers a request, exactly once: OK with Data (nil when absent),
 // or !OK with Error.
 type Reply struct {
-	ReqID string
-	OK    bool
-	Data  json.RawMessage
-	Error *Error
+	ReqID string          `json:"req_id"`
+	OK    bool            `json:"ok"`
+	Data  json.RawMessage `json:"data,omitempty"`
+	Error *Error          `json:"error,omitempty"`
 }
 
 // Event is one streamed event of a turn, in the kernel's order.
 type Event struct {
-	ReqID string
-	Event json.RawMessage
+	ReqID string          `json:"req_id"`
+	Event json.RawMessage `json:"event"`
 }
 
 // ToolCall asks the app to run one of its tools. Account, ContextID and
 // Client come from the daemon's records, never from the app.
 type ToolCall struct {
-	CallID          string
-	Name            string
-	Args            json.RawMessage
-	Risk            string
-	ConfirmRequired bool
-	TimeoutMS       int64
-	Account         string
-	ContextID       string
-	Client          string
-	Caller          string
+	CallID          string          `json:"call_id"`
+	Name            string          `json:"name"`
+	Args            json.RawMessage `json:"args"`
+	Risk            string          `json:"risk"`
+	ConfirmRequired bool            `json:"confirm_required"`
+	TimeoutMS       int64           `json:"timeout_ms"`
+	Account         string          `json:"account"`
+	ContextID       string          `json:"context_id"`
+	Client          string          `json:"client"`
+	Caller          string          `json:"caller"`
 }
 
 // ToolCancel withdraws a call; nothing more is sent for it.
 type ToolCancel struct {
-	CallID string
-	Reason string
+	CallID string `json:"call_id"`
+	Reason string `json:"reason"`
 }
 
 // ContextClosed tells the app a context it opened is gone.
 type ContextClosed struct {
-	ContextID string
-	Reason    string
+	ContextID string `json:"context_id"`
+	Reason    string `json:"reason"`
 }
 
 // ErrorFrame refuses a line that was not accepted as a request (bad_frame,
 // duplicate). ReqID is empty when the line named none.
 type ErrorFrame struct {
-	Code    string
-	Message string
-	ReqID   string
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	ReqID   string `json:"req_id,omitempty"`
 }
 
 func (*Reply) downFrame() string         { return TypeReply }
