@@ -33,7 +33,8 @@ func DecodeArgs(args json.RawMessage, v any) error {
 	switch {
 	case errors.As(err, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName):
 		parent, name := sem.JSONPointer.Parent(), sem.JSONPointer.LastToken()
-		names, _ := jsonFields(typeAt(reflect.TypeOf(v), parent))
+		// GoType is the struct the member is unknown to.
+		names := jsonFields(sem.GoType)
 		return unknownMember("args"+dotted(parent), name, names)
 	case errors.As(err, &sem):
 		return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(sem.JSONPointer), typeWords(sem.GoType), kindWords(sem.JSONKind, sem.JSONValue))
@@ -59,42 +60,20 @@ func dotted(p jsontext.Pointer) string {
 	return b.String()
 }
 
-// typeAt is the Go type of the value at p below t.
-func typeAt(t reflect.Type, p jsontext.Pointer) reflect.Type {
-	for tok := range p.Tokens() {
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		switch t.Kind() {
-		case reflect.Slice, reflect.Array:
-			t = t.Elem()
-		case reflect.Struct:
-			names, types := jsonFields(t)
-			for i, n := range names {
-				if n == tok {
-					t = types[i]
-				}
-			}
-		}
-	}
-	return t
-}
-
-// jsonFields lists a struct's JSON member names and Go types in
-// declaration order.
-func jsonFields(t reflect.Type) (names []string, types []reflect.Type) {
-	for t.Kind() == reflect.Pointer {
+// jsonFields lists a struct's JSON member names in declaration order.
+func jsonFields(t reflect.Type) (names []string) {
+	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct {
-		return nil, nil
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
 	}
 	for f := range t.Fields() {
 		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); f.IsExported() && name != "-" {
-			names, types = append(names, cmp.Or(name, f.Name)), append(types, f.Type)
+			names = append(names, cmp.Or(name, f.Name))
 		}
 	}
-	return names, types
+	return names
 }
 
 func unknownMember(path, key string, names []string) *Error {
