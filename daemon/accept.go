@@ -70,11 +70,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Durat
 	cctx, cancel := context.WithCancel(ctx)
 	c := newConn(cctx, cancel, s, nc, log)
 	var writer sync.WaitGroup
-	writer.Add(1)
-	go func() {
-		defer writer.Done()
-		c.w.Run()
-	}()
+	writer.Go(c.w.Run)
 	stop := context.AfterFunc(ctx, func() { nc.Close() }) // shutdown ends the read
 
 	var inflight sync.WaitGroup
@@ -83,7 +79,11 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, accepted time.Durat
 	stop()
 	s.fanout.removeConn(c)
 	cancel()
-	c.runCloseHooks()
+	// No handler runs now: a kernel it attached is detached (the apps'
+	// open turns fail) before the last lines are written.
+	if ks := c.kernel.Swap(nil); ks != nil {
+		ks.Detach()
+	}
 	c.w.Close() // what is queued is written, then the loop returns
 	writer.Wait()
 	nc.Close()

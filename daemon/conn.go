@@ -28,10 +28,9 @@ type Conn struct {
 	subMu sync.Mutex
 	sub   *stream // the subscribe op's stream
 
-	kernel atomic.Pointer[peer.KernelSession] // kernel.attach's, until the end
-
-	hookMu sync.Mutex
-	hooks  []func()
+	// kernel is kernel.attach's session: the connection owns it, and
+	// serveConn detaches it however the connection ends.
+	kernel atomic.Pointer[peer.KernelSession]
 }
 
 func newConn(ctx context.Context, cancel context.CancelFunc, s *Server, nc net.Conn, log *zap.Logger) *Conn {
@@ -55,27 +54,6 @@ func (c *Conn) failed(f *linewriter.Failure) {
 		c.drop(fmt.Sprintf("client did not read for %s", writeTimeout))
 	default:
 		c.drop(f.Error())
-	}
-}
-
-// onClose runs f when the connection ends, after its last handler and
-// before Serve returns: how a connection owns what it started (a kernel)
-// without a goroutine.
-func (c *Conn) onClose(f func()) {
-	c.hookMu.Lock()
-	defer c.hookMu.Unlock()
-	c.hooks = append(c.hooks, f)
-}
-
-// runCloseHooks runs each onClose hook once; call it when no handler
-// runs (none can add a hook).
-func (c *Conn) runCloseHooks() {
-	c.hookMu.Lock()
-	hooks := c.hooks
-	c.hooks = nil
-	c.hookMu.Unlock()
-	for _, f := range hooks {
-		f()
 	}
 }
 

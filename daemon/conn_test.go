@@ -50,31 +50,6 @@ func TestConnEventBudget(t *testing.T) {
 	}
 }
 
-// TestConnCloseHooks: hooks run once the connection ends, in order.
-func TestConnCloseHooks(t *testing.T) {
-	ts := startServer(t, newFakeApps("a"), nil)
-	ran := make(chan int, 2)
-	ts.srv.handle("test.hook", func(_ context.Context, c *Conn, _ json.RawMessage) (any, error) {
-		c.onClose(func() { ran <- 1 })
-		c.onClose(func() { ran <- 2 })
-		return nil, nil
-	})
-	c := dialRaw(t, ts.path)
-	c.send(`{"id":1,"op":"test.hook"}`)
-	if resp := c.response(); !resp.OK {
-		t.Fatalf("%+v", resp.Error)
-	}
-	select {
-	case n := <-ran:
-		t.Fatalf("hook %d ran while the connection is open", n)
-	default:
-	}
-	c.nc.Close()
-	if a, b := <-ran, <-ran; a != 1 || b != 2 {
-		t.Fatalf("hooks ran %d, %d", a, b)
-	}
-}
-
 // connPair is a Conn on one end of a real Unix socketpair, with its
 // socket's send buffer made small so that a line of a few hundred KiB
 // cannot go in one write; the test reads the other end.

@@ -213,12 +213,6 @@ func (p *peerLink) opKernelAttach(_ context.Context, c *Conn, args struct{}) (an
 			return err
 		}
 		c.kernel.Store(ks)
-		// The connection owns the session: however it ends, the kernel is
-		// detached first (the apps' open turns fail).
-		c.onClose(func() {
-			ks.Detach()
-			c.kernel.Store(nil)
-		})
 		return nil
 	}), nil
 }
