@@ -40,14 +40,15 @@
 //     the events it announces. It never waits for room (the step may hold
 //     an app's lock), but subscribe's (a waitStep, under Conn.subMu only).
 //  4. Locks: a connection's linewriter queue lock guards its lines;
-//     Server.mu the op registry and topics; fanout.mu the streams;
-//     Conn.subMu the subscribe stream; instance.reloadMu makes reloads
-//     one at a time. A connection's kernel session is an atomic it owns:
-//     serveConn detaches it once no handler runs.
+//     fanout.mu the streams; Conn.subMu the subscribe stream;
+//     instance.reloadMu makes reloads one at a time. A connection's kernel
+//     session is an atomic it owns: serveConn detaches it once no handler
+//     runs.
 //  5. Order: reloadMu is outermost (a reload narrows the links and applies
 //     the manifest under it). fanout.mu and queue locks are innermost, one
 //     at a time: a publisher lets fanout.mu go before it puts; subscribe
-//     queues its answer, then adds its stream. Server.mu is taken alone.
+//     queues its answer, then adds its stream. The op registry and topics
+//     are filled before Serve and only read after: no lock.
 //  6. Only subMu (a subscribe's answer waiting for room, which only that
 //     connection's subscribes wait on) and reloadMu are held across a
 //     wait. A write under a lock never blocks: a Put on an idle, uncorked

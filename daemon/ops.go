@@ -54,8 +54,6 @@ func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, 
 
 // opHello tells a client the protocol and what this daemon serves.
 func (s *Server) opHello(_ context.Context, _ *Conn, args struct{}) (any, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	return control.HelloData{Protocol: control.ProtocolName, Version: control.ProtocolVersion,
 		Ops: slices.Sorted(maps.Keys(s.ops)), Topics: slices.Sorted(maps.Keys(s.topics)), MaxLine: control.MaxLine}, nil
 }
@@ -186,9 +184,7 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, args control.SubscribeA
 	if len(topics) == 0 {
 		topics = []string{control.TopicState}
 	}
-	s.mu.RLock()
 	known := slices.Sorted(maps.Keys(s.topics))
-	s.mu.RUnlock()
 	var unknown []string
 	for _, t := range topics {
 		if !slices.Contains(known, t) {

@@ -82,9 +82,8 @@ type Server struct {
 	peerPidfd    func(sock int) (int, error)
 	fallbackOnce sync.Once
 
-	// mu guards the registry: filled before Serve (register, tests),
-	// read by every request.
-	mu      sync.RWMutex
+	// The registry, filled before Serve (NewServer, Config.Setup) and
+	// only read after: no lock.
 	ops     map[string]handler
 	ordered map[string]bool // ops run in arrival order on the reader
 	topics  map[string]bool
@@ -124,8 +123,6 @@ func (s *Server) handle(op string, h handler) { s.register(op, h, false) }
 func (s *Server) handleOrdered(op string, h handler) { s.register(op, h, true) }
 
 func (s *Server) register(op string, h handler, ordered bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, dup := s.ops[op]; dup {
 		panic(fmt.Sprintf("daemon: op %q registered twice", op))
 	}
@@ -172,8 +169,6 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 
 // lookup is op's handler (nil: none) and whether it is ordered.
 func (s *Server) lookup(op string) (h handler, ordered bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	return s.ops[op], s.ordered[op]
 }
 

@@ -34,12 +34,13 @@ type testServer struct {
 // the test ends.
 func startServer(t testing.TB, apps *fakeApps, edit func(*ServerConfig)) *testServer {
 	t.Helper()
-	return startServerOn(t, apps, edit, nil)
+	return startServerOn(t, apps, edit, nil, nil)
 }
 
 // startServerOn is startServer with its listener wrapped by wrap (nil:
-// as it is).
-func startServerOn(t testing.TB, apps *fakeApps, edit func(*ServerConfig), wrap func(net.Listener) net.Listener) *testServer {
+// as it is) and register adding ops and topics before it serves (nil:
+// none), as Config.Setup does.
+func startServerOn(t testing.TB, apps *fakeApps, edit func(*ServerConfig), wrap func(net.Listener) net.Listener, register func(*Server)) *testServer {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "octosup", "control.sock")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -55,6 +56,9 @@ func startServerOn(t testing.TB, apps *fakeApps, edit func(*ServerConfig), wrap 
 		edit(&cfg)
 	}
 	srv := NewServer(cfg)
+	if register != nil {
+		register(srv)
+	}
 	apps.mu.Lock()
 	apps.publish = srv.supervisorEvent
 	apps.mu.Unlock()
@@ -567,32 +571,36 @@ func TestConcurrentClients(t *testing.T) {
 // it, before the answer when put before it, after it when its step
 // (answerAt) puts it after queueing the answer.
 func TestExtension(t *testing.T) {
-	ts := startServer(t, newFakeApps("a"), nil)
-	ts.srv.addTopic("test.topic")
-	ts.srv.handle("test.attach", func(ctx context.Context, c *Conn, args json.RawMessage) (any, error) {
-		var a struct {
-			Say string `json:"say"`
-		}
-		if err := control.DecodeArgs(args, &a); err != nil {
-			return nil, err
-		}
-		// Sent before the answer is queued: it arrives first.
-		hello, err := control.EncodeEvent("test.hello", map[string]string{"said": a.Say})
-		if err != nil || !c.event(hello) {
-			return nil, fmt.Errorf("send test.hello: %v", err)
-		}
-		return step(func(queue func(any)) error {
-			queue(map[string]bool{"attached": true})
-			after, _ := control.EncodeEvent("test.after", struct{}{})
-			c.event(after)
-			return nil
-		}), nil
+	ts := startServerOn(t, newFakeApps("a"), nil, nil, func(s *Server) {
+		s.topics["test.topic"] = true
+		s.handle("test.attach", func(ctx context.Context, c *Conn, args json.RawMessage) (any, error) {
+			var a struct {
+				Say string `json:"say"`
+			}
+			if err := control.DecodeArgs(args, &a); err != nil {
+				return nil, err
+			}
+			// Sent before the answer is queued: it arrives first.
+			hello, err := control.EncodeEvent("test.hello", map[string]string{"said": a.Say})
+			if err != nil || !c.event(hello) {
+				return nil, fmt.Errorf("send test.hello: %v", err)
+			}
+			return step(func(queue func(any)) error {
+				queue(map[string]bool{"attached": true})
+				after, _ := control.EncodeEvent("test.after", struct{}{})
+				c.event(after)
+				return nil
+			}), nil
+		})
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("registering an op twice did not panic")
+				}
+			}()
+			s.handle(control.OpStatus, nil)
+		}()
 	})
-	defer func() {
-		if recover() == nil {
-			t.Error("registering an op twice did not panic")
-		}
-	}()
 
 	c := dialRaw(t, ts.path)
 	c.send(`{"id":1,"op":"test.attach","args":{"say":"hi"}}`)
@@ -615,7 +623,6 @@ func TestExtension(t *testing.T) {
 	if b := c.line(); string(bytes.TrimSpace(b)) != `{"event":"test.topic","n":7}` {
 		t.Fatalf("published = %s", b)
 	}
-	ts.srv.handle(control.OpStatus, nil)
 }
 
 func TestRefusedPeers(t *testing.T) {
@@ -851,11 +858,4 @@ func TestStateEventBeforeItsAnswer(t *testing.T) {
 			break
 		}
 	}
-}
-
-// addTopic makes a topic subscribable.
-func (s *Server) addTopic(topic string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.topics[topic] = true
 }

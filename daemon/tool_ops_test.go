@@ -62,17 +62,17 @@ func newToolRigIn(t testing.TB, dir string, tweak func(*peer.Config), wrap func(
 		tweak(&cfg)
 	}
 	rig.m = peer.New(cfg)
-	rig.ts = startServerOn(t, newFakeApps("notes"), func(c *ServerConfig) {
-		c.Store = func() *control.StoreStatus { return wireStoreStatus(store.Health()) }
-	}, wrap)
-	t.Cleanup(func() { rig.m.Close(); store.Close() })
-
 	// The real kernel.attach (no event before its answer, detach when
 	// the connection ends), under the rig's own op name.
 	pl := &peerLink{store: store, m: rig.m, log: testLogger(t)}
 	rig.pl = pl
-	rig.ts.srv.handleOrdered(opTestAttach, withArgs(pl.opKernelAttach))
-	pl.registerToolOps(rig.ts.srv)
+	rig.ts = startServerOn(t, newFakeApps("notes"), func(c *ServerConfig) {
+		c.Store = func() *control.StoreStatus { return wireStoreStatus(store.Health()) }
+	}, wrap, func(s *Server) {
+		s.handleOrdered(opTestAttach, withArgs(pl.opKernelAttach))
+		pl.registerToolOps(s)
+	})
+	t.Cleanup(func() { rig.m.Close(); store.Close() })
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
