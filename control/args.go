@@ -32,10 +32,16 @@ func DecodeArgs(args json.RawMessage, v any) error {
 	var syn *jsontext.SyntacticError
 	switch {
 	case errors.As(err, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName):
-		parent, name := sem.JSONPointer.Parent(), sem.JSONPointer.LastToken()
 		// GoType is the struct the member is unknown to.
-		names := jsonFields(sem.GoType)
-		return unknownMember("args"+dotted(parent), name, names)
+		path, key, names := "args"+dotted(sem.JSONPointer.Parent()), sem.JSONPointer.LastToken(), jsonFields(sem.GoType)
+		if len(names) == 0 {
+			return Errorf(CodeBadRequest, "%s has no member %q: this op takes no args; send {} or leave args out", path, key)
+		}
+		list := strings.Join(names, ", ")
+		if near := suggest.Nearest(key, names); near != "" {
+			return Errorf(CodeBadRequest, "%s has no member %q: rename it to %q (names are exact); the members are %s", path, key, near, list)
+		}
+		return Errorf(CodeBadRequest, "%s has no member %q: remove it; the members are %s", path, key, list)
 	case errors.As(err, &sem):
 		return Errorf(CodeBadRequest, "args%s must be %s, not %s", dotted(sem.JSONPointer), typeWords(sem.GoType), kindWords(sem.JSONKind, sem.JSONValue))
 	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
@@ -74,17 +80,6 @@ func jsonFields(t reflect.Type) (names []string) {
 		}
 	}
 	return names
-}
-
-func unknownMember(path, key string, names []string) *Error {
-	if len(names) == 0 {
-		return Errorf(CodeBadRequest, "%s has no member %q: this op takes no args; send {} or leave args out", path, key)
-	}
-	list := strings.Join(names, ", ")
-	if near := suggest.Nearest(key, names); near != "" {
-		return Errorf(CodeBadRequest, "%s has no member %q: rename it to %q (names are exact); the members are %s", path, key, near, list)
-	}
-	return Errorf(CodeBadRequest, "%s has no member %q: remove it; the members are %s", path, key, list)
 }
 
 // kindWords names the JSON value sent: its kind, and a number's text (a

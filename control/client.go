@@ -68,7 +68,9 @@ func (c *Client) SocketPath() string {
 	return dirs.ControlSocket()
 }
 
-func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+// Connect opens a connection on which many requests may be in flight and
+// events arrive.
+func (c *Client) Connect(ctx context.Context) (*Conn, error) {
 	path := c.SocketPath()
 	nc, err := new(net.Dialer).DialContext(ctx, "unix", path)
 	switch {
@@ -76,16 +78,6 @@ func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 		return nil, &NotRunningError{Path: path, Err: err}
 	case err != nil:
 		return nil, fmt.Errorf("connect to octosupd at %s: %w", path, err)
-	}
-	return nc, nil
-}
-
-// Connect opens a connection on which many requests may be in flight and
-// events arrive.
-func (c *Client) Connect(ctx context.Context) (*Conn, error) {
-	nc, err := c.dial(ctx)
-	if err != nil {
-		return nil, err
 	}
 	return NewConn(nc), nil
 }
@@ -141,7 +133,7 @@ type Conn struct {
 	mu      sync.Mutex
 	nextID  int64
 	pending map[int64]chan []byte
-	err     error // why the connection ended; set once before closed closes
+	err     error // why the connection ended; set once before closed closes, read freely after
 	once    sync.Once
 }
 
@@ -167,16 +159,10 @@ func (c *Conn) Events() <-chan Event { return c.events }
 func (c *Conn) Err() error {
 	select {
 	case <-c.closed:
-		return c.connErr()
+		return c.err
 	default:
 		return nil
 	}
-}
-
-func (c *Conn) connErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
 }
 
 // Close ends the connection.
@@ -243,7 +229,7 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 		if errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 			select {
 			case <-c.closed:
-				return fmt.Errorf("%s: %w", op, c.connErr())
+				return fmt.Errorf("%s: %w", op, c.err)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -255,7 +241,7 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 	case line := <-ch:
 		return decodeAnswer(op, line, out)
 	case <-c.closed:
-		return fmt.Errorf("%s: %w", op, c.connErr())
+		return fmt.Errorf("%s: %w", op, c.err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

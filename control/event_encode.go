@@ -17,28 +17,19 @@ func AppendToolEvent(b []byte, topic string, ev ToolEvent) ([]byte, error) {
 		}
 		return append(b, line...), nil
 	}
-	b = append(b, `{"event":"`...)
-	b = append(b, topic...)
-	b = append(b, `","app":"`...)
-	b = append(b, ev.App...)
-	b = append(b, `","call_id":"`...)
-	b = append(b, ev.CallID...)
+	b = append(append(b, `{"event":"`...), topic...)
+	b = append(append(b, `","app":"`...), ev.App...)
+	b = append(append(b, `","call_id":"`...), ev.CallID...)
 	b = append(b, '"')
 	if ev.Outcome != "" {
-		b = append(b, `,"outcome":"`...)
-		b = append(b, ev.Outcome...)
-		b = append(b, '"')
+		b = append(append(append(b, `,"outcome":"`...), ev.Outcome...), '"')
 	}
 	if len(ev.Data) > 0 {
-		b = append(b, `,"data":`...)
-		b = append(b, ev.Data...)
+		b = append(append(b, `,"data":`...), ev.Data...)
 	}
 	if ev.Error != nil {
-		b = append(b, `,"error":{"code":"`...)
-		b = append(b, ev.Error.Code...)
-		b = append(b, `","message":"`...)
-		b = append(b, ev.Error.Message...)
-		b = append(b, `"}`...)
+		b = append(append(b, `,"error":{"code":"`...), ev.Error.Code...)
+		b = append(append(append(b, `","message":"`...), ev.Error.Message...), `"}`...)
 	}
 	return append(b, '}'), nil
 }

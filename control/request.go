@@ -19,12 +19,6 @@ import (
 // requestShape ends every refusal of a line's form.
 const requestShape = `a request is one JSON object {"id": N, "op": "...", "args": {...}} on a line, id a positive integer`
 
-type requestLine struct {
-	ID   int64          `json:"id"`
-	Op   string         `json:"op"`
-	Args jsontext.Value `json:"args"`
-}
-
 // DecodeRequest decodes one request line (without its newline) strictly
 // (docs/control.md): one JSON object with a positive integer id, a
 // non-empty op, args an object when present, no other member, nothing
@@ -35,7 +29,11 @@ type requestLine struct {
 // the object keeps it), so the answer can be attributed; else ID 0, sent
 // as "id": null. Args are a copy.
 func DecodeRequest(line []byte) (Request, error) {
-	var w requestLine
+	var w struct {
+		ID   int64          `json:"id"`
+		Op   string         `json:"op"`
+		Args jsontext.Value `json:"args"`
+	}
 	err := jsonv2.Unmarshal(line, &w, strictOptions(line))
 	k := w.Args.Kind()
 	if err != nil || w.ID <= 0 || w.Op == "" || (k != '{' && k != 'n' && k != 0) || strictjson.NestsTooDeep(line) {
@@ -46,13 +44,6 @@ func DecodeRequest(line []byte) (Request, error) {
 		req.Args = json.RawMessage(w.Args)
 	}
 	return req, nil
-}
-
-// rawRequest is a refused line's members as written.
-type rawRequest struct {
-	ID   jsontext.Value `json:"id"`
-	Op   jsontext.Value `json:"op"`
-	Args jsontext.Value `json:"args"`
 }
 
 // lenient reads a refused line's members past a name twice or a byte
@@ -81,8 +72,13 @@ func refuse(line []byte, strictErr error) (Request, error) {
 		req.ID, _ = parseID(rawID)
 		return req, fmt.Errorf("the line is not valid JSON (nested deeper than %d levels): %s", strictjson.MaxDepth, requestShape)
 	}
-	// Only the first value: what follows it is a refusal of its own.
-	var w rawRequest
+	// Only the first value, its members as written: what follows it is
+	// a refusal of its own.
+	var w struct {
+		ID   jsontext.Value `json:"id"`
+		Op   jsontext.Value `json:"op"`
+		Args jsontext.Value `json:"args"`
+	}
 	dec := jsontext.NewDecoder(bytes.NewReader(line), lenient)
 	if err := jsonv2.UnmarshalDecode(dec, &w); err != nil {
 		return req, fmt.Errorf("the line is not valid JSON (%w): %s", syntaxCause(err), requestShape)
