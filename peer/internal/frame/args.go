@@ -31,6 +31,16 @@ type argsWire struct {
 	Input     jsontext.Value `json:"input"`
 }
 
+// methodArgs are the members each method takes, in sort order; * marks
+// a required one.
+var methodArgs = map[string][]string{
+	policy.MethodSessionOpen:    {"account", "title"},
+	policy.MethodSessionHistory: {"*context_id"},
+	policy.MethodContextClose:   {"*context_id"},
+	policy.MethodTurnStart:      {"*context_id", "*input"},
+	policy.MethodTurnInterrupt:  {"*context_id", "*turn_id"},
+}
+
 // DecodeArgs reads the args of a request of method, strictly: a member
 // the method does not take is an error.
 func DecodeArgs(method string, raw json.RawMessage) (Args, error) {
@@ -45,18 +55,7 @@ func DecodeArgs(method string, raw json.RawMessage) (Args, error) {
 	if err := unmarshal(raw, &w); err != nil {
 		return a, wireRefusal(err, "args")
 	}
-	// The members each method takes, in sort order; * marks a required one.
-	var takes []string
-	switch method {
-	case policy.MethodSessionOpen:
-		takes = []string{"account", "title"}
-	case policy.MethodSessionHistory, policy.MethodContextClose:
-		takes = []string{"*context_id"}
-	case policy.MethodTurnStart:
-		takes = []string{"*context_id", "*input"}
-	case policy.MethodTurnInterrupt:
-		takes = []string{"*context_id", "*turn_id"}
-	}
+	takes := methodArgs[method]
 	present := map[string]bool{"account": w.Account.set, "context_id": w.ContextID.set, "input": w.Input != nil, "title": w.Title.set, "turn_id": w.TurnID.set}
 	for _, t := range takes {
 		if name := t[1:]; t[0] == '*' && !present[name] {

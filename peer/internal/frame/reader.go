@@ -55,7 +55,12 @@ func (r *Reader) Next() ([]byte, error) {
 			// Errors are sticky: the link ends on the first one anyway.
 			n, err := r.r.Read(r.buf)
 			r.start, r.end, r.err = 0, n, err
-			r.next = nextSize(len(r.buf), n)
+			switch c := len(r.buf); {
+			case n == c && c < readChunk:
+				r.next = 2 * c
+			case n < c/4 && c > minChunk:
+				r.next = minChunk
+			}
 			continue
 		}
 		part := r.buf[r.start:r.end]
@@ -75,31 +80,14 @@ func (r *Reader) Next() ([]byte, error) {
 		case i >= 0 && len(r.line) == 0:
 			return part, nil // the whole line is in the read buffer: no copy
 		default:
-			r.line = appendCapped(r.line, part, r.max)
+			if need := len(r.line) + len(part); need > cap(r.line) {
+				// Never past the cap: a line at the cap costs exactly the cap.
+				r.line = append(make([]byte, 0, min(max(2*cap(r.line), need), r.max)), r.line...)
+			}
+			r.line = append(r.line, part...)
 			if i >= 0 {
 				return r.line, nil
 			}
 		}
 	}
-}
-
-// nextSize is the buffer of the next read, after one that read n bytes
-// into a buffer of c.
-func nextSize(c, n int) int {
-	switch {
-	case n == c && c < readChunk:
-		return 2 * c
-	case n < c/4 && c > minChunk:
-		return minChunk
-	}
-	return c
-}
-
-// appendCapped is append that never grows dst's capacity past limit, so
-// a line at the cap costs exactly the cap.
-func appendCapped(dst, src []byte, limit int) []byte {
-	if need := len(dst) + len(src); need > cap(dst) {
-		dst = append(make([]byte, 0, min(max(2*cap(dst), need), limit)), dst...)
-	}
-	return append(dst, src...)
 }
