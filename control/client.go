@@ -209,10 +209,7 @@ func (c *Conn) Do(ctx context.Context, op string, args, out any) error {
 		c.mu.Unlock()
 	}()
 
-	line, err := json.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("%s: encode request: %w", op, err)
-	}
+	line, _ := json.Marshal(req) // cannot fail: its args were marshalled above
 	if len(line) > MaxLine {
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s: the request is %d bytes, over the %d-byte limit of a line", op, len(line), MaxLine)}
 	}
