@@ -50,17 +50,6 @@ func ParseLine(line []byte) (up Up, passthrough bool, err error) {
 	return nil, true, nil
 }
 
-func decodeEnvelope(v []byte) (Up, error) {
-	if v[0] != '{' {
-		return nil, errors.New(Envelope + ": want an object")
-	}
-	var u upWire
-	if err := unmarshal(v, &u); err != nil {
-		return nil, wireRefusal(err, Envelope)
-	}
-	return u.decode()
-}
-
 // firstOther is the least name other than except, so that a refusal
 // names the same member whatever the order written.
 func firstOther(members []strictjson.Member, except string) string {
@@ -156,10 +145,18 @@ func wireRefusal(err error, at ...string) error {
 	return fmt.Errorf("%s: %q: %s", where, name, want)
 }
 
-// decode checks the envelope's members against its type and makes the
-// frame. jsonv2's strings and values are copies: the frame does not alias
-// the line, which the caller's reader reuses.
-func (u *upWire) decode() (Up, error) {
+// decodeEnvelope reads the envelope's value v, checks its members
+// against its type and makes the frame. jsonv2's strings and values are
+// copies: the frame does not alias the line, which the caller's reader
+// reuses.
+func decodeEnvelope(v []byte) (Up, error) {
+	if v[0] != '{' {
+		return nil, errors.New(Envelope + ": want an object")
+	}
+	var u upWire
+	if err := unmarshal(v, &u); err != nil {
+		return nil, wireRefusal(err, Envelope)
+	}
 	t := u.Type.s
 	switch {
 	case !u.Type.set:
