@@ -287,8 +287,7 @@ func (c *Conn) read() {
 				// with other types (an "error" string): only answers
 				// must fit. The daemon writes "event" first, so it is
 				// read before such a member stops the reading.
-				var typeErr *jsonv2.SemanticError
-				if msg.Event == nil || !errors.As(err, &typeErr) {
+				if msg.Event == nil || !errors.As(err, new(*jsonv2.SemanticError)) {
 					c.fail(fmt.Errorf("daemon sent a malformed line: %w", err))
 					return
 				}
