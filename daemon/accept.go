@@ -20,12 +20,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		<-ctx.Done()
 		ln.Close()
-	}()
+	})
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -45,17 +43,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("accept on control socket: %w", err)
 		}
 		accepted := boottime() // a process at the peer's pid started later is another
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.serveConn(ctx, nc, accepted)
-		}()
+		wg.Go(func() { s.serveConn(ctx, nc, accepted) })
 	}
 }
 
 func retryAccept(err error) bool {
-	var ne net.Error
-	return (errors.As(err, &ne) && ne.Timeout()) ||
+	ne, ok := errors.AsType[net.Error](err)
+	return (ok && ne.Timeout()) ||
 		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }

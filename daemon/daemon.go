@@ -315,8 +315,7 @@ func loadManifest(path string, dirs policy.Dirs) (*policy.Manifest, error) {
 	m, err := policy.Load(path)
 	if err == nil {
 		err = m.CheckPlaces(dirs)
-		var verr *policy.ValidationError
-		if errors.As(err, &verr) {
+		if verr, ok := errors.AsType[*policy.ValidationError](err); ok {
 			verr.File = path
 		}
 	}

@@ -219,8 +219,7 @@ func (s *Server) opReload(ctx context.Context, _ *Conn, args control.ReloadArgs)
 	}
 	n, done, err := s.cfg.Reload(ctx, supervisor.ApplyOptions{KeepRunning: args.KeepRunning})
 	if err != nil {
-		var verr *policy.ValidationError
-		if errors.As(err, &verr) {
+		if verr, ok := errors.AsType[*policy.ValidationError](err); ok {
 			return nil, invalidManifest(verr)
 		}
 		return nil, control.Errorf(control.CodeFailed, "%v", err)

@@ -301,10 +301,10 @@ func (c *Conn) answerAt(id int64, at answerAt) {
 
 // asControlError maps an op's error to its wire form.
 func asControlError(err error) *control.Error {
-	var cerr *control.Error
-	switch {
-	case errors.As(err, &cerr):
+	if cerr, ok := errors.AsType[*control.Error](err); ok {
 		return cerr
+	}
+	switch {
 	case errors.Is(err, supervisor.ErrUnknownApp):
 		return unknownApp() // not the supervisor's text: it repeats op and app
 	default: // a peer refusal keeps its code; anything else is internal
