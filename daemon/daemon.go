@@ -375,7 +375,15 @@ func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if stuck := checkParts(ctx, parts, bound); len(stuck) > 0 {
+			var stuck []string
+			for _, p := range parts {
+				pctx, cancel := context.WithTimeout(ctx, bound)
+				if err := p.ping(pctx); err != nil {
+					stuck = append(stuck, p.name+": "+err.Error())
+				}
+				cancel()
+			}
+			if len(stuck) > 0 {
 				if ctx.Err() != nil {
 					return
 				}
@@ -385,18 +393,4 @@ func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, 
 			notify(log, "WATCHDOG=1")
 		}
 	}
-}
-
-// checkParts says which parts did not answer within bound.
-func checkParts(ctx context.Context, parts []watchedPart, bound time.Duration) []string {
-	var stuck []string
-	for _, p := range parts {
-		pctx, cancel := context.WithTimeout(ctx, bound)
-		err := p.ping(pctx)
-		cancel()
-		if err != nil {
-			stuck = append(stuck, p.name+": "+err.Error())
-		}
-	}
-	return stuck
 }

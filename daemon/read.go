@@ -40,7 +40,7 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 			req, derr := control.DecodeRequest(line)
 			if derr != nil {
 				c.reply(control.Response{ID: req.ID, Error: control.Errorf(control.CodeBadRequest, "%v", derr)})
-			} else if h, ordered := c.srv.lookup(req.Op); ordered {
+			} else if h := c.srv.ops[req.Op]; c.srv.ordered[req.Op] {
 				c.dispatch(ctx, req, h)
 			} else {
 				select {
@@ -53,13 +53,11 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 						return
 					}
 				}
-				inflight.Add(1)
 				r := req // captured, req itself would escape for every request
-				go func() {
-					defer inflight.Done()
+				inflight.Go(func() {
 					defer func() { <-slots }()
 					c.dispatch(ctx, r, h)
-				}()
+				})
 			}
 		}
 		if !more {

@@ -167,11 +167,6 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 	}
 }
 
-// lookup is op's handler (nil: none) and whether it is ordered.
-func (s *Server) lookup(op string) (h handler, ordered bool) {
-	return s.ops[op], s.ordered[op]
-}
-
 // answerAt is a handler's result whose answer is queued in the step that
 // makes what it announces visible, by whoever takes that step: at calls
 // queue (which waits only in a waitStep) with the data there, so nothing
