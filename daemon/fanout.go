@@ -31,9 +31,6 @@ func newStream(c *Conn, app string, topics []string) *stream {
 func (h *fanout) add(st *stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.streams == nil {
-		h.streams = make(map[*stream]struct{})
-	}
 	h.streams[st] = struct{}{}
 }
 

@@ -114,7 +114,9 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	if err != nil {
 		return nil, control.Errorf(control.CodeBadRequest, "%v", err)
 	}
-	if hasMember(raw, "remember") && p.isConsent(args.ApprovalID) {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &members) // an object DecodeArgs took, or none
+	if _, remember := members["remember"]; remember && p.isConsent(args.ApprovalID) {
 		// Whatever its value: the docs refuse the member for a consent.
 		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
 	}
@@ -240,14 +242,4 @@ func kernelOp[A any](f func(ks *peer.KernelSession, args A) error) handler {
 		}
 		return nil, f(ks, args)
 	}
-}
-
-// hasMember says whether the JSON object raw has member name.
-func hasMember(raw json.RawMessage, name string) bool {
-	var members map[string]json.RawMessage
-	if json.Unmarshal(raw, &members) != nil {
-		return false
-	}
-	_, ok := members[name]
-	return ok
 }

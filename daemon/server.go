@@ -101,6 +101,7 @@ func NewServer(cfg ServerConfig) *Server {
 		uid:       os.Getuid(),
 		peerPidfd: getPeerPidfd,
 		debug:     cfg.Log.Core().Enabled(zapcore.DebugLevel),
+		fanout:    fanout{streams: map[*stream]struct{}{}},
 		topics: map[string]bool{
 			control.TopicState:    true,
 			control.TopicLog:      true,
@@ -114,22 +115,20 @@ func NewServer(cfg ServerConfig) *Server {
 }
 
 // handle registers op's handler; registering an op twice panics.
-func (s *Server) handle(op string, h handler) { s.register(op, h, false) }
+func (s *Server) handle(op string, h handler) {
+	if _, dup := s.ops[op]; dup {
+		panic(fmt.Sprintf("daemon: op %q registered twice", op))
+	}
+	s.ops[op] = h
+}
 
 // handleOrdered registers an op whose requests run on the connection's
 // reader, one at a time in arrival order (a kernel's request.reply, then
 // its request.events). Its handler must not block for long: the
 // connection reads nothing meanwhile.
-func (s *Server) handleOrdered(op string, h handler) { s.register(op, h, true) }
-
-func (s *Server) register(op string, h handler, ordered bool) {
-	if _, dup := s.ops[op]; dup {
-		panic(fmt.Sprintf("daemon: op %q registered twice", op))
-	}
-	s.ops[op] = h
-	if ordered {
-		s.ordered[op] = true
-	}
+func (s *Server) handleOrdered(op string, h handler) {
+	s.handle(op, h)
+	s.ordered[op] = true
 }
 
 // publish queues an event about app ("" none) on every stream that
