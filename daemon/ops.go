@@ -15,22 +15,6 @@ import (
 	"octosup/supervisor"
 )
 
-// builtinOps are the ops the server has without the peer link's.
-func builtinOps(s *Server) map[string]handler {
-	return map[string]handler{
-		control.OpStatus:    withArgs(s.opStatus),
-		control.OpStart:     s.lifecycleOp(control.OpStart, Apps.Start),
-		control.OpStop:      s.lifecycleOp(control.OpStop, Apps.Stop),
-		control.OpRestart:   s.lifecycleOp(control.OpRestart, Apps.Restart),
-		control.OpLogs:      withArgs(s.opLogs),
-		control.OpSubscribe: withArgs(s.opSubscribe),
-		control.OpReload:    withArgs(s.opReload),
-		control.OpJail:      withArgs(s.opJail),
-		control.OpHello:     withArgs(s.opHello),
-		OpDebug:             withArgs(s.opDebug),
-	}
-}
-
 func (s *Server) opJail(_ context.Context, _ *Conn, args control.AppArgs) (any, error) {
 	if err := needApp(args.App); err != nil {
 		return nil, err

@@ -102,15 +102,21 @@ func NewServer(cfg ServerConfig) *Server {
 		peerPidfd: getPeerPidfd,
 		debug:     cfg.Log.Core().Enabled(zapcore.DebugLevel),
 		fanout:    fanout{streams: map[*stream]struct{}{}},
-		topics: map[string]bool{
-			control.TopicState:    true,
-			control.TopicLog:      true,
-			control.TopicApproval: true,
-			control.TopicAppFrame: true,
-		},
-		ordered: map[string]bool{},
+		topics:    map[string]bool{control.TopicState: true, control.TopicLog: true, control.TopicApproval: true, control.TopicAppFrame: true},
+		ordered:   map[string]bool{},
 	}
-	s.ops = builtinOps(s)
+	s.ops = map[string]handler{
+		control.OpStatus:    withArgs(s.opStatus),
+		control.OpStart:     s.lifecycleOp(control.OpStart, Apps.Start),
+		control.OpStop:      s.lifecycleOp(control.OpStop, Apps.Stop),
+		control.OpRestart:   s.lifecycleOp(control.OpRestart, Apps.Restart),
+		control.OpLogs:      withArgs(s.opLogs),
+		control.OpSubscribe: withArgs(s.opSubscribe),
+		control.OpReload:    withArgs(s.opReload),
+		control.OpJail:      withArgs(s.opJail),
+		control.OpHello:     withArgs(s.opHello),
+		OpDebug:             withArgs(s.opDebug),
+	}
 	return s
 }
 
