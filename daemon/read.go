@@ -29,7 +29,9 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 	defer uncork()
 	for {
 		line, tooLong, err := readRequestLine(r, control.MaxLine)
-		more := err == nil && lineBuffered(r)
+		// more: a whole line waits in r (a Peek of what is buffered never reads).
+		buffered, _ := r.Peek(r.Buffered())
+		more := err == nil && bytes.IndexByte(buffered, '\n') >= 0
 		if more && !corked {
 			c.w.Hold()
 			corked = true
@@ -67,14 +69,4 @@ func (c *Conn) readLoop(ctx context.Context, inflight *sync.WaitGroup) {
 			return
 		}
 	}
-}
-
-// lineBuffered reports whether r holds a whole line not yet read.
-func lineBuffered(r *bufio.Reader) bool {
-	n := r.Buffered()
-	if n == 0 {
-		return false
-	}
-	b, _ := r.Peek(n)
-	return bytes.IndexByte(b, '\n') >= 0
 }
