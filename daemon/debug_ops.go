@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -67,12 +66,8 @@ func (s *Server) opDebug(_ context.Context, _ *Conn, args DebugArgs) (any, error
 // parseStatus takes VmRSS (KiB) and Threads from /proc/PID/status.
 func parseStatus(b []byte) (rssKiB int64, threads int, err error) {
 	seen := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := bytes.Cut(sc.Bytes(), []byte(":"))
-		if !ok {
-			continue
-		}
+	for line := range bytes.Lines(b) {
+		k, v, _ := bytes.Cut(line, []byte(":")) // no colon: no fields, no match
 		f := bytes.Fields(v)
 		switch {
 		case string(k) == "VmRSS" && len(f) == 2 && string(f[1]) == "kB":
