@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -61,11 +60,6 @@ func (h *fanout) takers(topic, app string) []*stream {
 func (st *stream) addTopics(topics []string) {
 	next := st.union(topics)
 	st.topics.Store(&next)
-}
-
-// with is the sorted list of the stream's topics and more.
-func (st *stream) with(more []string) []string {
-	return slices.Sorted(maps.Keys(st.union(more)))
 }
 
 func (st *stream) union(more []string) map[string]bool {

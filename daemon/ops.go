@@ -187,7 +187,7 @@ func (s *Server) opSubscribe(_ context.Context, c *Conn, args control.SubscribeA
 		if st == nil {
 			st = newStream(c, "", nil)
 		}
-		queue(control.SubscribeData{Topics: st.with(topics)})
+		queue(control.SubscribeData{Topics: slices.Sorted(maps.Keys(st.union(topics)))})
 		st.addTopics(topics)
 		if c.sub == nil {
 			c.sub = st
