@@ -22,7 +22,7 @@ func NewLogger(w *os.File, level string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	var enc zapcore.Encoder
-	if isTerminal(w) {
+	if _, err := unix.IoctlGetTermios(int(w.Fd()), unix.TCGETS); err == nil { // a terminal
 		cfg := zap.NewDevelopmentEncoderConfig()
 		cfg.EncodeTime = zapcore.TimeEncoderOfLayout(terminalTime)
 		cfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
@@ -88,9 +88,4 @@ func (e terminalEncoder) EncodeEntry(ent zapcore.Entry, fields []zapcore.Field) 
 	b.AppendString(visible.String(text))
 	b.AppendByte('\n')
 	return b, nil
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -116,7 +117,9 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 	}
 	var members map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &members) // an object DecodeArgs took, or none
-	if _, remember := members["remember"]; remember && p.isConsent(args.ApprovalID) {
+	// A pending consent's (a kind never changes; one gone is Approve's to refuse).
+	consent := func(a peer.Approval) bool { return a.ApprovalID == args.ApprovalID && a.Kind == peer.KindConsent }
+	if _, remember := members["remember"]; remember && slices.ContainsFunc(p.m.Approvals(), consent) {
 		// Whatever its value: the docs refuse the member for a consent.
 		return nil, control.Errorf(control.CodeBadRequest, "remember is for tool confirmations: a consent answer is always kept, until consent revoke; answer it without remember")
 	}
@@ -124,17 +127,6 @@ func (p *peerLink) opApprove(_ context.Context, _ *Conn, raw json.RawMessage) (a
 		return nil, err
 	}
 	return control.ApproveData{Decision: string(d)}, nil
-}
-
-// isConsent reports whether id is a pending consent (a kind never
-// changes; one gone is Approve's to refuse).
-func (p *peerLink) isConsent(id string) bool {
-	for _, a := range p.m.Approvals() {
-		if a.ApprovalID == id {
-			return a.Kind == peer.KindConsent
-		}
-	}
-	return false
 }
 
 func (p *peerLink) opConsent(_ context.Context, _ *Conn, args control.ConsentArgs) (any, error) {
