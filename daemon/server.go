@@ -160,15 +160,13 @@ func (s *Server) publish(topic, app string, event any) {
 // moved the app, a log line in its ring's order. Never blocks.
 func (s *Server) supervisorEvent(ev supervisor.Event) {
 	switch {
-	case ev.Kind == supervisor.KindState && ev.State != nil:
-		s.publish(control.TopicState, ev.State.ID, stateEvent(*ev.State))
+	case (ev.Kind == supervisor.KindState || ev.Kind == supervisor.KindWarning) && ev.State != nil:
+		// A warning too is on the state topic, which the shell and watch follow.
+		se := stateEvent(*ev.State)
+		se.Warning = ev.Warning // "" but in a warning
+		s.publish(control.TopicState, ev.State.ID, se)
 	case ev.Kind == supervisor.KindLog && ev.Log != nil:
 		s.publish(control.TopicLog, ev.Log.App, logLine(*ev.Log))
-	case ev.Kind == supervisor.KindWarning && ev.State != nil:
-		// On the state topic, which the shell and watch follow.
-		se := stateEvent(*ev.State)
-		se.Warning = ev.Warning
-		s.publish(control.TopicState, ev.State.ID, se)
 	}
 }
 
