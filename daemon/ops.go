@@ -79,9 +79,9 @@ func (s *Server) appStatus(st supervisor.AppStatus) control.AppStatus {
 	return out
 }
 
-func nonNil(s []string) []string {
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

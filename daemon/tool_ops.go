@@ -174,8 +174,5 @@ func (t *peerLink) audit(_ context.Context, _ *Conn, args control.AuditArgs) (an
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	if entries == nil {
-		entries = []policy.AuditEntry{}
-	}
-	return control.AuditData{Entries: entries}, nil
+	return control.AuditData{Entries: nonNil(entries)}, nil
 }
