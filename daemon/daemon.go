@@ -67,7 +67,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	srv := d.newServer()
+	// The control server, with the peer link's ops.
+	srv := NewServer(ServerConfig{Apps: d.apps, Log: d.log.Named("control"), LinkStatus: d.links.m.LinkStatus,
+		Store: d.links.storeStatus, JailSpec: d.jailSpec, Reload: d.reload})
+	d.links.register(srv)
+	d.srv.Store(srv)
 	if cfg.Setup != nil {
 		if err := cfg.Setup(ctx, srv, d.apps); err != nil {
 			ln.Close()
@@ -163,15 +167,6 @@ func (d *instance) listen(ctx context.Context) (net.Listener, error) {
 	}
 	d.log.Info("control socket", zap.String("socket", path))
 	return ln, nil
-}
-
-// newServer is the control server with the peer link's ops.
-func (d *instance) newServer() *Server {
-	srv := NewServer(ServerConfig{Apps: d.apps, Log: d.log.Named("control"), LinkStatus: d.links.m.LinkStatus,
-		Store: d.links.storeStatus, JailSpec: d.jailSpec, Reload: d.reload})
-	d.links.register(srv)
-	d.srv.Store(srv)
-	return srv
 }
 
 // jailSpec compiles the request the supervisor makes at start, but for
