@@ -93,11 +93,6 @@ func wireExit(e *supervisor.Exit) *control.Exit {
 	return &control.Exit{Code: e.Code, Signal: e.Signal, At: e.At, OOM: e.OOM}
 }
 
-func stateEvent(st supervisor.AppStatus) control.StateEvent {
-	return control.StateEvent{App: st.ID, State: string(st.State), Pid: st.Pid, Restarts: st.Restarts, Since: st.Since,
-		LastExit: wireExit(st.LastExit), Reason: st.Reason}
-}
-
 func logLine(l supervisor.LogLine) control.LogLine {
 	return control.LogLine{App: l.App, Stream: l.Stream, Text: l.Text, At: l.At}
 }

@@ -162,9 +162,9 @@ func (s *Server) supervisorEvent(ev supervisor.Event) {
 	switch {
 	case (ev.Kind == supervisor.KindState || ev.Kind == supervisor.KindWarning) && ev.State != nil:
 		// A warning too is on the state topic, which the shell and watch follow.
-		se := stateEvent(*ev.State)
-		se.Warning = ev.Warning // "" but in a warning
-		s.publish(control.TopicState, ev.State.ID, se)
+		st := ev.State // Warning is "" but in a warning
+		s.publish(control.TopicState, st.ID, control.StateEvent{App: st.ID, State: string(st.State), Pid: st.Pid,
+			Restarts: st.Restarts, Since: st.Since, LastExit: wireExit(st.LastExit), Reason: st.Reason, Warning: ev.Warning})
 	case ev.Kind == supervisor.KindLog && ev.Log != nil:
 		s.publish(control.TopicLog, ev.Log.App, logLine(*ev.Log))
 	}
