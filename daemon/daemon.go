@@ -231,7 +231,14 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 		return fmt.Errorf("start the manifest's apps: %w", err)
 	}
 	if gctx.Err() == nil { // else stopped while starting: no READY=1
-		d.ready()
+		// Autostart leaves garbage several times the live heap, which the
+		// runtime returns only over minutes (500 idle apps: 103 KiB RSS an
+		// app at READY without this, make bench). One collection, now.
+		debug.FreeOSMemory()
+		all, _ := d.apps.Status("")
+		line := statusLine(all, d.links.storeNotes())
+		notify(d.log, "READY=1\nSTATUS="+line)
+		d.log.Info("ready", zap.String("status", line))
 		run("status", func(ctx context.Context) error {
 			keepStatus(ctx, d.log, d.apps, d.stateChanged, d.links.storeNotes)
 			return nil
@@ -245,18 +252,6 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 	d.log.Info("stopping: every app is being stopped")
 	cancel()
 	return g.Wait()
-}
-
-// ready tells systemd the daemon is ready, with where the apps are.
-func (d *instance) ready() {
-	// Autostart leaves garbage several times the live heap, which the
-	// runtime returns only over minutes (500 idle apps: 103 KiB RSS an
-	// app at READY without this, make bench). One collection, now.
-	debug.FreeOSMemory()
-	all, _ := d.apps.Status("")
-	line := statusLine(all, d.links.storeNotes())
-	notify(d.log, "READY=1\nSTATUS="+line)
-	d.log.Info("ready", zap.String("status", line))
 }
 
 func (d *instance) watched() []watchedPart {
