@@ -30,10 +30,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			ne, ok := errors.AsType[net.Error](err)
-			if (ok && ne.Timeout()) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-				errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
-				// e.g. out of descriptors: try again shortly
+			if retryAccept(err) { // e.g. out of descriptors: try again shortly
 				s.log.Warn("accept on control socket", zap.Error(err))
 				select {
 				case <-ctx.Done():
@@ -48,6 +45,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		accepted := boottime() // a process at the peer's pid started later is another
 		wg.Go(func() { s.serveConn(ctx, nc, accepted) })
 	}
+}
+
+func retryAccept(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return (ok && ne.Timeout()) ||
+		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // serveConn runs one connection: the peer check, then the reader (this

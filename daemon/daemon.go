@@ -231,14 +231,7 @@ func (d *instance) serve(ctx context.Context, m *policy.Manifest, srv *Server, l
 		return fmt.Errorf("start the manifest's apps: %w", err)
 	}
 	if gctx.Err() == nil { // else stopped while starting: no READY=1
-		// Autostart leaves garbage several times the live heap, which the
-		// runtime returns only over minutes (500 idle apps: 103 KiB RSS an
-		// app at READY without this, make bench). One collection, now.
-		debug.FreeOSMemory()
-		all, _ := d.apps.Status("")
-		line := statusLine(all, d.links.storeNotes())
-		notify(d.log, "READY=1\nSTATUS="+line)
-		d.log.Info("ready", zap.String("status", line))
+		d.ready()
 		run("status", func(ctx context.Context) error {
 			keepStatus(ctx, d.log, d.apps, d.stateChanged, d.links.storeNotes)
 			return nil
@@ -365,15 +358,7 @@ func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			var stuck []string
-			for _, p := range parts {
-				pctx, cancel := context.WithTimeout(ctx, bound)
-				if err := p.ping(pctx); err != nil {
-					stuck = append(stuck, p.name+": "+err.Error())
-				}
-				cancel()
-			}
-			if len(stuck) > 0 {
+			if stuck := checkParts(ctx, parts, bound); len(stuck) > 0 {
 				if ctx.Err() != nil {
 					return
 				}
@@ -383,4 +368,30 @@ func watchdog(ctx context.Context, log *zap.Logger, parts []watchedPart, every, 
 			notify(log, "WATCHDOG=1")
 		}
 	}
+}
+
+// ready tells systemd the daemon is ready, with where the apps are.
+func (d *instance) ready() {
+	// Autostart leaves garbage several times the live heap, which the
+	// runtime returns only over minutes (500 idle apps: 103 KiB RSS an
+	// app at READY without this, make bench). One collection, now.
+	debug.FreeOSMemory()
+	all, _ := d.apps.Status("")
+	line := statusLine(all, d.links.storeNotes())
+	notify(d.log, "READY=1\nSTATUS="+line)
+	d.log.Info("ready", zap.String("status", line))
+}
+
+// checkParts says which parts did not answer within bound.
+func checkParts(ctx context.Context, parts []watchedPart, bound time.Duration) []string {
+	var stuck []string
+	for _, p := range parts {
+		pctx, cancel := context.WithTimeout(ctx, bound)
+		err := p.ping(pctx)
+		cancel()
+		if err != nil {
+			stuck = append(stuck, p.name+": "+err.Error())
+		}
+	}
+	return stuck
 }

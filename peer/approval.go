@@ -145,7 +145,7 @@ func (m *Manager) Approve(id string, d policy.Decision, remember bool) error {
 	}
 	var p *peer
 	var a *approval
-	err := error(ErrUnknownApproval)
+	err := ErrUnknownApproval
 	for _, q := range m.peerList() {
 		q.run(func() {
 			if q.approvals[id] != nil {
